@@ -1,0 +1,343 @@
+#include "backends/backend.hpp"
+
+#include <array>
+#include <initializer_list>
+
+namespace tessera {
+namespace {
+
+constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
+    "copy", "fill", "matmul", "conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
+    "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
+    "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
+    "layer_norm_backward", "embedding", "embedding_backward", "cast", "random_uniform",
+    "random_normal", "sgd_update", "adam_update"};
+static_assert(kKernelNames.back() == "adam_update", "update kKernelNames with Kernel");
+
+// Operand checks shared by every backend. `op` names the kernel in messages.
+class Check {
+ public:
+  Check(const Backend& backend, std::string_view op) : backend_(backend), op_(op) {}
+
+  // Each operand is defined and lives on the backend's device.
+  const Check& on_device(std::initializer_list<std::pair<const char*, const Tensor*>> operands) const {
+    for (auto [label, t] : operands) {
+      if (t == nullptr) continue;
+      if (!t->defined()) throw Error(prefix() + label + " is an undefined tensor");
+      if (t->device() != backend_.device())
+        throw DeviceError(prefix() + label + " is " + t->describe() + " but the kernel runs on " +
+                          backend_.device().str() + " (" + list(operands) + ")");
+    }
+    return *this;
+  }
+
+  // Each operand has `dtype`.
+  const Check& dtype(DType dtype, std::initializer_list<std::pair<const char*, const Tensor*>> operands) const {
+    for (auto [label, t] : operands)
+      if (t != nullptr && t->dtype() != dtype)
+        throw DTypeError(prefix() + label + " is " + t->describe() + ", expected " +
+                         std::string(dtype_name(dtype)) + " (" + list(operands) + ")");
+    return *this;
+  }
+
+  // Every operand has the dtype of the first.
+  const Check& same_dtype(std::initializer_list<std::pair<const char*, const Tensor*>> operands) const {
+    return dtype(operands.begin()->second->dtype(), operands);
+  }
+
+  // `t` has exactly `expected`.
+  const Check& shape(const char* label, const Tensor& t, const Shape& expected) const {
+    if (t.shape() != expected)
+      throw ShapeError(prefix() + label + " has shape " + t.shape().str() + ", expected " +
+                       expected.str());
+    return *this;
+  }
+
+  const Check& floating(const char* label, const Tensor& t) const {
+    if (!is_floating(t.dtype()))
+      throw DTypeError(prefix() + label + " is " + t.describe() + ", expected a floating dtype");
+    return *this;
+  }
+
+ private:
+  std::string prefix() const { return std::string(op_) + ": "; }
+  static std::string list(std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
+    std::string s;
+    for (auto [label, t] : operands) {
+      if (t == nullptr) continue;
+      if (!s.empty()) s += ", ";
+      s += std::string(label) + " " + (t->defined() ? t->describe() : "undefined");
+    }
+    return s;
+  }
+
+  const Backend& backend_;
+  std::string_view op_;
+};
+
+std::string unary_label(UnaryOp op) { return "unary " + std::string(name(op)); }
+
+}  // namespace
+
+std::string_view name(Kernel kernel) { return kKernelNames[static_cast<int>(kernel)]; }
+
+void Backend::copy(const Tensor& src, const Tensor& dst) {
+  // Host <-> device copies are allowed: only one side must be on this device.
+  Check c(*this, "copy");
+  if (!src.defined() || !dst.defined()) throw Error("copy: undefined tensor");
+  if (src.device() != device_ && dst.device() != device_)
+    throw DeviceError("copy: neither src " + src.describe() + " nor dst " + dst.describe() +
+                      " is on " + device_.str());
+  c.same_dtype({{"src", &src}, {"dst", &dst}}).shape("dst", dst, src.shape());
+  run_copy(src, dst);
+}
+
+void Backend::fill(const Tensor& out, double value) {
+  Check(*this, "fill").on_device({{"out", &out}});
+  run_fill(out, value);
+}
+
+void Backend::matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                     const MatmulArgs& args) {
+  Check c(*this, "matmul");
+  c.on_device({{"a", &a}, {"b", &b}, {"bias", bias}, {"out", &out}});
+  c.same_dtype({{"a", &a}, {"b", &b}}).floating("a", a);
+  c.shape("out", out, matmul_output_shape(a.shape(), b.shape(), args));
+  if (bias != nullptr) c.shape("bias", *bias, Shape{out.shape()[out.rank() - 1]});
+  run_matmul(a, b, bias, out, args);
+}
+
+void Backend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                             const Conv2dArgs& args) {
+  Check c(*this, "conv2d_forward");
+  c.on_device({{"x", &x}, {"w", &w}, {"bias", bias}, {"y", &y}});
+  c.same_dtype({{"x", &x}, {"w", &w}, {"bias", bias}, {"y", &y}}).floating("x", x);
+  c.shape("y", y, conv2d_output_shape(x.shape(), w.shape(), args));
+  if (bias != nullptr) c.shape("bias", *bias, Shape{w.shape()[3]});
+  run_conv2d_forward(x, w, bias, y, args);
+}
+
+void Backend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                   const Conv2dArgs& args) {
+  Check c(*this, "conv2d_backward_data");
+  c.on_device({{"dy", &dy}, {"w", &w}, {"dx", &dx}});
+  c.same_dtype({{"dy", &dy}, {"w", &w}, {"dx", &dx}}).floating("dy", dy);
+  c.shape("dy", dy, conv2d_output_shape(dx.shape(), w.shape(), args));
+  run_conv2d_backward_data(dy, w, dx, args);
+}
+
+void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                      const Tensor* db, const Conv2dArgs& args) {
+  Check c(*this, "conv2d_backward_weights");
+  c.on_device({{"x", &x}, {"dy", &dy}, {"dw", &dw}, {"db", db}});
+  c.same_dtype({{"x", &x}, {"dy", &dy}, {"dw", &dw}, {"db", db}}).floating("x", x);
+  c.shape("dy", dy, conv2d_output_shape(x.shape(), dw.shape(), args));
+  if (db != nullptr) c.shape("db", *db, Shape{dw.shape()[3]});
+  run_conv2d_backward_weights(x, dy, dw, db, args);
+}
+
+void Backend::pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) {
+  Check c(*this, "pool2d_forward");
+  c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
+  c.shape("y", y, pool2d_output_shape(x.shape(), args));
+  run_pool2d_forward(x, y, args);
+}
+
+void Backend::pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                              const Pool2dArgs& args) {
+  Check c(*this, "pool2d_backward");
+  c.on_device({{"x", &x}, {"dy", &dy}, {"dx", &dx}});
+  c.same_dtype({{"x", &x}, {"dy", &dy}, {"dx", &dx}}).floating("x", x);
+  c.shape("dy", dy, pool2d_output_shape(x.shape(), args)).shape("dx", dx, x.shape());
+  run_pool2d_backward(x, dy, dx, args);
+}
+
+void Backend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
+  auto label = unary_label(op);
+  Check c(*this, label);
+  c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
+  c.shape("y", y, x.shape());
+  run_unary(op, x, y);
+}
+
+void Backend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  auto label = unary_label(op) + " backward";
+  Check c(*this, label);
+  c.on_device({{"x", &x}, {"dy", &dy}, {"dx", &dx}});
+  c.same_dtype({{"x", &x}, {"dy", &dy}, {"dx", &dx}}).floating("x", x);
+  c.shape("dy", dy, x.shape()).shape("dx", dx, x.shape());
+  run_unary_backward(op, x, dy, dx);
+}
+
+void Backend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  std::string label = "binary " + std::string(tessera::name(op));
+  Check c(*this, label);
+  c.on_device({{"a", &a}, {"b", &b}, {"out", &out}}).same_dtype({{"a", &a}, {"b", &b}, {"out", &out}});
+  c.shape("out", out, binary_output_shape(a.shape(), b.shape(), label));
+  run_binary(op, a, b, out);
+}
+
+void Backend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
+  std::string label = "reduce " + std::string(tessera::name(op));
+  Check c(*this, label);
+  c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}}).floating("x", x);
+  if (out.rank() != x.rank() || !broadcast_shapes(out.shape(), x.shape()) ||
+      *broadcast_shapes(out.shape(), x.shape()) != x.shape())
+    throw ShapeError(label + ": out" + out.shape().str() + " is not x" + x.shape().str() +
+                     " with some axes reduced to 1");
+  run_reduce(op, x, out);
+}
+
+void Backend::broadcast_to(const Tensor& x, const Tensor& out) {
+  Check c(*this, "broadcast_to");
+  c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}});
+  auto shape = broadcast_shapes(x.shape(), out.shape());
+  if (!shape || *shape != out.shape())
+    throw ShapeError("broadcast_to: x" + x.shape().str() + " does not broadcast to " +
+                     out.shape().str());
+  run_broadcast_to(x, out);
+}
+
+void Backend::transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) {
+  Check c(*this, "transpose");
+  c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}});
+  c.shape("out", out, transpose_output_shape(x.shape(), perm));
+  run_transpose(x, out, perm);
+}
+
+void Backend::softmax(const Tensor& x, const Tensor& y, int axis, bool log) {
+  Check c(*this, log ? "log_softmax" : "softmax");
+  c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
+  c.shape("y", y, x.shape());
+  run_softmax(x, y, x.shape().normalize_axis(axis), log);
+}
+
+void Backend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
+                               bool log) {
+  Check c(*this, log ? "log_softmax_backward" : "softmax_backward");
+  c.on_device({{"y", &y}, {"dy", &dy}, {"dx", &dx}});
+  c.same_dtype({{"y", &y}, {"dy", &dy}, {"dx", &dx}}).floating("y", y);
+  c.shape("dy", dy, y.shape()).shape("dx", dx, y.shape());
+  run_softmax_backward(y, dy, dx, y.shape().normalize_axis(axis), log);
+}
+
+void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                         const Tensor& mean, const Tensor& rstd, float epsilon) {
+  Check c(*this, "layer_norm");
+  c.on_device({{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
+  c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
+  if (x.rank() < 1) throw ShapeError("layer_norm: x must have rank >= 1, got " + x.shape().str());
+  Shape features{x.shape()[x.rank() - 1]};
+  Shape rows{x.numel() / std::max<std::int64_t>(1, features[0])};
+  c.shape("gamma", gamma, features).shape("beta", beta, features).shape("y", y, x.shape());
+  c.shape("mean", mean, rows).shape("rstd", rstd, rows);
+  run_layer_norm(x, gamma, beta, y, mean, rstd, epsilon);
+}
+
+void Backend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                  const Tensor& dgamma, const Tensor& dbeta) {
+  Check c(*this, "layer_norm_backward");
+  c.on_device({{"x", &x}, {"gamma", &gamma}, {"mean", &mean}, {"rstd", &rstd}, {"dy", &dy},
+               {"dx", &dx}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+  c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"mean", &mean}, {"rstd", &rstd}, {"dy", &dy},
+                       {"dx", &dx}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+  if (x.rank() < 1) throw ShapeError("layer_norm_backward: x must have rank >= 1");
+  Shape features{x.shape()[x.rank() - 1]};
+  Shape rows{x.numel() / std::max<std::int64_t>(1, features[0])};
+  c.shape("gamma", gamma, features).shape("dgamma", dgamma, features).shape("dbeta", dbeta, features);
+  c.shape("mean", mean, rows).shape("rstd", rstd, rows);
+  c.shape("dy", dy, x.shape()).shape("dx", dx, x.shape());
+  run_layer_norm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+}
+
+void Backend::embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  Check c(*this, "embedding");
+  c.on_device({{"table", &table}, {"ids", &ids}, {"out", &out}}).same_dtype({{"table", &table}, {"out", &out}});
+  if (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)
+    throw DTypeError("embedding: ids is " + ids.describe() + ", expected i32 or i64");
+  c.shape("out", out, embedding_output_shape(table.shape(), ids.shape()));
+  run_embedding(table, ids, out);
+}
+
+void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  Check c(*this, "embedding_backward");
+  c.on_device({{"ids", &ids}, {"dout", &dout}, {"dtable", &dtable}});
+  c.same_dtype({{"dout", &dout}, {"dtable", &dtable}});
+  if (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)
+    throw DTypeError("embedding_backward: ids is " + ids.describe() + ", expected i32 or i64");
+  c.shape("dout", dout, embedding_output_shape(dtable.shape(), ids.shape()));
+  run_embedding_backward(ids, dout, dtable);
+}
+
+void Backend::cast(const Tensor& x, const Tensor& out) {
+  Check c(*this, "cast");
+  c.on_device({{"x", &x}, {"out", &out}}).shape("out", out, x.shape());
+  run_cast(x, out);
+}
+
+void Backend::random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                             float low, float high) {
+  Check(*this, "random_uniform").on_device({{"out", &out}}).floating("out", out);
+  run_random_uniform(out, seed, offset, low, high);
+}
+
+void Backend::random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                            float mean, float stddev) {
+  Check(*this, "random_normal").on_device({{"out", &out}}).floating("out", out);
+  run_random_normal(out, seed, offset, mean, stddev);
+}
+
+void Backend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                         const SgdArgs& args) {
+  Check c(*this, "sgd_update");
+  c.on_device({{"param", &param}, {"grad", &grad}, {"velocity", &velocity}});
+  c.dtype(DType::f32, {{"param", &param}, {"grad", &grad}, {"velocity", &velocity}});
+  c.shape("grad", grad, param.shape()).shape("velocity", velocity, param.shape());
+  run_sgd_update(param, grad, velocity, args);
+}
+
+void Backend::adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
+                          const Tensor& v, const AdamArgs& args) {
+  Check c(*this, "adam_update");
+  c.on_device({{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}});
+  c.dtype(DType::f32, {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}});
+  c.shape("grad", grad, param.shape()).shape("m", m, param.shape()).shape("v", v, param.shape());
+  if (args.step < 1) throw Error("adam_update: step must be >= 1 (it is 1-based)");
+  run_adam_update(param, grad, m, v, args);
+}
+
+void Backend::unsupported(Kernel kernel) const {
+  throw UnsupportedError("kernel '" + std::string(tessera::name(kernel)) +
+                         "' is not implemented by the " + name() + " backend on " +
+                         device_.str());
+}
+
+// Default slots: not implemented on this backend.
+void Backend::run_copy(const Tensor&, const Tensor&) { unsupported(Kernel::copy); }
+void Backend::run_fill(const Tensor&, double) { unsupported(Kernel::fill); }
+void Backend::run_matmul(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const MatmulArgs&) { unsupported(Kernel::matmul); }
+void Backend::run_conv2d_forward(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const Conv2dArgs&) { unsupported(Kernel::conv2d_forward); }
+void Backend::run_conv2d_backward_data(const Tensor&, const Tensor&, const Tensor&, const Conv2dArgs&) { unsupported(Kernel::conv2d_backward_data); }
+void Backend::run_conv2d_backward_weights(const Tensor&, const Tensor&, const Tensor&, const Tensor*, const Conv2dArgs&) { unsupported(Kernel::conv2d_backward_weights); }
+void Backend::run_pool2d_forward(const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(Kernel::pool2d_forward); }
+void Backend::run_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(Kernel::pool2d_backward); }
+void Backend::run_unary(UnaryOp, const Tensor&, const Tensor&) { unsupported(Kernel::unary); }
+void Backend::run_unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::unary_backward); }
+void Backend::run_binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::binary); }
+void Backend::run_reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported(Kernel::reduce); }
+void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(Kernel::broadcast_to); }
+void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(Kernel::transpose); }
+void Backend::run_softmax(const Tensor&, const Tensor&, int, bool) { unsupported(Kernel::softmax); }
+void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(Kernel::softmax_backward); }
+void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(Kernel::layer_norm); }
+void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::layer_norm_backward); }
+void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding); }
+void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding_backward); }
+void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast); }
+void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
+void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }
+void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(Kernel::sgd_update); }
+void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(Kernel::adam_update); }
+
+}  // namespace tessera

@@ -1,0 +1,176 @@
+// Backend: the kernels of one device.
+//
+// One Backend object per device (cpu:0, cpu:1, ..., cuda:0). Every kernel writes
+// into output tensors the caller has allocated (the executor carves them out of
+// its planned arena), so a backend call never allocates a tensor.
+//
+// The public methods are the same for every backend and check their operands
+// first (device, dtype, shape), raising ShapeError / DTypeError / DeviceError
+// that name the op and the operands. They then call the protected `run_*` slot
+// of the device kind. A slot a backend does not provide raises UnsupportedError
+// naming the op and the backend; `supports()` asks beforehand.
+//
+//   auto& cpu = backend_for(Device::cpu(0));
+//   Tensor y = Tensor::empty({128, 1024}, DType::f32);
+//   cpu.matmul(x, w, &b, y, {.activation = Activation::relu});  // y = relu(x @ w + b)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/op_args.hpp"
+#include "backends/op_kinds.hpp"
+#include "engine/allocator.hpp"
+#include "engine/tensor.hpp"
+
+namespace tessera {
+
+// Names of the backend's kernels, for capability queries and error messages.
+enum class Kernel : std::uint8_t {
+  copy, fill, matmul, conv2d_forward, conv2d_backward_data, conv2d_backward_weights,
+  pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
+  transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding,
+  embedding_backward, cast, random_uniform, random_normal, sgd_update, adam_update
+};
+inline constexpr int kKernelCount = 25;
+std::string_view name(Kernel kernel);
+
+class Backend {
+ public:
+  explicit Backend(Device device) : device_(device) {}
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  Device device() const { return device_; }
+  virtual std::string name() const = 0;  // "onednn", "cuda"
+  virtual Allocator& allocator() = 0;
+  // Whether `kernel` runs on this backend for tensors of `dtype`.
+  virtual bool supports(Kernel kernel, DType dtype) const = 0;
+  // Waits until every kernel issued so far has finished (a no-op on the CPU).
+  virtual void synchronize() {}
+
+  // dst = src. Either side may be on the host when this backend's device is not.
+  void copy(const Tensor& src, const Tensor& dst);
+  // out[:] = value
+  void fill(const Tensor& out, double value);
+
+  // out = act(alpha * op(a) @ op(b) + bias); bias is [N] or null. See MatmulArgs.
+  void matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+              const MatmulArgs& args = {});
+
+  // Channels-last convolution (x[N,H,W,C], w[KH,KW,C,F], y[N,OH,OW,F]) and its two
+  // gradients; bias is [F] or null; db (optional) receives the bias gradient.
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                      const Conv2dArgs& args);
+  void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                            const Conv2dArgs& args);
+  void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                               const Tensor* db, const Conv2dArgs& args);
+
+  // Max/average pooling over channels-last x; the backward pass takes the
+  // forward input (max pooling finds its arg-max again rather than keeping a
+  // workspace alive between forward and backward). Average pooling divides by
+  // the window size without padding (Keras' count_include_pad=False).
+  void pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args);
+  void pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Pool2dArgs& args);
+
+  // y = f(x) elementwise, and dx = dy * f'(x).
+  void unary(UnaryOp op, const Tensor& x, const Tensor& y);
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+  // out = a (op) b with NumPy broadcasting; out has the broadcast shape.
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+
+  // out = reduce(x) over the axes where out has extent 1 and x does not (keepdims).
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out);
+  // out = x broadcast to out's shape (the adjoint of a sum reduction).
+  void broadcast_to(const Tensor& x, const Tensor& out);
+  // out = x with axes permuted: out.shape[i] = x.shape[perm[i]].
+  void transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm);
+
+  // Softmax (or log-softmax) over `axis`, and its backward from the output y.
+  void softmax(const Tensor& x, const Tensor& y, int axis, bool log);
+  void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis, bool log);
+
+  // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
+  // mean and rstd ([rows]) are saved for the backward pass.
+  void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd, float epsilon);
+  void layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                           const Tensor& dgamma, const Tensor& dbeta);
+
+  // out[..., :] = table[ids[...], :]; ids are i32 or i64, each in [0, V).
+  void embedding(const Tensor& table, const Tensor& ids, const Tensor& out);
+  // dtable[ids[...], :] += dout[..., :] (scatter-add; dtable is not cleared).
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+
+  // out = x converted to out's dtype (bf16 rounds to nearest even).
+  void cast(const Tensor& x, const Tensor& out);
+
+  // Counter-based random numbers (Philox-4x32-10): element i of a fill with
+  // (seed, offset) is a pure function of (seed, offset + i), so a stream is
+  // reproducible, independent of thread count, and identical on every backend.
+  void random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float low,
+                      float high);
+  void random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float mean,
+                     float stddev);
+
+  // Fused optimizer updates, in place on param and its state.
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                  const SgdArgs& args);
+  void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const AdamArgs& args);
+
+ protected:
+  // Device-kind slots, called after the operands were checked. The defaults
+  // raise UnsupportedError naming the kernel and this backend.
+  virtual void run_copy(const Tensor& src, const Tensor& dst);
+  virtual void run_fill(const Tensor& out, double value);
+  virtual void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                          const MatmulArgs& args);
+  virtual void run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                  const Tensor& y, const Conv2dArgs& args);
+  virtual void run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                        const Conv2dArgs& args);
+  virtual void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                           const Tensor* db, const Conv2dArgs& args);
+  virtual void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args);
+  virtual void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                   const Pool2dArgs& args);
+  virtual void run_unary(UnaryOp op, const Tensor& x, const Tensor& y);
+  virtual void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
+  virtual void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+  virtual void run_reduce(ReduceOp op, const Tensor& x, const Tensor& out);
+  virtual void run_broadcast_to(const Tensor& x, const Tensor& out);
+  virtual void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm);
+  virtual void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log);
+  virtual void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
+                                    bool log);
+  virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                              float epsilon);
+  virtual void run_layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                       const Tensor& dgamma, const Tensor& dbeta);
+  virtual void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out);
+  virtual void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+  virtual void run_cast(const Tensor& x, const Tensor& out);
+  virtual void run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                                  float low, float high);
+  virtual void run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                                 float mean, float stddev);
+  virtual void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                              const SgdArgs& args);
+  virtual void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
+                               const Tensor& v, const AdamArgs& args);
+
+ private:
+  [[noreturn]] void unsupported(Kernel kernel) const;
+  Device device_;
+};
+
+}  // namespace tessera

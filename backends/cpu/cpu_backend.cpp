@@ -1,0 +1,96 @@
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <omp.h>
+
+namespace tessera {
+
+CpuBackend::CpuBackend(Device device, int threads)
+    : Backend(device),
+      allocator_(device),
+      threads_(threads),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_) {}
+
+bool CpuBackend::supports(Kernel kernel, DType dtype) const {
+  switch (kernel) {
+    case Kernel::copy:
+    case Kernel::fill:
+    case Kernel::cast:
+    case Kernel::transpose:
+    case Kernel::broadcast_to:
+      return true;
+    case Kernel::matmul:
+    case Kernel::binary:
+      return dtype == DType::f32 || dtype == DType::bf16;
+    default:
+      return dtype == DType::f32;
+  }
+}
+
+const CpuBackend::Primitive& CpuBackend::primitive(const std::string& key,
+                                                  const std::function<Primitive()>& make) {
+  auto it = primitives_.find(key);
+  if (it != primitives_.end()) return it->second;
+  ThreadShare share(threads_);  // oneDNN picks its blocking for the threads it will have
+  Primitive p = make();
+  auto bytes = p.desc.scratchpad_desc().get_size();
+  if (bytes > 0 && (!scratchpad_ || scratchpad_->bytes() < bytes))
+    scratchpad_ = std::make_shared<Buffer>(allocator_, bytes);
+  return primitives_.emplace(key, std::move(p)).first->second;
+}
+
+void CpuBackend::execute(const Primitive& p, std::unordered_map<int, dnnl::memory> args) {
+  auto scratch_desc = p.desc.scratchpad_desc();
+  if (scratch_desc.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, engine_, scratchpad_->data()));
+  ThreadShare share(threads_);
+  p.primitive.execute(stream_, args);
+  stream_.wait();
+}
+
+dnnl::memory CpuBackend::memory(const dnnl::memory::desc& desc, const Tensor& t) const {
+  return dnnl::memory(desc, engine_, t.raw_data());
+}
+
+dnnl::primitive_attr CpuBackend::default_attr() const {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::memory::data_type dnnl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::i32: return dnnl::memory::data_type::s32;
+    case DType::i64: break;
+  }
+  throw DTypeError("oneDNN has no " + std::string(dtype_name(dtype)) + " data type");
+}
+
+dnnl::memory::dims dnnl_dims(const Shape& shape) {
+  if (shape.rank() == 0) return {1};
+  return dnnl::memory::dims(shape.dims().begin(), shape.dims().end());
+}
+
+dnnl::memory::desc plain_desc(const Shape& shape, DType dtype) {
+  auto dims = dnnl_dims(shape);
+  dnnl::memory::dims strides(dims.size());
+  dnnl::memory::dim stride = 1;
+  for (std::size_t i = dims.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= dims[i];
+  }
+  return dnnl::memory::desc(dims, dnnl_type(dtype), strides);
+}
+
+std::string cache_key(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + t.shape().str();
+}
+
+ThreadShare::ThreadShare(int threads) : previous_(omp_get_max_threads()) {
+  omp_set_num_threads(threads);
+}
+ThreadShare::~ThreadShare() { omp_set_num_threads(previous_); }
+
+}  // namespace tessera

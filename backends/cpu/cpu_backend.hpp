@@ -1,0 +1,104 @@
+// The CPU backend: oneDNN primitives, and plain vectorisable loops where oneDNN
+// has nothing (broadcasting binary ops, embedding, random fills, optimizers).
+//
+// Each logical CPU device owns its oneDNN engine and stream and a share of the
+// machine's threads (the OpenMP thread count set around every kernel). oneDNN
+// primitives are created once per (kernel, shapes, attributes) key and reused;
+// their scratchpads come from this device's allocator, grown on first use, so a
+// repeated step allocates nothing.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backends/backend.hpp"
+
+namespace tessera {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(Device device, int threads);
+
+  std::string name() const override { return "onednn"; }
+  Allocator& allocator() override { return allocator_; }
+  bool supports(Kernel kernel, DType dtype) const override;
+
+  int threads() const { return threads_; }
+  void set_threads(int threads) { threads_ = threads; }
+  // Number of distinct oneDNN primitives created so far (tests check reuse).
+  std::size_t primitive_count() const { return primitives_.size(); }
+
+  // A cached oneDNN primitive and the memory descriptors it was made for.
+  struct Primitive {
+    dnnl::primitive primitive;
+    dnnl::primitive_desc_base desc;
+  };
+  // The primitive for `key`, made by `make` on first use.
+  const Primitive& primitive(const std::string& key, const std::function<Primitive()>& make);
+  // Runs a primitive with the user scratchpad attached; `args` are the
+  // memory arguments without the scratchpad.
+  void execute(const Primitive& p, std::unordered_map<int, dnnl::memory> args);
+  // A oneDNN memory object over a tensor's data.
+  dnnl::memory memory(const dnnl::memory::desc& desc, const Tensor& t) const;
+  const dnnl::engine& engine() const { return engine_; }
+  // Attributes every primitive of this backend is made with (user scratchpad).
+  dnnl::primitive_attr default_attr() const;
+
+ protected:
+  void run_copy(const Tensor& src, const Tensor& dst) override;
+  void run_fill(const Tensor& out, double value) override;
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                  const MatmulArgs& args) override;
+  void run_unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
+  void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+  void run_broadcast_to(const Tensor& x, const Tensor& out) override;
+  void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) override;
+  void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void run_cast(const Tensor& x, const Tensor& out) override;
+  void run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float low,
+                          float high) override;
+  void run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float mean,
+                         float stddev) override;
+  void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                      const SgdArgs& args) override;
+  void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamArgs& args) override;
+
+ private:
+  CpuAllocator allocator_;
+  int threads_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<std::string, Primitive> primitives_;
+  std::shared_ptr<Buffer> scratchpad_;
+};
+
+// oneDNN data type of a tensor dtype.
+dnnl::memory::data_type dnnl_type(DType dtype);
+// Dense row-major oneDNN dims of a shape (a scalar becomes {1}).
+dnnl::memory::dims dnnl_dims(const Shape& shape);
+// Dense row-major descriptor of a tensor of `shape` and `dtype`.
+dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
+// Key fragment "f32[2, 3]" for primitive caches.
+std::string cache_key(const Tensor& t);
+
+// Runs `body` with OpenMP limited to `threads` threads on this thread.
+class ThreadShare {
+ public:
+  explicit ThreadShare(int threads);
+  ~ThreadShare();
+  ThreadShare(const ThreadShare&) = delete;
+  ThreadShare& operator=(const ThreadShare&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace tessera

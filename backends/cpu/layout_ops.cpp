@@ -1,0 +1,94 @@
+// Kernels that move elements without arithmetic: copy, fill, cast, broadcast,
+// transpose. Plain loops over element bytes, so every dtype works.
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/strided_loop.hpp"
+
+namespace tessera {
+namespace {
+
+// Copies elements of `elem` bytes from x, read with `x_strides` over out's axes.
+template <typename Word>
+void strided_copy(const Tensor& x, const Tensor& out, const std::vector<std::int64_t>& x_strides) {
+  const Word* px = static_cast<const Word*>(x.raw_data());
+  Word* po = static_cast<Word*>(out.raw_data());
+  std::vector<std::int64_t> strides[1] = {x_strides};
+  for_each_row<1>(out.shape(), strides,
+                  [&](std::int64_t o, const std::int64_t* off, std::int64_t n, const std::int64_t* s) {
+                    for (std::int64_t i = 0; i < n; ++i) po[o + i] = px[off[0] + i * s[0]];
+                  });
+}
+
+void strided_copy_any(const Tensor& x, const Tensor& out, const std::vector<std::int64_t>& strides) {
+  switch (dtype_size(x.dtype())) {
+    case 2: return strided_copy<std::uint16_t>(x, out, strides);
+    case 4: return strided_copy<std::uint32_t>(x, out, strides);
+    default: return strided_copy<std::uint64_t>(x, out, strides);
+  }
+}
+
+template <typename T>
+void fill_typed(const Tensor& out, T value) {
+  T* p = static_cast<T*>(out.raw_data());
+  std::int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+double load(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return static_cast<const float*>(t.raw_data())[i];
+    case DType::bf16: return to_f32(static_cast<const bf16*>(t.raw_data())[i]);
+    case DType::i32: return static_cast<const std::int32_t*>(t.raw_data())[i];
+    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(t.raw_data())[i]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void CpuBackend::run_copy(const Tensor& src, const Tensor& dst) {
+  if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+}
+
+void CpuBackend::run_fill(const Tensor& out, double value) {
+  ThreadShare share(threads());
+  switch (out.dtype()) {
+    case DType::f32: return fill_typed(out, static_cast<float>(value));
+    case DType::bf16: return fill_typed(out, to_bf16(static_cast<float>(value)));
+    case DType::i32: return fill_typed(out, static_cast<std::int32_t>(value));
+    case DType::i64: return fill_typed(out, static_cast<std::int64_t>(value));
+  }
+}
+
+void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
+  if (x.dtype() == out.dtype()) return run_copy(x, out);
+  ThreadShare share(threads());
+  std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) {
+    double v = load(x, i);
+    switch (out.dtype()) {
+      case DType::f32: static_cast<float*>(out.raw_data())[i] = static_cast<float>(v); break;
+      case DType::bf16: static_cast<bf16*>(out.raw_data())[i] = to_bf16(static_cast<float>(v)); break;
+      case DType::i32: static_cast<std::int32_t*>(out.raw_data())[i] = static_cast<std::int32_t>(v); break;
+      case DType::i64: static_cast<std::int64_t*>(out.raw_data())[i] = static_cast<std::int64_t>(v); break;
+    }
+  }
+}
+
+void CpuBackend::run_broadcast_to(const Tensor& x, const Tensor& out) {
+  ThreadShare share(threads());
+  strided_copy_any(x, out, broadcast_strides(x.shape(), out.shape()));
+}
+
+void CpuBackend::run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) {
+  auto x_strides = contiguous_strides(x.shape());
+  std::vector<std::int64_t> strides(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) strides[i] = x_strides[perm[i]];
+  ThreadShare share(threads());
+  strided_copy_any(x, out, strides);
+}
+
+}  // namespace tessera

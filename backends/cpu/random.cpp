@@ -1,0 +1,35 @@
+// Random fills from the Philox counter-based generator (backends/philox.hpp).
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/philox.hpp"
+
+namespace tessera {
+namespace {
+
+template <typename F>
+void fill_f32(const Tensor& out, int threads, F value_at) {
+  if (out.dtype() != DType::f32)
+    throw UnsupportedError("random fills need an f32 tensor on the CPU, got " + out.describe());
+  float* p = out.data<float>();
+  std::int64_t n = out.numel();
+  ThreadShare share(threads);
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (std::int64_t i = 0; i < n; ++i) p[i] = value_at(static_cast<std::uint64_t>(i));
+}
+
+}  // namespace
+
+void CpuBackend::run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                                    float low, float high) {
+  fill_f32(out, threads(), [&](std::uint64_t i) {
+    return low + (high - low) * philox::uniform01(philox::bits(seed, offset + i));
+  });
+}
+
+void CpuBackend::run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
+                                   float mean, float stddev) {
+  fill_f32(out, threads(), [&](std::uint64_t i) {
+    return mean + stddev * philox::normal(seed, offset + i);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,119 @@
+#include "backends/op_args.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/error.hpp"
+
+namespace tessera {
+namespace {
+
+[[noreturn]] void fail(std::string_view op, const std::string& what) {
+  throw ShapeError(std::string(op) + ": " + what);
+}
+
+std::int64_t window_output(std::int64_t in, int window, int stride, int pad_before, int pad_after) {
+  return (in + pad_before + pad_after - window) / stride + 1;
+}
+
+}  // namespace
+
+Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args) {
+  if (a.rank() < 2 || b.rank() < 2)
+    fail("matmul", "operands need rank >= 2, got a" + a.str() + " and b" + b.str());
+  std::int64_t m = args.transpose_a ? a[a.rank() - 1] : a[a.rank() - 2];
+  std::int64_t ka = args.transpose_a ? a[a.rank() - 2] : a[a.rank() - 1];
+  std::int64_t kb = args.transpose_b ? b[b.rank() - 1] : b[b.rank() - 2];
+  std::int64_t n = args.transpose_b ? b[b.rank() - 2] : b[b.rank() - 1];
+  if (ka != kb)
+    fail("matmul", "contracting dimensions differ: a" + a.str() + (args.transpose_a ? "ᵀ" : "") +
+                       " has K=" + std::to_string(ka) + ", b" + b.str() +
+                       (args.transpose_b ? "ᵀ" : "") + " has K=" + std::to_string(kb));
+  Shape batch_a(std::vector<std::int64_t>(a.dims().begin(), a.dims().end() - 2));
+  Shape batch_b(std::vector<std::int64_t>(b.dims().begin(), b.dims().end() - 2));
+  auto batch = broadcast_shapes(batch_a, batch_b);
+  if (!batch)
+    fail("matmul", "batch dimensions of a" + a.str() + " and b" + b.str() + " do not broadcast");
+  auto dims = batch->dims();
+  dims.push_back(m);
+  dims.push_back(n);
+  return Shape(std::move(dims));
+}
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dArgs& args) {
+  if (x.rank() != 4 || w.rank() != 4)
+    fail("conv2d", "expects x[N, H, W, C] and w[KH, KW, C, F], got x" + x.str() + " and w" + w.str());
+  if (x[3] != w[2])
+    fail("conv2d", "input channels differ: x" + x.str() + " has C=" + std::to_string(x[3]) +
+                       ", w" + w.str() + " has C=" + std::to_string(w[2]));
+  if (args.stride_h < 1 || args.stride_w < 1) fail("conv2d", "strides must be >= 1");
+  auto oh = window_output(x[1], static_cast<int>(w[0]), args.stride_h, args.pad_top, args.pad_bottom);
+  auto ow = window_output(x[2], static_cast<int>(w[1]), args.stride_w, args.pad_left, args.pad_right);
+  if (oh < 1 || ow < 1)
+    fail("conv2d", "kernel w" + w.str() + " is larger than the padded input x" + x.str());
+  return Shape{x[0], oh, ow, w[3]};
+}
+
+Shape pool2d_output_shape(const Shape& x, const Pool2dArgs& args) {
+  std::string op = std::string(name(args.kind)) + "_pool2d";
+  if (x.rank() != 4) fail(op, "expects x[N, H, W, C], got x" + x.str());
+  if (args.window_h < 1 || args.window_w < 1 || args.stride_h < 1 || args.stride_w < 1)
+    fail(op, "window and strides must be >= 1");
+  auto oh = window_output(x[1], args.window_h, args.stride_h, args.pad_top, args.pad_bottom);
+  auto ow = window_output(x[2], args.window_w, args.stride_w, args.pad_left, args.pad_right);
+  if (oh < 1 || ow < 1)
+    fail(op, "window " + std::to_string(args.window_h) + "x" + std::to_string(args.window_w) +
+                 " is larger than the padded input x" + x.str());
+  return Shape{x[0], oh, ow, x[3]};
+}
+
+void same_padding(std::int64_t input, int window, int stride, int& pad_before, int& pad_after) {
+  std::int64_t out = (input + stride - 1) / stride;
+  std::int64_t total = std::max<std::int64_t>(0, (out - 1) * stride + window - input);
+  pad_before = static_cast<int>(total / 2);
+  pad_after = static_cast<int>(total - total / 2);
+}
+
+Shape reduce_output_shape(const Shape& x, const std::vector<int>& axes, std::string_view op) {
+  auto dims = x.dims();
+  std::vector<bool> seen(dims.size(), false);
+  for (int axis : axes) {
+    int a = axis < 0 ? axis + x.rank() : axis;
+    if (a < 0 || a >= x.rank())
+      fail(op, "axis " + std::to_string(axis) + " is out of range for x" + x.str());
+    if (seen[a]) fail(op, "axis " + std::to_string(axis) + " is listed twice");
+    seen[a] = true;
+    dims[a] = 1;
+  }
+  return Shape(std::move(dims));
+}
+
+Shape binary_output_shape(const Shape& a, const Shape& b, std::string_view op) {
+  auto out = broadcast_shapes(a, b);
+  if (!out) fail(op, "shapes a" + a.str() + " and b" + b.str() + " do not broadcast");
+  return *out;
+}
+
+Shape embedding_output_shape(const Shape& table, const Shape& ids) {
+  if (table.rank() != 2) fail("embedding", "table must be [vocab, dim], got " + table.str());
+  auto dims = ids.dims();
+  dims.push_back(table[1]);
+  return Shape(std::move(dims));
+}
+
+Shape transpose_output_shape(const Shape& x, const std::vector<int>& perm) {
+  if (static_cast<int>(perm.size()) != x.rank())
+    fail("transpose", "permutation of " + std::to_string(perm.size()) + " axes for x" + x.str());
+  std::vector<bool> seen(perm.size(), false);
+  std::vector<std::int64_t> dims(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    int p = perm[i];
+    if (p < 0 || p >= x.rank() || seen[p])
+      fail("transpose", "permutation is not a permutation of 0.." + std::to_string(x.rank() - 1));
+    seen[p] = true;
+    dims[i] = x[p];
+  }
+  return Shape(std::move(dims));
+}
+
+}  // namespace tessera

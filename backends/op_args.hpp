@@ -1,0 +1,79 @@
+// Attributes of the parameterised kernels, and the output shapes they imply.
+//
+// Shape inference lives here, apart from compute, so that the graph builder and
+// every backend check operands the same way and raise the same errors: a
+// ShapeError whose message names the op and both operand shapes.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "backends/op_kinds.hpp"
+#include "engine/shape.hpp"
+
+namespace tessera {
+
+// out[..., M, N] = act(alpha * op(a)[..., M, K] @ op(b)[..., K, N] + bias[N]),
+// where op(x) transposes the last two axes when asked. Batch axes broadcast
+// (a weight of rank 2 against activations of rank 3 is the common case).
+struct MatmulArgs {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  Activation activation = Activation::none;
+  float alpha = 1.0f;
+};
+Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args);
+
+// Convolution over channels-last input x[N, H, W, C] with a Keras kernel
+// w[KH, KW, C, F], giving y[N, OH, OW, F]. Padding is explicit per side;
+// `same_padding` computes what Keras' padding="same" means.
+struct Conv2dArgs {
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+};
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dArgs& args);
+
+// 2-D pooling over channels-last x[N, H, W, C].
+struct Pool2dArgs {
+  PoolKind kind = PoolKind::max;
+  int window_h = 2, window_w = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+};
+Shape pool2d_output_shape(const Shape& x, const Pool2dArgs& args);
+
+// Keras padding="same": output = ceil(input / stride); the extra goes bottom/right.
+void same_padding(std::int64_t input, int window, int stride, int& pad_before, int& pad_after);
+
+struct SgdArgs {
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;  // L2 added to the gradient
+};
+
+// Adam, and AdamW when `decoupled_weight_decay` (the decay multiplies the
+// parameter by (1 - lr * wd) instead of entering the gradient).
+struct AdamArgs {
+  float learning_rate = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = false;
+  std::int64_t step = 1;  // 1-based, for bias correction
+};
+
+// Reduction keeping the rank (reduced axes become 1), as oneDNN and NumPy's
+// keepdims=True do; `axes` may be negative; duplicates are an error.
+Shape reduce_output_shape(const Shape& x, const std::vector<int>& axes, std::string_view op);
+
+// Binary op with NumPy broadcasting; throws ShapeError naming the op.
+Shape binary_output_shape(const Shape& a, const Shape& b, std::string_view op);
+
+// Embedding lookup: table[V, D] gathered by ids[...] gives out[..., D].
+Shape embedding_output_shape(const Shape& table, const Shape& ids);
+
+// Axis permutation: out[i] = x[perm[i]].
+Shape transpose_output_shape(const Shape& x, const std::vector<int>& perm);
+
+}  // namespace tessera

@@ -1,0 +1,112 @@
+#include "backends/registry.hpp"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backends/cpu/cpu_backend.hpp"
+#if TESSERA_HAVE_CUDA
+#include "backends/cuda/cuda_backend.hpp"
+#endif
+
+namespace tessera {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  int cpu_count = 1;
+  int cpu_threads = 0;  // 0 = even share
+  std::map<std::pair<int, int>, std::unique_ptr<Backend>> backends;  // (kind, index)
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+int threads_per_cpu_device(const Registry& r) {
+  if (r.cpu_threads > 0) return r.cpu_threads;
+  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, hw / r.cpu_count);
+}
+
+std::string device_list() {
+  std::string s;
+  for (const auto& d : available_devices()) s += (s.empty() ? "" : ", ") + d.str();
+  return s;
+}
+
+}  // namespace
+
+bool cuda_compiled() { return TESSERA_HAVE_CUDA != 0; }
+
+int cuda_device_count() {
+#if TESSERA_HAVE_CUDA
+  return cuda_runtime_device_count();
+#else
+  return 0;
+#endif
+}
+
+int cpu_device_count() {
+  std::lock_guard lock(registry().mutex);
+  return registry().cpu_count;
+}
+
+void set_cpu_device_count(int count, int threads_per_device) {
+  if (count < 1) throw DeviceError("the number of logical CPU devices must be >= 1, got " + std::to_string(count));
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.cpu_count = count;
+  r.cpu_threads = threads_per_device;
+  for (auto& [key, backend] : r.backends)
+    if (key.first == static_cast<int>(DeviceKind::cpu))
+      static_cast<CpuBackend&>(*backend).set_threads(threads_per_cpu_device(r));
+}
+
+std::vector<Device> available_devices() {
+  std::vector<Device> devices;
+  for (int i = 0; i < cpu_device_count(); ++i) devices.push_back(Device::cpu(i));
+  for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
+  return devices;
+}
+
+Backend& backend_for(Device device) {
+  auto& r = registry();
+  if (device.kind == DeviceKind::cuda) {
+    if (!cuda_compiled())
+      throw DeviceError("device " + device.str() +
+                        " requested, but this build of Tessera has no CUDA backend "
+                        "(rebuild with a CUDA toolkit, TESSERA_CUDA=ON); devices: " + device_list());
+    if (device.index >= cuda_device_count())
+      throw DeviceError("device " + device.str() + " does not exist: " +
+                        std::to_string(cuda_device_count()) + " GPU(s) found; devices: " +
+                        device_list());
+  }
+  std::unique_lock lock(r.mutex);
+  if (device.kind == DeviceKind::cpu && device.index >= r.cpu_count) {
+    lock.unlock();
+    throw DeviceError("device " + device.str() + " does not exist: this process has " +
+                      std::to_string(cpu_device_count()) +
+                      " logical CPU device(s) (ask for more with devices: cpu:N); devices: " +
+                      device_list());
+  }
+  auto key = std::make_pair(static_cast<int>(device.kind), device.index);
+  auto& slot = r.backends[key];
+  if (!slot) {
+    if (device.kind == DeviceKind::cpu) {
+      slot = std::make_unique<CpuBackend>(device, threads_per_cpu_device(r));
+    } else {
+#if TESSERA_HAVE_CUDA
+      slot = make_cuda_backend(device);
+#endif
+    }
+  }
+  return *slot;
+}
+
+Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }
+
+}  // namespace tessera

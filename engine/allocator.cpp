@@ -1,0 +1,41 @@
+#include "engine/allocator.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "engine/error.hpp"
+
+namespace tessera {
+
+void* Allocator::allocate(std::size_t bytes) {
+  void* ptr = raw_allocate(bytes == 0 ? 1 : bytes);
+  if (ptr == nullptr)
+    throw Error("out of memory on " + device_.str() + ": " + std::to_string(bytes) +
+                " bytes requested, " + std::to_string(bytes_in_use_.load()) + " in use");
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  auto in_use = bytes_in_use_.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
+  auto peak = peak_bytes_.load();
+  while (in_use > peak && !peak_bytes_.compare_exchange_weak(peak, in_use)) {
+  }
+  return ptr;
+}
+
+void Allocator::deallocate(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return;
+  raw_deallocate(ptr, bytes);
+  frees_.fetch_add(1, std::memory_order_relaxed);
+  bytes_in_use_.fetch_sub(static_cast<std::int64_t>(bytes));
+}
+
+AllocatorStats Allocator::stats() const {
+  return {allocations_.load(), frees_.load(), bytes_in_use_.load(), peak_bytes_.load()};
+}
+
+void* CpuAllocator::raw_allocate(std::size_t bytes) {
+  constexpr std::size_t kAlignment = 64;
+  return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+}
+
+void CpuAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// Device memory allocators with counters.
+//
+// Every byte a tensor owns comes from the allocator of its device, so tests and
+// `tessera inspect` can count allocations (a steady-state training step makes
+// none: the executor plans one arena up front).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/device.hpp"
+
+namespace tessera {
+
+struct AllocatorStats {
+  std::int64_t allocations = 0;   // calls to allocate()
+  std::int64_t frees = 0;         // calls to deallocate()
+  std::int64_t bytes_in_use = 0;  // allocated and not yet freed
+  std::int64_t peak_bytes = 0;    // high-water mark of bytes_in_use
+};
+
+class Allocator {
+ public:
+  explicit Allocator(Device device) : device_(device) {}
+  virtual ~Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Returns memory aligned to at least 64 bytes; throws Error on exhaustion,
+  // naming the device and the bytes asked for.
+  void* allocate(std::size_t bytes);
+  void deallocate(void* ptr, std::size_t bytes);
+
+  Device device() const { return device_; }
+  AllocatorStats stats() const;
+
+ protected:
+  virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr when out of memory
+  virtual void raw_deallocate(void* ptr, std::size_t bytes) = 0;
+
+ private:
+  Device device_;
+  std::atomic<std::int64_t> allocations_{0}, frees_{0}, bytes_in_use_{0}, peak_bytes_{0};
+};
+
+// Host memory for the logical CPU devices, 64-byte aligned (a cache line, and
+// what AVX-512 loads like).
+class CpuAllocator final : public Allocator {
+ public:
+  explicit CpuAllocator(Device device) : Allocator(device) {}
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_deallocate(void* ptr, std::size_t bytes) override;
+};
+
+}  // namespace tessera

@@ -1,0 +1,29 @@
+// Device: where a tensor lives and an op runs.
+//
+// `cpu:N` names one of the logical CPU devices of this process (each with its own
+// worker thread and share of cores, like XLA's host device count), `cuda:N` a GPU.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+enum class DeviceKind : unsigned char { cpu, cuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+
+  static Device cpu(int index = 0) { return {DeviceKind::cpu, index}; }
+  static Device cuda(int index = 0) { return {DeviceKind::cuda, index}; }
+  // Parses "cpu:3", "cuda:0", "cpu" (= cpu:0); throws DeviceError.
+  static Device parse(std::string_view text);
+
+  std::string str() const;
+  bool operator==(const Device& other) const = default;
+};
+
+std::string_view device_kind_name(DeviceKind kind);
+
+}  // namespace tessera

@@ -1,0 +1,49 @@
+// Typed errors of the Tessera engine.
+//
+// The engine never aborts on bad user input: it throws one of these, and the
+// message names what a user needs to fix it (the op, the shapes, dtypes or
+// devices involved; later the YAML path or the variable path and mesh axis).
+// `bin/` maps them to exit codes in one place.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Operand shapes that an op cannot combine, or a shape that is malformed.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Operand dtypes that an op cannot combine, or a dtype it does not support.
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Operands on different devices, or a device that does not exist.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An op, dtype or feature that the backend or build does not provide.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A graph that is malformed (a value used before it is defined, a cycle, ...).
+class GraphError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tessera

@@ -1,0 +1,65 @@
+#include "engine/tensor.hpp"
+
+#include "backends/registry.hpp"
+
+namespace tessera {
+
+Buffer::Buffer(Allocator& allocator, std::size_t bytes)
+    : allocator_(&allocator), bytes_(bytes), data_(allocator.allocate(bytes)) {}
+
+Buffer::~Buffer() { allocator_->deallocate(data_, bytes_); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  return view(std::make_shared<Buffer>(allocator_for(device), bytes), 0, shape, dtype);
+}
+
+Tensor Tensor::view(std::shared_ptr<Buffer> buffer, std::size_t byte_offset, const Shape& shape,
+                    DType dtype) {
+  auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  if (buffer == nullptr || byte_offset + bytes > buffer->bytes())
+    throw ShapeError("Tensor::view: " + std::string(dtype_name(dtype)) + shape.str() + " (" +
+                     std::to_string(bytes) + " bytes) at offset " + std::to_string(byte_offset) +
+                     " does not fit in a buffer of " +
+                     std::to_string(buffer ? buffer->bytes() : 0) + " bytes");
+  Tensor t;
+  t.buffer_ = std::move(buffer);
+  t.offset_ = byte_offset;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  return t;
+}
+
+Device Tensor::device() const { return buffer_ ? buffer_->device() : Device::cpu(); }
+
+void* Tensor::raw_data() const {
+  if (!buffer_) throw Error("access to the data of an undefined tensor");
+  return static_cast<char*>(buffer_->data()) + offset_;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  if (shape.numel() != numel())
+    throw ShapeError("reshape: cannot view " + describe() + " as " + shape.str() + " (" +
+                     std::to_string(numel()) + " vs " + std::to_string(shape.numel()) +
+                     " elements)");
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+std::string Tensor::describe() const {
+  return std::string(dtype_name(dtype_)) + shape_.str() + " on " + device().str();
+}
+
+void Tensor::check_dtype(DType expected) const {
+  if (expected != dtype_)
+    throw DTypeError("tensor " + describe() + " accessed as " +
+                     std::string(dtype_name(expected)));
+}
+
+void Tensor::check_host(const char* what) const {
+  if (device().kind != DeviceKind::cpu)
+    throw DeviceError(std::string("Tensor::") + what + " needs a CPU tensor, got " + describe());
+}
+
+}  // namespace tessera

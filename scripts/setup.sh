@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs Tessera's build dependencies from Debian's packages (Debian 12),
+# non-interactively. Runs apt-get as root (directly, or through sudo), and only
+# when something is missing, so it is quick to run again.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libdnnl-dev       # oneDNN: the CPU backend's kernels
+  libyaml-cpp-dev   # YAML model and run configs
+  libfmt-dev        # formatting
+  doctest-dev       # the test suites
+  libcli11-dev      # the tessera command line (a maintained parser beats a hand-written one)
+  nlohmann-json3-dev  # JSON output of inspect/bench and checkpoint headers
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all dependencies present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+  as_root=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

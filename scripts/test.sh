@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone: install dependencies, build, run every
+# doctest case through CTest. GPU tests report "skipped" where no GPU is found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j 2

@@ -1,0 +1,106 @@
+// Every CPU kernel's forward result against a plain reference loop.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "backends/registry.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+// Reference matmul over (optionally transposed) rank-2 operands.
+std::vector<float> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>();
+  std::int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
+  std::int64_t n = tb ? b.shape()[0] : b.shape()[1];
+  std::vector<float> out(static_cast<std::size_t>(m * n), 0.0f);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p)
+        acc += static_cast<double>(ta ? av[p * m + i] : av[i * k + p]) *
+               static_cast<double>(tb ? bv[j * k + p] : bv[p * n + j]);
+      out[i * n + j] = static_cast<float>(acc);
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("matmul with either operand transposed") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Tensor a = random_tensor(ta ? Shape{13, 7} : Shape{7, 13}, 1);
+      Tensor b = random_tensor(tb ? Shape{5, 13} : Shape{13, 5}, 2);
+      Tensor out = Tensor::empty({7, 5}, DType::f32);
+      cpu.matmul(a, b, nullptr, out, {.transpose_a = ta, .transpose_b = tb});
+      check_close(out, reference_matmul(a, b, ta, tb), 1e-5, 1e-5);
+    }
+}
+
+TEST_CASE("matmul fuses bias, activation and alpha") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = random_tensor({6, 9}, 3), b = random_tensor({9, 4}, 4), bias = random_tensor({4}, 5);
+  Tensor out = Tensor::empty({6, 4}, DType::f32);
+  cpu.matmul(a, b, &bias, out, {.activation = Activation::relu, .alpha = 0.5f});
+  auto ref = reference_matmul(a, b, false, false);
+  auto bv = bias.to_vector<float>();
+  for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = std::max(0.0f, 0.5f * ref[i] + bv[i % 4]);
+  check_close(out, ref, 1e-5, 1e-5);
+}
+
+TEST_CASE("batched matmul broadcasts a rank-2 weight") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = random_tensor({3, 4, 6}, 6), b = random_tensor({6, 5}, 7);
+  Tensor out = Tensor::empty({3, 4, 5}, DType::f32);
+  cpu.matmul(a, b, nullptr, out);
+  auto av = a.to_vector<float>();
+  std::vector<float> expected;
+  for (int batch = 0; batch < 3; ++batch) {
+    std::vector<float> slice(av.begin() + batch * 24, av.begin() + (batch + 1) * 24);
+    auto r = reference_matmul(Tensor::from_vector(slice, {4, 6}), b, false, false);
+    expected.insert(expected.end(), r.begin(), r.end());
+  }
+  check_close(out, expected, 1e-5, 1e-5);
+}
+
+TEST_CASE("matmul reports mismatched operands by op, shapes, dtypes and devices") {
+  set_cpu_device_count(2);
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = random_tensor({4, 3}, 1), b = random_tensor({5, 2}, 2);
+  Tensor out = Tensor::empty({4, 2}, DType::f32);
+  try {
+    cpu.matmul(a, b, nullptr, out);
+    FAIL("expected ShapeError");
+  } catch (const ShapeError& e) {
+    std::string m = e.what();
+    CHECK(m.find("matmul") != std::string::npos);
+    CHECK(m.find("[4, 3]") != std::string::npos);
+    CHECK(m.find("[5, 2]") != std::string::npos);
+  }
+  Tensor ints = Tensor::empty({3, 2}, DType::i32);
+  try {
+    cpu.matmul(a, ints, nullptr, out);
+    FAIL("expected DTypeError");
+  } catch (const DTypeError& e) {
+    std::string m = e.what();
+    CHECK(m.find("f32[4, 3]") != std::string::npos);
+    CHECK(m.find("i32[3, 2]") != std::string::npos);
+  }
+  Tensor other = Tensor::empty({3, 2}, DType::f32, Device::cpu(1));
+  try {
+    cpu.matmul(a, other, nullptr, out);
+    FAIL("expected DeviceError");
+  } catch (const DeviceError& e) {
+    std::string m = e.what();
+    CHECK(m.find("cpu:1") != std::string::npos);
+    CHECK(m.find("cpu:0") != std::string::npos);
+  }
+  set_cpu_device_count(1);
+}

@@ -1,0 +1,91 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "backends/registry.hpp"
+#include "engine/tensor.hpp"
+
+using namespace tessera;
+
+TEST_CASE("dtype names, sizes and bf16 rounding") {
+  CHECK(dtype_size(DType::f32) == 4);
+  CHECK(dtype_size(DType::bf16) == 2);
+  CHECK(dtype_size(DType::i64) == 8);
+  CHECK(parse_dtype("bf16") == DType::bf16);
+  CHECK_THROWS_AS(parse_dtype("f16"), DTypeError);
+  CHECK(to_f32(to_bf16(1.0f)) == 1.0f);
+  // 1 + 2^-8 lies halfway between two bf16 values; ties round to even (1.0).
+  CHECK(to_f32(to_bf16(1.00390625f)) == 1.0f);
+  CHECK(to_f32(to_bf16(1.01171875f)) == 1.015625f);  // 1 + 3*2^-8 rounds up to even
+  CHECK(std::isnan(to_f32(to_bf16(std::nanf("")))));
+}
+
+TEST_CASE("shape arithmetic and broadcasting") {
+  Shape s{2, 3, 4};
+  CHECK(s.numel() == 24);
+  CHECK(s.str() == "[2, 3, 4]");
+  CHECK(s.normalize_axis(-1) == 2);
+  CHECK_THROWS_AS(s.normalize_axis(3), ShapeError);
+  CHECK(contiguous_strides(s) == std::vector<std::int64_t>{12, 4, 1});
+  CHECK(*broadcast_shapes({4, 1, 3}, {5, 1}) == Shape{4, 5, 3});
+  CHECK_FALSE(broadcast_shapes({2, 3}, {4, 3}).has_value());
+  CHECK(Shape{}.numel() == 1);
+  CHECK_THROWS_AS(Shape({2, -1}), ShapeError);
+}
+
+TEST_CASE("device parsing and errors") {
+  CHECK(Device::parse("cpu:3") == Device::cpu(3));
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("cpu") == Device::cpu(0));
+  CHECK_THROWS_AS(Device::parse("tpu:0"), DeviceError);
+  CHECK_THROWS_AS(Device::parse("cpu:x"), DeviceError);
+  CHECK_THROWS_AS(Device::parse("cpu:-1"), DeviceError);
+}
+
+TEST_CASE("asking for a device that does not exist names the devices that do") {
+  set_cpu_device_count(2);
+  try {
+    backend_for(Device::cpu(5));
+    FAIL("expected a DeviceError");
+  } catch (const DeviceError& e) {
+    std::string message = e.what();
+    CHECK(message.find("cpu:5") != std::string::npos);
+    CHECK(message.find("cpu:1") != std::string::npos);
+  }
+  try {
+    backend_for(Device::cuda(0));
+    if (cuda_device_count() == 0) FAIL("expected a DeviceError without a GPU");
+  } catch (const DeviceError& e) {
+    CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
+  }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("tensors share storage and count allocations") {
+  Allocator& alloc = allocator_for(Device::cpu(0));
+  auto before = alloc.stats();
+  {
+    Tensor t = Tensor::empty({4, 8}, DType::f32);
+    CHECK(alloc.stats().allocations == before.allocations + 1);
+    CHECK(alloc.stats().bytes_in_use == before.bytes_in_use + 128);
+    Tensor view = t.reshape({32});
+    view.data<float>()[5] = 7.0f;
+    CHECK(t.data<float>()[5] == 7.0f);
+    CHECK(alloc.stats().allocations == before.allocations + 1);  // a view allocates nothing
+    CHECK_THROWS_AS(t.reshape({5, 7}), ShapeError);
+    CHECK_THROWS_AS(t.data<std::int32_t>(), DTypeError);
+    CHECK(t.describe() == "f32[4, 8] on cpu:0");
+  }
+  CHECK(alloc.stats().bytes_in_use == before.bytes_in_use);
+  CHECK(alloc.stats().frees == before.frees + 1);
+}
+
+TEST_CASE("views of one buffer at offsets") {
+  auto buffer = std::make_shared<Buffer>(allocator_for(Device::cpu(0)), 64);
+  Tensor a = Tensor::view(buffer, 0, {4}, DType::f32);
+  Tensor b = Tensor::view(buffer, 16, {4}, DType::f32);
+  a.data<float>()[0] = 1.0f;
+  b.data<float>()[0] = 2.0f;
+  CHECK(static_cast<float*>(buffer->data())[4] == 2.0f);
+  CHECK_THROWS_AS(Tensor::view(buffer, 40, {8}, DType::f32), ShapeError);
+}
