@@ -8,6 +8,7 @@
 // repeated step allocates nothing.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,12 +48,39 @@ class CpuBackend final : public Backend {
   const dnnl::engine& engine() const { return engine_; }
   // Attributes every primitive of this backend is made with (user scratchpad).
   dnnl::primitive_attr default_attr() const;
+  // A device buffer of at least `bytes` kept under `key` (a primitive cache key)
+  // for kernels that need memory of their own between primitives (pooling's
+  // workspace, layer norm's variance); made on first use, so a repeated call
+  // with the same shapes allocates nothing.
+  Buffer& scratch_buffer(const std::string& key, std::size_t bytes) {
+    auto& buffer = scratch_buffers_[key];
+    if (!buffer || buffer->bytes() < bytes)
+      buffer = std::make_shared<Buffer>(allocator_, std::max<std::size_t>(bytes, 1));
+    return *buffer;
+  }
 
  protected:
   void run_copy(const Tensor& src, const Tensor& dst) override;
   void run_fill(const Tensor& out, double value) override;
   void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   const MatmulArgs& args) override;
+  void run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                          const Conv2dArgs& args) override;
+  void run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                const Conv2dArgs& args) override;
+  void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                   const Tensor* db, const Conv2dArgs& args) override;
+  void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;
+  void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                           const Pool2dArgs& args) override;
+  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) override;
+  void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
+                            bool log) override;
+  void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd, float epsilon) override;
+  void run_layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                               const Tensor& dgamma, const Tensor& dbeta) override;
   void run_unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
   void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -78,6 +106,7 @@ class CpuBackend final : public Backend {
   dnnl::stream stream_;
   std::unordered_map<std::string, Primitive> primitives_;
   std::shared_ptr<Buffer> scratchpad_;
+  std::unordered_map<std::string, std::shared_ptr<Buffer>> scratch_buffers_;
 };
 
 // oneDNN data type of a tensor dtype.

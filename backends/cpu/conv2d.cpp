@@ -1,0 +1,114 @@
+// 2-D convolution and its two gradients on oneDNN's convolution primitives.
+//
+// Tensors keep Tessera's layouts, channels-last data x[N, H, W, C] and the Keras
+// kernel w[KH, KW, C, F]; oneDNN always names dimensions logically (N, C, H, W
+// for data, O, I, H, W for weights), so the descriptors give the logical dims
+// with the nhwc / hwio format tags and no data is reordered. With plain weights
+// oneDNN picks its channels-last (gemm or brgemm based) implementations.
+#include "backends/cpu/cpu_backend.hpp"
+
+namespace tessera {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+// Logical N, C, H, W descriptor of a channels-last tensor [N, H, W, C].
+memory::desc data_desc(const Tensor& t) {
+  const Shape& s = t.shape();
+  return memory::desc({s[0], s[3], s[1], s[2]}, dnnl_type(t.dtype()), tag::nhwc);
+}
+
+// Logical O, I, H, W descriptor of a Keras kernel [KH, KW, I, O].
+memory::desc weights_desc(const Tensor& t) {
+  const Shape& s = t.shape();
+  return memory::desc({s[3], s[2], s[0], s[1]}, dnnl_type(t.dtype()), tag::hwio);
+}
+
+memory::desc bias_desc(const Tensor& t) { return plain_desc(t.shape(), t.dtype()); }
+
+std::string args_key(const Conv2dArgs& a) {
+  return " s" + std::to_string(a.stride_h) + "," + std::to_string(a.stride_w) + " p" +
+         std::to_string(a.pad_top) + "," + std::to_string(a.pad_bottom) + "," +
+         std::to_string(a.pad_left) + "," + std::to_string(a.pad_right);
+}
+
+// Forward descriptor; also the hint the backward primitives are made against.
+dnnl::convolution_forward::desc forward_desc(const memory::desc& x_md, const memory::desc& w_md,
+                                             const memory::desc* bias_md,
+                                             const memory::desc& y_md, const Conv2dArgs& a) {
+  memory::dims strides{a.stride_h, a.stride_w};
+  memory::dims pad_l{a.pad_top, a.pad_left}, pad_r{a.pad_bottom, a.pad_right};
+  auto kind = dnnl::prop_kind::forward_training;
+  auto alg = dnnl::algorithm::convolution_direct;
+  if (bias_md != nullptr)
+    return {kind, alg, x_md, w_md, *bias_md, y_md, strides, pad_l, pad_r};
+  return {kind, alg, x_md, w_md, y_md, strides, pad_l, pad_r};
+}
+
+}  // namespace
+
+void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                    const Tensor& y, const Conv2dArgs& args) {
+  auto x_md = data_desc(x), w_md = weights_desc(w), y_md = data_desc(y);
+  auto b_md = bias ? bias_desc(*bias) : memory::desc();
+  std::string key = "conv2d_forward " + cache_key(x) + cache_key(w) +
+                    (bias ? cache_key(*bias) : "-") + cache_key(y) + args_key(args);
+  const Primitive& p = primitive(key, [&] {
+    auto desc = forward_desc(x_md, w_md, bias ? &b_md : nullptr, y_md, args);
+    dnnl::convolution_forward::primitive_desc pd(desc, default_attr(), engine());
+    return Primitive{dnnl::convolution_forward(pd), pd};
+  });
+  std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
+                                              {DNNL_ARG_WEIGHTS, memory(w_md, w)},
+                                              {DNNL_ARG_DST, memory(y_md, y)}};
+  if (bias) margs.emplace(DNNL_ARG_BIAS, memory(b_md, *bias));
+  execute(p, std::move(margs));
+}
+
+void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                          const Conv2dArgs& args) {
+  auto dx_md = data_desc(dx), w_md = weights_desc(w), dy_md = data_desc(dy);
+  std::string key = "conv2d_backward_data " + cache_key(dy) + cache_key(w) + cache_key(dx) +
+                    args_key(args);
+  const Primitive& p = primitive(key, [&] {
+    dnnl::convolution_forward::primitive_desc hint(
+        forward_desc(dx_md, w_md, nullptr, dy_md, args), default_attr(), engine());
+    dnnl::convolution_backward_data::desc desc(
+        dnnl::algorithm::convolution_direct, dx_md, w_md, dy_md, {args.stride_h, args.stride_w},
+        {args.pad_top, args.pad_left}, {args.pad_bottom, args.pad_right});
+    dnnl::convolution_backward_data::primitive_desc pd(desc, default_attr(), engine(), hint);
+    return Primitive{dnnl::convolution_backward_data(pd), pd};
+  });
+  execute(p, {{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
+              {DNNL_ARG_WEIGHTS, memory(w_md, w)},
+              {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
+}
+
+void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                             const Tensor* db, const Conv2dArgs& args) {
+  auto x_md = data_desc(x), dw_md = weights_desc(dw), dy_md = data_desc(dy);
+  auto db_md = db ? bias_desc(*db) : memory::desc();
+  std::string key = "conv2d_backward_weights " + cache_key(x) + cache_key(dy) + cache_key(dw) +
+                    (db ? cache_key(*db) : "-") + args_key(args);
+  const Primitive& p = primitive(key, [&] {
+    dnnl::convolution_forward::primitive_desc hint(
+        forward_desc(x_md, dw_md, db ? &db_md : nullptr, dy_md, args), default_attr(), engine());
+    memory::dims strides{args.stride_h, args.stride_w};
+    memory::dims pad_l{args.pad_top, args.pad_left}, pad_r{args.pad_bottom, args.pad_right};
+    auto alg = dnnl::algorithm::convolution_direct;
+    auto desc = db ? dnnl::convolution_backward_weights::desc(alg, x_md, dw_md, db_md, dy_md,
+                                                              strides, pad_l, pad_r)
+                   : dnnl::convolution_backward_weights::desc(alg, x_md, dw_md, dy_md, strides,
+                                                              pad_l, pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(desc, default_attr(), engine(), hint);
+    return Primitive{dnnl::convolution_backward_weights(pd), pd};
+  });
+  std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
+                                              {DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
+                                              {DNNL_ARG_DIFF_WEIGHTS, memory(dw_md, dw)}};
+  if (db) margs.emplace(DNNL_ARG_DIFF_BIAS, memory(db_md, *db));
+  execute(p, std::move(margs));
+}
+
+}  // namespace tessera

@@ -1,0 +1,431 @@
+// The CPU backend's network kernels (convolution, pooling, softmax, layer norm)
+// and their backward passes against plain reference loops accumulating in double.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/registry.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+// Shape letters: N batch, H/W input rows/columns, C channels, F filters,
+// KH/KW window, OH/OW output rows/columns.
+struct ConvDims {
+  std::int64_t n, h, w, c, kh, kw, f, oh, ow;
+};
+
+ConvDims conv_dims(const Tensor& x, const Tensor& w, const Conv2dArgs& args) {
+  Shape y = conv2d_output_shape(x.shape(), w.shape(), args);
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0],
+          w.shape()[1], w.shape()[3], y[1],         y[2]};
+}
+
+// Calls body(n, oh, ow, kh, kw, ih, iw) for every window tap that lands inside x.
+template <typename Body>
+void for_each_tap(const ConvDims& d, const Conv2dArgs& a, Body body) {
+  for (std::int64_t n = 0; n < d.n; ++n)
+    for (std::int64_t oh = 0; oh < d.oh; ++oh)
+      for (std::int64_t ow = 0; ow < d.ow; ++ow)
+        for (std::int64_t kh = 0; kh < d.kh; ++kh)
+          for (std::int64_t kw = 0; kw < d.kw; ++kw) {
+            std::int64_t ih = oh * a.stride_h - a.pad_top + kh;
+            std::int64_t iw = ow * a.stride_w - a.pad_left + kw;
+            if (ih >= 0 && ih < d.h && iw >= 0 && iw < d.w) body(n, oh, ow, kh, kw, ih, iw);
+          }
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+std::vector<float> reference_conv(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                  const Conv2dArgs& a) {
+  auto d = conv_dims(x, w, a);
+  auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  std::vector<double> y(static_cast<std::size_t>(d.n * d.oh * d.ow * d.f), 0.0);
+  for_each_tap(d, a, [&](auto n, auto oh, auto ow, auto kh, auto kw, auto ih, auto iw) {
+    for (std::int64_t c = 0; c < d.c; ++c)
+      for (std::int64_t f = 0; f < d.f; ++f)
+        y[((n * d.oh + oh) * d.ow + ow) * d.f + f] +=
+            static_cast<double>(xv[((n * d.h + ih) * d.w + iw) * d.c + c]) *
+            wv[((kh * d.kw + kw) * d.c + c) * d.f + f];
+  });
+  if (bias) {
+    auto bv = bias->to_vector<float>();
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] += bv[i % static_cast<std::size_t>(d.f)];
+  }
+  return to_float(y);
+}
+
+std::vector<float> reference_conv_backward_data(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                                const Conv2dArgs& a) {
+  auto d = conv_dims(x, w, a);
+  auto wv = w.to_vector<float>(), dyv = dy.to_vector<float>();
+  std::vector<double> dx(static_cast<std::size_t>(x.numel()), 0.0);
+  for_each_tap(d, a, [&](auto n, auto oh, auto ow, auto kh, auto kw, auto ih, auto iw) {
+    for (std::int64_t c = 0; c < d.c; ++c)
+      for (std::int64_t f = 0; f < d.f; ++f)
+        dx[((n * d.h + ih) * d.w + iw) * d.c + c] +=
+            static_cast<double>(dyv[((n * d.oh + oh) * d.ow + ow) * d.f + f]) *
+            wv[((kh * d.kw + kw) * d.c + c) * d.f + f];
+  });
+  return to_float(dx);
+}
+
+std::vector<float> reference_conv_backward_weights(const Tensor& x, const Tensor& w,
+                                                   const Tensor& dy, const Conv2dArgs& a) {
+  auto d = conv_dims(x, w, a);
+  auto xv = x.to_vector<float>(), dyv = dy.to_vector<float>();
+  std::vector<double> dw(static_cast<std::size_t>(w.numel()), 0.0);
+  for_each_tap(d, a, [&](auto n, auto oh, auto ow, auto kh, auto kw, auto ih, auto iw) {
+    for (std::int64_t c = 0; c < d.c; ++c)
+      for (std::int64_t f = 0; f < d.f; ++f)
+        dw[((kh * d.kw + kw) * d.c + c) * d.f + f] +=
+            static_cast<double>(xv[((n * d.h + ih) * d.w + iw) * d.c + c]) *
+            dyv[((n * d.oh + oh) * d.ow + ow) * d.f + f];
+  });
+  return to_float(dw);
+}
+
+std::vector<float> reference_bias_grad(const Tensor& dy) {
+  auto dyv = dy.to_vector<float>();
+  std::int64_t f = dy.shape()[3];
+  std::vector<double> db(static_cast<std::size_t>(f), 0.0);
+  for (std::size_t i = 0; i < dyv.size(); ++i) db[i % static_cast<std::size_t>(f)] += dyv[i];
+  return to_float(db);
+}
+
+Conv2dArgs conv_args(const Shape& x, const Shape& w, int stride, bool same) {
+  Conv2dArgs a{.stride_h = stride, .stride_w = stride};
+  if (same) {
+    same_padding(x[1], static_cast<int>(w[0]), stride, a.pad_top, a.pad_bottom);
+    same_padding(x[2], static_cast<int>(w[1]), stride, a.pad_left, a.pad_right);
+  }
+  return a;
+}
+
+// Pooling reference: forward values and, given dy, the input gradient.
+struct PoolReference {
+  std::vector<float> y, dx;
+};
+
+PoolReference reference_pool(const Tensor& x, const Tensor& dy, const Pool2dArgs& a) {
+  auto xv = x.to_vector<float>(), dyv = dy.to_vector<float>();
+  const Shape& s = x.shape();
+  std::int64_t n_ = s[0], h = s[1], w = s[2], c_ = s[3];
+  Shape ys = pool2d_output_shape(s, a);
+  std::int64_t oh_ = ys[1], ow_ = ys[2];
+  PoolReference r{std::vector<float>(static_cast<std::size_t>(ys.numel())),
+                  std::vector<float>(xv.size(), 0.0f)};
+  std::vector<double> dx(xv.size(), 0.0);
+  for (std::int64_t n = 0; n < n_; ++n)
+    for (std::int64_t oh = 0; oh < oh_; ++oh)
+      for (std::int64_t ow = 0; ow < ow_; ++ow)
+        for (std::int64_t c = 0; c < c_; ++c) {
+          std::vector<std::int64_t> taps;  // flat indices of x inside the window, row-major
+          for (std::int64_t kh = 0; kh < a.window_h; ++kh)
+            for (std::int64_t kw = 0; kw < a.window_w; ++kw) {
+              std::int64_t ih = oh * a.stride_h - a.pad_top + kh;
+              std::int64_t iw = ow * a.stride_w - a.pad_left + kw;
+              if (ih >= 0 && ih < h && iw >= 0 && iw < w) taps.push_back(((n * h + ih) * w + iw) * c_ + c);
+            }
+          std::int64_t out = ((n * oh_ + oh) * ow_ + ow) * c_ + c;
+          if (a.kind == PoolKind::max) {
+            std::int64_t best = taps.front();
+            for (auto t : taps)
+              if (xv[t] > xv[best]) best = t;  // the first maximum wins a tie
+            r.y[out] = xv[best];
+            dx[best] += dyv[out];
+          } else {
+            double sum = 0;
+            for (auto t : taps) sum += xv[t];
+            r.y[out] = static_cast<float>(sum / static_cast<double>(taps.size()));
+            for (auto t : taps) dx[t] += dyv[out] / static_cast<double>(taps.size());
+          }
+        }
+  r.dx = to_float(dx);
+  return r;
+}
+
+// Softmax reference over `axis`, viewing the shape as [outer, n, inner].
+struct AxisView {
+  std::int64_t outer = 1, n = 1, inner = 1;
+  AxisView(const Shape& s, int axis) : n(s[axis]) {
+    for (int i = 0; i < axis; ++i) outer *= s[i];
+    for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  }
+  std::size_t at(std::int64_t o, std::int64_t j, std::int64_t i) const {
+    return static_cast<std::size_t>((o * n + j) * inner + i);
+  }
+};
+
+std::vector<float> reference_softmax(const Tensor& x, int axis, bool log) {
+  auto xv = x.to_vector<float>();
+  AxisView v(x.shape(), axis);
+  std::vector<float> y(xv.size());
+  for (std::int64_t o = 0; o < v.outer; ++o)
+    for (std::int64_t i = 0; i < v.inner; ++i) {
+      double max = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j < v.n; ++j) max = std::max<double>(max, xv[v.at(o, j, i)]);
+      for (std::int64_t j = 0; j < v.n; ++j) sum += std::exp(xv[v.at(o, j, i)] - max);
+      for (std::int64_t j = 0; j < v.n; ++j) {
+        double z = xv[v.at(o, j, i)] - max;
+        y[v.at(o, j, i)] = static_cast<float>(log ? z - std::log(sum) : std::exp(z) / sum);
+      }
+    }
+  return y;
+}
+
+// softmax: dx = y * (dy - sum(dy * y)); log-softmax: dx = dy - exp(y) * sum(dy).
+std::vector<float> reference_softmax_backward(const Tensor& y, const Tensor& dy, int axis, bool log) {
+  auto yv = y.to_vector<float>(), dyv = dy.to_vector<float>();
+  AxisView v(y.shape(), axis);
+  std::vector<float> dx(yv.size());
+  for (std::int64_t o = 0; o < v.outer; ++o)
+    for (std::int64_t i = 0; i < v.inner; ++i) {
+      double sum = 0;
+      for (std::int64_t j = 0; j < v.n; ++j) {
+        auto k = v.at(o, j, i);
+        sum += log ? static_cast<double>(dyv[k]) : static_cast<double>(dyv[k]) * yv[k];
+      }
+      for (std::int64_t j = 0; j < v.n; ++j) {
+        auto k = v.at(o, j, i);
+        dx[k] = static_cast<float>(log ? dyv[k] - std::exp(static_cast<double>(yv[k])) * sum
+                                       : yv[k] * (dyv[k] - sum));
+      }
+    }
+  return dx;
+}
+
+struct LayerNormReference {
+  std::vector<float> y, mean, rstd, dx, dgamma, dbeta;
+};
+
+LayerNormReference reference_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                        const Tensor& dy, float epsilon) {
+  auto xv = x.to_vector<float>(), gv = gamma.to_vector<float>(), bv = beta.to_vector<float>();
+  auto dyv = dy.to_vector<float>();
+  std::int64_t d = gamma.numel(), rows = x.numel() / d;
+  LayerNormReference r;
+  r.y.resize(xv.size());
+  r.dx.resize(xv.size());
+  std::vector<double> dgamma(static_cast<std::size_t>(d), 0.0), dbeta(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const float* xr = &xv[row * d];
+    const float* dyr = &dyv[row * d];
+    double mean = 0, var = 0;
+    for (std::int64_t i = 0; i < d; ++i) mean += xr[i];
+    mean /= static_cast<double>(d);
+    for (std::int64_t i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<double>(d);
+    double rstd = 1.0 / std::sqrt(var + epsilon);
+    r.mean.push_back(static_cast<float>(mean));
+    r.rstd.push_back(static_cast<float>(rstd));
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+    double mean_g = 0, mean_gx = 0;
+    for (std::int64_t i = 0; i < d; ++i) {
+      double xhat = (xr[i] - mean) * rstd;
+      double g = static_cast<double>(dyr[i]) * gv[i];
+      r.y[row * d + i] = static_cast<float>(xhat * gv[i] + bv[i]);
+      mean_g += g / static_cast<double>(d);
+      mean_gx += g * xhat / static_cast<double>(d);
+      dgamma[i] += dyr[i] * xhat;
+      dbeta[i] += dyr[i];
+    }
+    for (std::int64_t i = 0; i < d; ++i) {
+      double xhat = (xr[i] - mean) * rstd;
+      double g = static_cast<double>(dyr[i]) * gv[i];
+      r.dx[row * d + i] = static_cast<float>(rstd * (g - mean_g - xhat * mean_gx));
+    }
+  }
+  r.dgamma = to_float(dgamma);
+  r.dbeta = to_float(dbeta);
+  return r;
+}
+
+CpuBackend& cpu_backend() { return dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0))); }
+
+}  // namespace
+
+TEST_CASE("conv2d forward with strides 1 and 2, valid and same padding, with and without bias") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({2, 7, 6, 3}, 11);
+  // A 3x2 kernel makes "same" padding asymmetric along the width.
+  Tensor w = random_tensor({3, 2, 3, 4}, 12);
+  Tensor bias = random_tensor({4}, 13);
+  for (int stride : {1, 2})
+    for (bool same : {false, true})
+      for (bool with_bias : {false, true}) {
+        CAPTURE(stride);
+        CAPTURE(same);
+        CAPTURE(with_bias);
+        auto args = conv_args(x.shape(), w.shape(), stride, same);
+        Tensor y = Tensor::empty(conv2d_output_shape(x.shape(), w.shape(), args), DType::f32);
+        if (same) CHECK(y.shape() == Shape{2, (7 + stride - 1) / stride, (6 + stride - 1) / stride, 4});
+        const Tensor* b = with_bias ? &bias : nullptr;
+        cpu.conv2d_forward(x, w, b, y, args);
+        check_close(y, reference_conv(x, w, b, args), 1e-4, 1e-5);
+      }
+}
+
+TEST_CASE("conv2d backward data and weights match reference loops") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({2, 7, 6, 3}, 21);
+  Tensor w = random_tensor({3, 3, 3, 5}, 22);
+  for (int stride : {1, 2})
+    for (bool same : {false, true}) {
+      CAPTURE(stride);
+      CAPTURE(same);
+      auto args = conv_args(x.shape(), w.shape(), stride, same);
+      Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 23);
+      Tensor dx = Tensor::empty(x.shape(), DType::f32);
+      cpu.conv2d_backward_data(dy, w, dx, args);
+      check_close(dx, reference_conv_backward_data(x, w, dy, args), 1e-4, 1e-5);
+
+      Tensor dw = Tensor::empty(w.shape(), DType::f32);
+      cpu.conv2d_backward_weights(x, dy, dw, nullptr, args);
+      check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+
+      Tensor db = Tensor::empty({5}, DType::f32);
+      cpu.conv2d_backward_weights(x, dy, dw, &db, args);
+      check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+      check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
+    }
+}
+
+TEST_CASE("conv2d backward data skips input rows no window reaches") {
+  // Stride 3 with a 2x2 kernel leaves every third row and column out of all
+  // windows: their gradient must be written as zero, not left as garbage.
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({1, 8, 8, 2}, 31), w = random_tensor({2, 2, 2, 3}, 32);
+  Conv2dArgs args{.stride_h = 3, .stride_w = 3};
+  Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 33);
+  Tensor dx = random_tensor(x.shape(), 34);  // garbage the kernel must overwrite
+  cpu.conv2d_backward_data(dy, w, dx, args);
+  check_close(dx, reference_conv_backward_data(x, w, dy, args), 1e-4, 1e-5);
+}
+
+TEST_CASE("max and avg pool2d forward and backward, with and without padding") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({2, 7, 6, 3}, 41);
+  struct Case {
+    const char* name;
+    Pool2dArgs args;
+  };
+  std::vector<Case> cases{
+      {"max 2x2/2", {.kind = PoolKind::max}},
+      {"avg 2x2/2", {.kind = PoolKind::avg}},
+      // Overlapping windows: one input can be the max of several windows.
+      {"max 3x3/2 pad 1", {PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1}},
+      // Padding excluded from the divisor, so border windows average fewer taps.
+      {"avg 3x3/1 pad 1", {PoolKind::avg, 3, 3, 1, 1, 1, 1, 1, 1}},
+      {"avg 3x2/2 pad 0,1,1,0", {PoolKind::avg, 3, 2, 2, 2, 0, 1, 1, 0}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    Tensor y = Tensor::empty(pool2d_output_shape(x.shape(), c.args), DType::f32);
+    Tensor dy = random_tensor(y.shape(), 42);
+    auto ref = reference_pool(x, dy, c.args);
+    cpu.pool2d_forward(x, y, c.args);
+    check_close(y, ref.y, 1e-5, 1e-6);
+    Tensor dx = random_tensor(x.shape(), 43);  // garbage the kernel must overwrite
+    cpu.pool2d_backward(x, dy, dx, c.args);
+    check_close(dx, ref.dx, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("softmax and log-softmax forward and backward over the last and a middle axis") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({3, 5, 7}, 51, -4.0f, 4.0f);
+  Tensor dy = random_tensor(x.shape(), 52);
+  for (int axis : {-1, 1, 0})
+    for (bool log : {false, true}) {
+      CAPTURE(axis);
+      CAPTURE(log);
+      int a = x.shape().normalize_axis(axis);
+      Tensor y = Tensor::empty(x.shape(), DType::f32);
+      cpu.softmax(x, y, axis, log);
+      check_close(y, reference_softmax(x, a, log), 1e-5, 1e-6);
+      Tensor dx = Tensor::empty(x.shape(), DType::f32);
+      cpu.softmax_backward(y, dy, dx, axis, log);
+      check_close(dx, reference_softmax_backward(y, dy, a, log), 1e-4, 1e-6);
+    }
+}
+
+TEST_CASE("layer norm forward (y, mean, rstd) and backward (dx, dgamma, dbeta)") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  const float epsilon = 1e-5f;
+  // An offset mean checks that the variance is not computed as E[x^2] - E[x]^2.
+  Tensor x = random_tensor({2, 3, 24}, 61, 2.0f, 4.0f);
+  Tensor gamma = random_tensor({24}, 62, 0.5f, 1.5f), beta = random_tensor({24}, 63);
+  Tensor dy = random_tensor(x.shape(), 64);
+  auto ref = reference_layer_norm(x, gamma, beta, dy, epsilon);
+
+  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  Tensor mean = Tensor::empty({6}, DType::f32), rstd = Tensor::empty({6}, DType::f32);
+  cpu.layer_norm(x, gamma, beta, y, mean, rstd, epsilon);
+  check_close(mean, ref.mean, 1e-5, 1e-6);
+  check_close(rstd, ref.rstd, 1e-4, 1e-5);
+  check_close(y, ref.y, 1e-4, 1e-5);
+
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  Tensor dgamma = Tensor::empty({24}, DType::f32), dbeta = Tensor::empty({24}, DType::f32);
+  cpu.layer_norm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  check_close(dx, ref.dx, 1e-3, 1e-5);
+  check_close(dgamma, ref.dgamma, 1e-4, 1e-5);
+  check_close(dbeta, ref.dbeta, 1e-5, 1e-5);
+
+  SUBCASE("a rank-1 input is one row") {
+    Tensor x1 = random_tensor({24}, 65), dy1 = random_tensor({24}, 66);
+    auto ref1 = reference_layer_norm(x1, gamma, beta, dy1, epsilon);
+    Tensor y1 = Tensor::empty({24}, DType::f32);
+    Tensor mean1 = Tensor::empty({1}, DType::f32), rstd1 = Tensor::empty({1}, DType::f32);
+    cpu.layer_norm(x1, gamma, beta, y1, mean1, rstd1, epsilon);
+    check_close(y1, ref1.y, 1e-4, 1e-5);
+    Tensor dx1 = Tensor::empty({24}, DType::f32);
+    cpu.layer_norm_backward(x1, gamma, mean1, rstd1, dy1, dx1, dgamma, dbeta);
+    check_close(dx1, ref1.dx, 1e-3, 1e-5);
+    check_close(dgamma, ref1.dgamma, 1e-4, 1e-5);
+  }
+}
+
+TEST_CASE("network kernels called twice with the same shapes create no primitive and allocate nothing") {
+  CpuBackend& cpu = cpu_backend();
+  Tensor x = random_tensor({2, 8, 8, 3}, 71), w = random_tensor({3, 3, 3, 4}, 72);
+  Tensor bias = random_tensor({4}, 73);
+  auto conv = conv_args(x.shape(), w.shape(), 1, true);
+  Tensor y = Tensor::empty(conv2d_output_shape(x.shape(), w.shape(), conv), DType::f32);
+  Tensor dy = random_tensor(y.shape(), 74);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), dw = Tensor::empty(w.shape(), DType::f32);
+  Tensor db = Tensor::empty({4}, DType::f32);
+  Pool2dArgs pool{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1};
+  Tensor py = Tensor::empty(pool2d_output_shape(x.shape(), pool), DType::f32);
+  Tensor pdy = random_tensor(py.shape(), 75);
+  Tensor gamma = random_tensor({3}, 76), beta = random_tensor({3}, 77);
+  Tensor ln_y = Tensor::empty(x.shape(), DType::f32);
+  Tensor mean = Tensor::empty({128}, DType::f32), rstd = Tensor::empty({128}, DType::f32);
+  Tensor dgamma = Tensor::empty({3}, DType::f32), dbeta = Tensor::empty({3}, DType::f32);
+  Tensor sdx = Tensor::empty(y.shape(), DType::f32);
+
+  auto step = [&] {
+    cpu.conv2d_forward(x, w, &bias, y, conv);
+    cpu.conv2d_backward_data(dy, w, dx, conv);
+    cpu.conv2d_backward_weights(x, dy, dw, &db, conv);
+    cpu.pool2d_forward(x, py, pool);
+    cpu.pool2d_backward(x, pdy, dx, pool);
+    cpu.softmax(x, dx, 1, true);
+    cpu.softmax_backward(y, dy, sdx, -1, false);
+    cpu.layer_norm(x, gamma, beta, ln_y, mean, rstd, 1e-5f);
+    cpu.layer_norm_backward(x, gamma, mean, rstd, ln_y, dx, dgamma, dbeta);
+  };
+  step();
+  auto primitives = cpu.primitive_count();
+  auto allocations = cpu.allocator().stats().allocations;
+  step();
+  CHECK(cpu.primitive_count() == primitives);
+  CHECK(cpu.allocator().stats().allocations == allocations);
+}
