@@ -1,0 +1,130 @@
+#include "engine/graph/executor.hpp"
+
+#include <algorithm>
+
+#include "backends/registry.hpp"
+
+namespace tessera {
+
+Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device device)
+    : graph_(graph),
+      outputs_(std::move(outputs)),
+      backend_(backend_for(device)),
+      plan_(plan_memory(graph, outputs_)),
+      tensors_(static_cast<std::size_t>(graph.value_count())) {}
+
+void Executor::bind(ValueId leaf, const Tensor& tensor) {
+  const Value& v = graph_.value(leaf);
+  OpKind kind = graph_.node(v.producer).kind;
+  std::string label = "'" + (v.name.empty() ? "%" + std::to_string(leaf) : v.name) + "'";
+  if (kind != OpKind::input && kind != OpKind::variable)
+    throw GraphError("bind: value " + label + " is produced by " + std::string(name(kind)) +
+                     ", only inputs and variables can be bound");
+  if (!tensor.defined()) throw Error("bind: " + label + " bound to an undefined tensor");
+  if (tensor.shape() != v.shape)
+    throw ShapeError("bind: " + label + " expects shape " + v.shape.str() + ", got " + tensor.describe());
+  if (tensor.dtype() != v.dtype)
+    throw DTypeError("bind: " + label + " expects dtype " + std::string(dtype_name(v.dtype)) +
+                     ", got " + tensor.describe());
+  if (tensor.device() != backend_.device())
+    throw DeviceError("bind: " + label + " must live on " + backend_.device().str() + ", got " +
+                      tensor.describe());
+  tensors_[leaf] = tensor;
+}
+
+void Executor::allocate_arena() {
+  arena_ = std::make_shared<Buffer>(backend_.allocator(), std::max<std::size_t>(plan_.arena_bytes, 1));
+  for (NodeId n : plan_.schedule)
+    for (ValueId v : graph_.node(n).outputs)
+      if (plan_.storage_of[v] == v && plan_.offset[v] != MemoryPlan::kExternal)
+        tensors_[v] = Tensor::view(arena_, static_cast<std::size_t>(plan_.offset[v]),
+                                   graph_.value(v).shape, graph_.value(v).dtype);
+}
+
+void Executor::run() {
+  for (NodeId n : plan_.schedule) {
+    const Node& node = graph_.node(n);
+    if ((node.kind == OpKind::input || node.kind == OpKind::variable) && !tensors_[node.outputs[0]].defined()) {
+      const Value& v = graph_.value(node.outputs[0]);
+      throw Error("run: " + std::string(name(node.kind)) + " '" + v.name + "' " +
+                  std::string(dtype_name(v.dtype)) + v.shape.str() + " is not bound");
+    }
+  }
+  if (!arena_) allocate_arena();
+  for (NodeId n : plan_.schedule) run_node(graph_.node(n));
+  ++runs_;
+}
+
+Tensor Executor::output(ValueId value) const {
+  if (std::find(outputs_.begin(), outputs_.end(), value) == outputs_.end())
+    throw GraphError("output: value %" + std::to_string(value) +
+                     " is not an output of this executor (intermediate values are not kept)");
+  if (runs_ == 0) throw Error("output: the executor has not run yet");
+  return tensors_[value];
+}
+
+void Executor::run_node(const Node& node) {
+  Backend& b = backend_;
+  const OpAttrs& at = node.attrs;
+  switch (node.kind) {
+    case OpKind::input:
+    case OpKind::variable:
+      return;
+    case OpKind::fill:
+      return b.fill(out(node, 0), at.scalar);
+    case OpKind::matmul:
+      return b.matmul(in(node, 0), in(node, 1), nullptr, out(node, 0), at.matmul);
+    case OpKind::conv2d:
+      return b.conv2d_forward(in(node, 0), in(node, 1), nullptr, out(node, 0), at.conv);
+    case OpKind::conv2d_grad_input:
+      return b.conv2d_backward_data(in(node, 0), in(node, 1), out(node, 0), at.conv);
+    case OpKind::conv2d_grad_weight:
+      return b.conv2d_backward_weights(in(node, 0), in(node, 1), out(node, 0), nullptr, at.conv);
+    case OpKind::pool2d:
+      return b.pool2d_forward(in(node, 0), out(node, 0), at.pool);
+    case OpKind::pool2d_grad:
+      return b.pool2d_backward(in(node, 0), in(node, 1), out(node, 0), at.pool);
+    case OpKind::unary:
+      return b.unary(at.unary, in(node, 0), out(node, 0));
+    case OpKind::unary_grad:
+      return b.unary_backward(at.unary, in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::binary:
+      return b.binary(at.binary, in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::reduce:
+      return b.reduce(at.reduce, in(node, 0), out(node, 0));
+    case OpKind::broadcast_to:
+      return b.broadcast_to(in(node, 0), out(node, 0));
+    case OpKind::reshape:
+      // A view of the input's storage: nothing moves.
+      tensors_[node.outputs[0]] = in(node, 0).reshape(at.shape);
+      return;
+    case OpKind::transpose:
+      return b.transpose(in(node, 0), out(node, 0), at.axes);
+    case OpKind::softmax:
+      return b.softmax(in(node, 0), out(node, 0), at.axis, at.log);
+    case OpKind::softmax_grad:
+      return b.softmax_backward(in(node, 0), in(node, 1), out(node, 0), at.axis, at.log);
+    case OpKind::layer_norm:
+      return b.layer_norm(in(node, 0), in(node, 1), in(node, 2), out(node, 0), out(node, 1),
+                          out(node, 2), at.epsilon);
+    case OpKind::layer_norm_grad:
+      return b.layer_norm_backward(in(node, 0), in(node, 1), in(node, 2), in(node, 3), in(node, 4),
+                                   out(node, 0), out(node, 1), out(node, 2));
+    case OpKind::embedding:
+      return b.embedding(in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::embedding_grad:
+      b.fill(out(node, 0), 0.0);
+      return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::cast:
+      return b.cast(in(node, 0), out(node, 0));
+    case OpKind::sgd_update:
+      return b.sgd_update(in(node, 0), in(node, 1), in(node, 2), at.sgd);
+    case OpKind::adam_update: {
+      AdamArgs args = at.adam;
+      args.step += runs_;  // the step counter advances with every run
+      return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
+    }
+  }
+}
+
+}  // namespace tessera

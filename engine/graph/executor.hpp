@@ -1,0 +1,54 @@
+// Executor: runs a planned graph on one device.
+//
+// The executor plans memory at construction, allocates one arena on the first
+// run, and from then on runs the schedule with no allocation: every
+// intermediate value is a view into the arena. Inputs and variables are bound
+// by the caller (bind), and stay owned by the caller.
+//
+//   Executor exec(graph, {loss}, Device::cpu(0));
+//   exec.bind(x, batch);           // every run reads the bound tensors
+//   exec.bind(w, weights);
+//   exec.run();
+//   float l = exec.output(loss).to_vector<float>()[0];
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "engine/graph/memory_plan.hpp"
+
+namespace tessera {
+
+class Executor {
+ public:
+  Executor(const Graph& graph, std::vector<ValueId> outputs, Device device = Device::cpu());
+
+  // Binds an input or variable to a tensor of its shape, dtype and device;
+  // throws ShapeError/DTypeError/DeviceError naming the value otherwise.
+  void bind(ValueId leaf, const Tensor& tensor);
+  // Runs the schedule once; throws Error naming any input or variable not bound.
+  void run();
+  // The tensor of an output value: a view valid until the next run.
+  Tensor output(ValueId value) const;
+
+  const MemoryPlan& plan() const { return plan_; }
+  std::int64_t runs() const { return runs_; }
+
+ private:
+  void allocate_arena();
+  void run_node(const Node& node);
+  const Tensor& in(const Node& node, int i) const { return tensors_[node.inputs[static_cast<std::size_t>(i)]]; }
+  const Tensor& out(const Node& node, int i) const { return tensors_[node.outputs[static_cast<std::size_t>(i)]]; }
+
+  const Graph& graph_;
+  std::vector<ValueId> outputs_;
+  Backend& backend_;
+  MemoryPlan plan_;
+  std::vector<Tensor> tensors_;  // per value: bound tensor or arena view
+  std::shared_ptr<Buffer> arena_;
+  std::int64_t runs_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,113 @@
+// Graph: a static dataflow graph of primitive ops with shapes and dtypes known
+// at build time.
+//
+// Builders check their operands (through the same shape-inference functions the
+// backends use), record a node and return the ids of its outputs; nothing is
+// computed. Nodes are appended in a valid execution order by construction (a
+// node can only use values that already exist), so the node list is already a
+// topological schedule. Autodiff appends the backward nodes to the same graph;
+// the executor runs a subset of it.
+//
+//   Graph g;
+//   ValueId x = g.input("x", {128, 784});
+//   ValueId w = g.variable("dense/kernel", {784, 10});
+//   ValueId logits = g.matmul(x, w);
+//   ValueId loss = g.reduce(ReduceOp::mean, g.unary(UnaryOp::square, logits), {0, 1});
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/graph/op.hpp"
+
+namespace tessera {
+
+using ValueId = std::int32_t;
+using NodeId = std::int32_t;
+
+struct Value {
+  Shape shape;
+  DType dtype = DType::f32;
+  NodeId producer = -1;
+  int output_index = 0;
+  std::string name;  // variable path or input name; empty for intermediates
+};
+
+struct Node {
+  OpKind kind;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  OpAttrs attrs;
+};
+
+class Graph {
+ public:
+  // Leaves.
+  ValueId input(const std::string& name, const Shape& shape, DType dtype = DType::f32);
+  ValueId variable(const std::string& name, const Shape& shape, DType dtype = DType::f32);
+  ValueId fill(const Shape& shape, double value, DType dtype = DType::f32);
+
+  // Dense algebra.
+  ValueId matmul(ValueId a, ValueId b, const MatmulArgs& args = {});
+  ValueId conv2d(ValueId x, ValueId w, const Conv2dArgs& args);
+  ValueId pool2d(ValueId x, const Pool2dArgs& args);
+
+  // Elementwise and reductions.
+  ValueId unary(UnaryOp op, ValueId x);
+  ValueId binary(BinaryOp op, ValueId a, ValueId b);
+  ValueId add(ValueId a, ValueId b) { return binary(BinaryOp::add, a, b); }
+  ValueId sub(ValueId a, ValueId b) { return binary(BinaryOp::sub, a, b); }
+  ValueId mul(ValueId a, ValueId b) { return binary(BinaryOp::mul, a, b); }
+  ValueId div(ValueId a, ValueId b) { return binary(BinaryOp::div, a, b); }
+  ValueId scale(ValueId x, double factor);  // x * factor
+  // Reduction over `axes`; without keepdims the reduced axes are dropped.
+  ValueId reduce(ReduceOp op, ValueId x, const std::vector<int>& axes, bool keepdims = false);
+
+  // Shape manipulation.
+  ValueId broadcast_to(ValueId x, const Shape& shape);
+  ValueId reshape(ValueId x, const Shape& shape);
+  ValueId transpose(ValueId x, const std::vector<int>& perm);
+
+  // Normalisation, embedding, casts.
+  ValueId softmax(ValueId x, int axis = -1, bool log = false);
+  // Returns {y, mean, rstd}; mean and rstd feed the backward pass.
+  std::vector<ValueId> layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon = 1e-5f);
+  ValueId embedding(ValueId table, ValueId ids);
+  ValueId cast(ValueId x, DType dtype);
+
+  // Optimizer updates (side effects on variables; no outputs).
+  NodeId sgd_update(ValueId param, ValueId grad, ValueId velocity, const SgdArgs& args);
+  NodeId adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const AdamArgs& args);
+
+  // Used by autodiff and tests: append a node whose outputs have the given types.
+  NodeId add_node(OpKind kind, std::vector<ValueId> inputs, const OpAttrs& attrs,
+                  const std::vector<std::pair<Shape, DType>>& output_types);
+
+  const Value& value(ValueId id) const;
+  const Node& node(NodeId id) const;
+  Node& mutable_node(NodeId id);
+  // By value: appending nodes may move the value list under a reference.
+  Shape shape(ValueId id) const { return value(id).shape; }
+  DType dtype(ValueId id) const { return value(id).dtype; }
+  int value_count() const { return static_cast<int>(values_.size()); }
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  // The variables, in creation order.
+  std::vector<ValueId> variables() const;
+
+  std::string str() const;  // one line per node, for debugging and `tessera inspect`
+
+ private:
+  ValueId leaf(OpKind kind, const std::string& name, const Shape& shape, DType dtype,
+               const OpAttrs& attrs = {});
+  ValueId single(OpKind kind, std::vector<ValueId> inputs, const OpAttrs& attrs, const Shape& shape,
+                 DType dtype);
+  void check_floating(std::string_view op, ValueId id) const;
+  void check_same_dtype(std::string_view op, ValueId a, ValueId b) const;
+  std::string describe(ValueId id) const;
+
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,34 @@
+// Liveness-based memory planning: every intermediate value of a step gets a
+// byte range of one arena, and values whose lifetimes do not overlap share
+// bytes. The executor allocates the arena once, so a steady-state step makes
+// no allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/graph/graph.hpp"
+
+namespace tessera {
+
+struct MemoryPlan {
+  static constexpr std::int64_t kExternal = -1;  // bound by the caller (inputs, variables)
+
+  std::vector<NodeId> schedule;       // the nodes to run, in order
+  std::vector<std::int64_t> offset;   // per value: byte offset in the arena, or kExternal
+  std::vector<ValueId> storage_of;    // per value: the value whose bytes it uses (itself, or
+                                      // the viewed value of a reshape)
+  std::vector<int> first_use;         // per value: schedule position that defines it
+  std::vector<int> last_use;          // per value: last schedule position that reads it
+  std::size_t arena_bytes = 0;
+  std::size_t unshared_bytes = 0;     // what the values would take without sharing
+};
+
+// Plans the nodes needed for `outputs` plus every update node (and what they
+// need). Outputs stay valid until the end of the step. Update nodes must come
+// after every read of the variables they update (autodiff then updates, in
+// that order, guarantees it).
+MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs);
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+// The primitive ops of the graph IR and their attributes.
+//
+// An op is one enum entry here, a name in op.cpp's table (guarded by a
+// static_assert on the count), a builder in Graph that checks shapes and records
+// the node, a gradient rule in autodiff.cpp, and a dispatch in executor.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "backends/op_args.hpp"
+#include "backends/op_kinds.hpp"
+#include "engine/dtype.hpp"
+#include "engine/shape.hpp"
+
+namespace tessera {
+
+enum class OpKind : std::uint8_t {
+  input,              // () -> x: fed by the caller every run (a batch of data)
+  variable,           // () -> x: persistent state bound by the caller (weights, moments)
+  fill,               // () -> x: every element = attrs.scalar
+  matmul,             // (a, b) -> a @ b, see MatmulArgs
+  conv2d,             // (x, w) -> y, channels-last, see Conv2dArgs
+  conv2d_grad_input,  // (dy, w) -> dx of shape attrs.shape
+  conv2d_grad_weight, // (x, dy) -> dw of shape attrs.shape
+  pool2d,             // (x) -> y, see Pool2dArgs
+  pool2d_grad,        // (x, dy) -> dx
+  unary,              // (x) -> f(x), f = attrs.unary
+  unary_grad,         // (x, dy) -> dy * f'(x)
+  binary,             // (a, b) -> a (op) b with broadcasting
+  reduce,             // (x) -> reduced over attrs.axes, keeping the rank
+  broadcast_to,       // (x) -> x broadcast to attrs.shape
+  reshape,            // (x) -> the same elements as attrs.shape (a view, no copy)
+  transpose,          // (x) -> x with axes permuted by attrs.axes
+  softmax,            // (x) -> softmax (or log-softmax when attrs.log) over attrs.axis
+  softmax_grad,       // (y, dy) -> dx
+  layer_norm,         // (x, gamma, beta) -> (y, mean, rstd) over the last axis
+  layer_norm_grad,    // (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)
+  embedding,          // (table, ids) -> table rows
+  embedding_grad,     // (ids, dy) -> dtable of shape attrs.shape (scatter-add into zeros)
+  cast,               // (x) -> x as attrs.dtype
+  sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
+  adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
+};
+inline constexpr int kOpKindCount = 25;
+
+std::string_view name(OpKind kind);
+
+// Attributes of a node; each op reads the fields its comment above names.
+struct OpAttrs {
+  MatmulArgs matmul;
+  Conv2dArgs conv;
+  Pool2dArgs pool;
+  UnaryOp unary = UnaryOp::neg;
+  BinaryOp binary = BinaryOp::add;
+  ReduceOp reduce = ReduceOp::sum;
+  std::vector<int> axes;  // reduce axes or transpose permutation
+  int axis = -1;          // softmax axis
+  bool log = false;       // log-softmax
+  float epsilon = 1e-5f;  // layer norm
+  double scalar = 0.0;    // fill value
+  Shape shape;            // target shape (reshape, broadcast_to, gradients of known shape)
+  DType dtype = DType::f32;  // cast target
+  SgdArgs sgd;
+  AdamArgs adam;
+};
+
+}  // namespace tessera

@@ -1,0 +1,167 @@
+// Every differentiable op's gradient against central finite differences
+// (tests/grad_check.hpp states the step and tolerance).
+#include <doctest/doctest.h>
+
+#include "tests/grad_check.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+TEST_CASE("gradient: matmul in all four transpose cases, with alpha") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Graph g;
+      Shape as = ta ? Shape{4, 3} : Shape{3, 4}, bs = tb ? Shape{5, 4} : Shape{4, 5};
+      ValueId a = g.variable("a", as), b = g.variable("b", bs);
+      ValueId y = g.matmul(a, b, {.transpose_a = ta, .transpose_b = tb, .alpha = 0.5f});
+      check_gradients(g, y, {{a, random_tensor(as, 1)}, {b, random_tensor(bs, 2)}});
+    }
+}
+
+TEST_CASE("gradient: batched matmul with a broadcast rank-2 weight") {
+  for (bool tb : {false, true}) {
+    CAPTURE(tb);
+    Graph g;
+    Shape bs = tb ? Shape{5, 4} : Shape{4, 5};
+    ValueId a = g.variable("a", {2, 3, 4}), b = g.variable("b", bs);
+    ValueId y = g.matmul(a, b, {.transpose_b = tb});
+    check_gradients(g, y, {{a, random_tensor({2, 3, 4}, 3)}, {b, random_tensor(bs, 4)}});
+  }
+}
+
+TEST_CASE("gradient: batched matmul of two rank-3 operands (attention scores)") {
+  Graph g;
+  ValueId q = g.variable("q", {2, 3, 4}), k = g.variable("k", {2, 5, 4});
+  ValueId s = g.matmul(q, k, {.transpose_b = true, .alpha = 0.5f});
+  check_gradients(g, s, {{q, random_tensor({2, 3, 4}, 5)}, {k, random_tensor({2, 5, 4}, 6)}});
+}
+
+TEST_CASE("gradient: binary ops with broadcasting on either side") {
+  for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::max,
+                      BinaryOp::min}) {
+    CAPTURE(name(op));
+    Graph g;
+    ValueId a = g.variable("a", {3, 1, 4}), b = g.variable("b", {5, 1});
+    ValueId y = g.binary(op, a, b);
+    Tensor av = random_tensor({3, 1, 4}, 7), bv = random_tensor({5, 1}, 8);
+    if (op == BinaryOp::div) bv = random_tensor({5, 1}, 8, 0.5f, 1.5f);
+    if (op == BinaryOp::max || op == BinaryOp::min) {
+      // Keep |a - b| > 2h everywhere: a in ±[0.3, 1], b in [-0.2, 0.2].
+      av = away_from_zero(random_tensor({3, 1, 4}, 7, -0.7f, 0.7f), 0.3f);
+      bv = random_tensor({5, 1}, 8, -0.2f, 0.2f);
+    }
+    check_gradients(g, y, {{a, av}, {b, bv}});
+  }
+}
+
+TEST_CASE("gradient: the same value used twice accumulates") {
+  Graph g;
+  ValueId x = g.variable("x", {6});
+  ValueId y = g.mul(x, g.unary(UnaryOp::tanh, x));
+  check_gradients(g, y, {{x, random_tensor({6}, 9)}});
+}
+
+TEST_CASE("gradient: unary ops") {
+  for (UnaryOp op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::relu, UnaryOp::gelu_tanh,
+                     UnaryOp::gelu_erf, UnaryOp::tanh, UnaryOp::sigmoid, UnaryOp::exp,
+                     UnaryOp::log, UnaryOp::sqrt, UnaryOp::rsqrt, UnaryOp::square,
+                     UnaryOp::reciprocal}) {
+    CAPTURE(name(op));
+    Graph g;
+    ValueId x = g.variable("x", {2, 5});
+    bool positive = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt ||
+                    op == UnaryOp::reciprocal;
+    Tensor xv = positive ? random_tensor({2, 5}, 10, 0.5f, 2.0f) : away_from_zero(random_tensor({2, 5}, 10));
+    check_gradients(g, g.unary(op, x), {{x, xv}});
+  }
+}
+
+TEST_CASE("gradient: sum and mean reductions, with and without keepdims") {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
+    for (bool keep : {false, true}) {
+      CAPTURE(name(op));
+      CAPTURE(keep);
+      Graph g;
+      ValueId x = g.variable("x", {3, 4, 2});
+      check_gradients(g, g.reduce(op, x, {0, 2}, keep), {{x, random_tensor({3, 4, 2}, 11)}});
+    }
+}
+
+TEST_CASE("gradient: broadcast_to, reshape and transpose") {
+  Graph g;
+  ValueId x = g.variable("x", {3, 1});
+  ValueId y = g.broadcast_to(x, {2, 3, 4});
+  ValueId z = g.transpose(g.reshape(y, {6, 4}), {1, 0});
+  check_gradients(g, z, {{x, random_tensor({3, 1}, 12)}});
+}
+
+TEST_CASE("gradient: softmax and log-softmax over the last and a middle axis") {
+  for (bool log : {false, true})
+    for (int axis : {-1, 1}) {
+      CAPTURE(log);
+      CAPTURE(axis);
+      Graph g;
+      ValueId x = g.variable("x", {2, 3, 4});
+      check_gradients(g, g.softmax(x, axis, log), {{x, random_tensor({2, 3, 4}, 13, -2.0f, 2.0f)}});
+    }
+}
+
+TEST_CASE("gradient: layer normalisation (x, gamma, beta)") {
+  Graph g;
+  ValueId x = g.variable("x", {2, 3, 8}), gamma = g.variable("gamma", {8}), beta = g.variable("beta", {8});
+  ValueId y = g.layer_norm(x, gamma, beta, 1e-5f)[0];
+  check_gradients(g, y, {{x, random_tensor({2, 3, 8}, 14, -2.0f, 2.0f)},
+                         {gamma, random_tensor({8}, 15, 0.5f, 1.5f)},
+                         {beta, random_tensor({8}, 16)}});
+}
+
+TEST_CASE("gradient: conv2d with stride and padding") {
+  for (int stride : {1, 2}) {
+    CAPTURE(stride);
+    Graph g;
+    ValueId x = g.variable("x", {2, 5, 6, 3}), w = g.variable("w", {3, 3, 3, 4});
+    Conv2dArgs args{.stride_h = stride, .stride_w = stride, .pad_top = 1, .pad_bottom = 1,
+                    .pad_left = 1, .pad_right = 1};
+    check_gradients(g, g.conv2d(x, w, args),
+                    {{x, random_tensor({2, 5, 6, 3}, 17)}, {w, random_tensor({3, 3, 3, 4}, 18)}});
+  }
+}
+
+TEST_CASE("gradient: max and average pooling") {
+  for (PoolKind kind : {PoolKind::max, PoolKind::avg}) {
+    CAPTURE(name(kind));
+    Graph g;
+    ValueId x = g.variable("x", {2, 4, 6, 3});
+    // Distinct values a step apart keep every window's arg-max stable under ±h.
+    std::vector<float> values(2 * 4 * 6 * 3);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = 0.05f * static_cast<float>((i * 37) % values.size());
+    Pool2dArgs args{.kind = kind, .window_h = 2, .window_w = 2, .stride_h = 2, .stride_w = 2};
+    check_gradients(g, g.pool2d(x, args), {{x, Tensor::from_vector(values, {2, 4, 6, 3})}});
+  }
+}
+
+TEST_CASE("gradient: embedding scatter-adds repeated ids") {
+  Graph g;
+  ValueId table = g.variable("table", {5, 3});
+  ValueId ids = g.input("ids", {2, 3}, DType::i32);
+  check_gradients(g, g.embedding(table, ids),
+                  {{table, random_tensor({5, 3}, 19)},
+                   {ids, Tensor::from_vector<std::int32_t>({0, 4, 2, 4, 4, 1}, {2, 3})}});
+}
+
+TEST_CASE("autodiff errors name the problem") {
+  Graph g;
+  ValueId x = g.variable("x", {3, 4});
+  CHECK_THROWS_AS(append_gradients(g, x, {x}), ShapeError);  // not a scalar
+  ValueId m = g.reduce(ReduceOp::max, x, {0, 1});
+  CHECK_THROWS_AS(append_gradients(g, m, {x}), GraphError);
+  ValueId unrelated = g.variable("unrelated", {2});
+  ValueId s = g.reduce(ReduceOp::sum, x, {0, 1});
+  auto grads = append_gradients(g, s, {unrelated});
+  Executor exec(g, {grads.at(unrelated)});
+  exec.run();  // a zero gradient needs no bound inputs
+  check_close(exec.output(grads.at(unrelated)), {0.0f, 0.0f});
+}
