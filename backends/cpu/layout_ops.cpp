@@ -1,5 +1,8 @@
 // Kernels that move elements without arithmetic: copy, fill, cast, broadcast,
 // transpose. Plain loops over element bytes, so every dtype works.
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -36,12 +39,63 @@ void fill_typed(const Tensor& out, T value) {
   for (std::int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-double load(const Tensor& t, std::int64_t i) {
+// Conversions for cast and fill that round once. Going through double and then
+// float rounds twice, and a value just above a tie at the first rounding can land
+// on the tie and then round the wrong way: i64 2^60 + 2^36 + 1 became f32 2^60
+// (not 2^60 + 2^37), i32 2^24 + 2^16 + 1 became bf16 2^24 (not 2^24 + 2^17).
+// The fix rounds to odd into float (truncate, and set the last bit when anything
+// was dropped), after which to_bf16's round-to-nearest-even is exact.
+float odd_rounded(float truncated, bool inexact) {
+  if (!inexact) return truncated;
+  std::uint32_t u;
+  std::memcpy(&u, &truncated, sizeof u);
+  u |= 1u;
+  std::memcpy(&truncated, &u, sizeof u);
+  return truncated;
+}
+
+bf16 double_to_bf16(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return to_bf16(f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return to_bf16(odd_rounded(f, true));
+}
+
+bf16 integer_to_bf16(std::int64_t v) {
+  std::uint64_t magnitude = v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  int dropped = std::max(0, static_cast<int>(std::bit_width(magnitude)) - 24);
+  std::uint64_t kept = magnitude >> dropped;  // < 2^24: exact in a float
+  float f = std::ldexp(odd_rounded(static_cast<float>(kept), (kept << dropped) != magnitude), dropped);
+  return to_bf16(v < 0 ? -f : f);
+}
+
+// Element i of t converted to float, bf16 or i64, each rounded once.
+float load_f32(const Tensor& t, std::int64_t i) {
   switch (t.dtype()) {
     case DType::f32: return static_cast<const float*>(t.raw_data())[i];
     case DType::bf16: return to_f32(static_cast<const bf16*>(t.raw_data())[i]);
+    case DType::i32: return static_cast<float>(static_cast<const std::int32_t*>(t.raw_data())[i]);
+    case DType::i64: return static_cast<float>(static_cast<const std::int64_t*>(t.raw_data())[i]);
+  }
+  return 0;
+}
+
+bf16 load_bf16(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return to_bf16(static_cast<const float*>(t.raw_data())[i]);
+    case DType::bf16: return static_cast<const bf16*>(t.raw_data())[i];
+    case DType::i32: return integer_to_bf16(static_cast<const std::int32_t*>(t.raw_data())[i]);
+    case DType::i64: return integer_to_bf16(static_cast<const std::int64_t*>(t.raw_data())[i]);
+  }
+  return {};
+}
+
+std::int64_t load_i64(const Tensor& t, std::int64_t i) {  // floats truncate toward zero
+  switch (t.dtype()) {
+    case DType::f32: return static_cast<std::int64_t>(static_cast<const float*>(t.raw_data())[i]);
+    case DType::bf16: return static_cast<std::int64_t>(to_f32(static_cast<const bf16*>(t.raw_data())[i]));
     case DType::i32: return static_cast<const std::int32_t*>(t.raw_data())[i];
-    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(t.raw_data())[i]);
+    case DType::i64: return static_cast<const std::int64_t*>(t.raw_data())[i];
   }
   return 0;
 }
@@ -56,7 +110,7 @@ void CpuBackend::run_fill(const Tensor& out, double value) {
   ThreadShare share(threads());
   switch (out.dtype()) {
     case DType::f32: return fill_typed(out, static_cast<float>(value));
-    case DType::bf16: return fill_typed(out, to_bf16(static_cast<float>(value)));
+    case DType::bf16: return fill_typed(out, double_to_bf16(value));
     case DType::i32: return fill_typed(out, static_cast<std::int32_t>(value));
     case DType::i64: return fill_typed(out, static_cast<std::int64_t>(value));
   }
@@ -68,12 +122,11 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
   std::int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) {
-    double v = load(x, i);
     switch (out.dtype()) {
-      case DType::f32: static_cast<float*>(out.raw_data())[i] = static_cast<float>(v); break;
-      case DType::bf16: static_cast<bf16*>(out.raw_data())[i] = to_bf16(static_cast<float>(v)); break;
-      case DType::i32: static_cast<std::int32_t*>(out.raw_data())[i] = static_cast<std::int32_t>(v); break;
-      case DType::i64: static_cast<std::int64_t*>(out.raw_data())[i] = static_cast<std::int64_t>(v); break;
+      case DType::f32: static_cast<float*>(out.raw_data())[i] = load_f32(x, i); break;
+      case DType::bf16: static_cast<bf16*>(out.raw_data())[i] = load_bf16(x, i); break;
+      case DType::i32: static_cast<std::int32_t*>(out.raw_data())[i] = static_cast<std::int32_t>(load_i64(x, i)); break;
+      case DType::i64: static_cast<std::int64_t*>(out.raw_data())[i] = load_i64(x, i); break;
     }
   }
 }

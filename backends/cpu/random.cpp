@@ -1,4 +1,6 @@
 // Random fills from the Philox counter-based generator (backends/philox.hpp).
+#include <cmath>
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/philox.hpp"
 
@@ -20,8 +22,12 @@ void fill_f32(const Tensor& out, int threads, F value_at) {
 
 void CpuBackend::run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
                                     float low, float high) {
+  // u < 1, but low + (high - low) * u can still round up onto `high` (u = 1 - 2^-24
+  // in [1, 3) gives 3); such a value becomes the largest float below `high`.
+  const float top = std::nextafter(high, low);
   fill_f32(out, threads(), [&](std::uint64_t i) {
-    return low + (high - low) * philox::uniform01(philox::bits(seed, offset + i));
+    float r = low + (high - low) * philox::uniform01(philox::bits(seed, offset + i));
+    return r < high ? r : top;
   });
 }
 

@@ -104,3 +104,27 @@ TEST_CASE("matmul reports mismatched operands by op, shapes, dtypes and devices"
   }
   set_cpu_device_count(1);
 }
+
+TEST_CASE("bf16 matmul accumulates in f32 and matches the f32 result of the rounded operands") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = random_tensor({8, 32}, 11), b = random_tensor({32, 6}, 12);
+  auto round = [](const Tensor& t) {
+    Tensor r = Tensor::empty(t.shape(), DType::bf16);
+    const float* src = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) r.data<bf16>()[i] = to_bf16(src[i]);
+    return r;
+  };
+  auto widen = [](const Tensor& t) {
+    std::vector<float> v(static_cast<std::size_t>(t.numel()));
+    for (std::int64_t i = 0; i < t.numel(); ++i) v[i] = to_f32(t.data<bf16>()[i]);
+    return Tensor::from_vector(v, t.shape());
+  };
+  Tensor a16 = round(a), b16 = round(b);
+  auto expected = reference_matmul(widen(a16), widen(b16), false, false);
+  Tensor out32 = Tensor::empty({8, 6}, DType::f32);
+  cpu.matmul(a16, b16, nullptr, out32);
+  check_close(out32, expected, 1e-4, 1e-4);
+  Tensor out16 = Tensor::empty({8, 6}, DType::bf16);
+  cpu.matmul(a16, b16, nullptr, out16);
+  check_close(widen(out16), expected, 1e-2, 1e-2);  // one bf16 rounding of the result
+}
