@@ -29,7 +29,12 @@ class CpuBackend final : public Backend {
   bool supports(Kernel kernel, DType dtype) const override;
 
   int threads() const { return threads_; }
-  void set_threads(int threads) { threads_ = threads; }
+  // oneDNN fixes a primitive's thread count when it is created, so a new share
+  // drops the cached primitives (they are re-created for the new count).
+  void set_threads(int threads) {
+    if (threads != threads_) primitives_.clear();
+    threads_ = threads;
+  }
   // Number of distinct oneDNN primitives created so far (tests check reuse).
   std::size_t primitive_count() const { return primitives_.size(); }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "backends/registry.hpp"
 #include "tests/test_util.hpp"
 
@@ -127,4 +128,19 @@ TEST_CASE("bf16 matmul accumulates in f32 and matches the f32 result of the roun
   Tensor out16 = Tensor::empty({8, 6}, DType::bf16);
   cpu.matmul(a16, b16, nullptr, out16);
   check_close(widen(out16), expected, 1e-2, 1e-2);  // one bf16 rounding of the result
+}
+
+TEST_CASE("a new thread share re-creates the cached primitives") {
+  auto& cpu = static_cast<CpuBackend&>(backend_for(Device::cpu(0)));
+  Tensor a = random_tensor({16, 16}, 1), b = random_tensor({16, 16}, 2);
+  Tensor out = Tensor::empty({16, 16}, DType::f32);
+  int threads = cpu.threads();
+  cpu.matmul(a, b, nullptr, out);
+  std::size_t cached = cpu.primitive_count();
+  REQUIRE(cached > 0);
+  cpu.set_threads(threads + 1);
+  CHECK(cpu.primitive_count() == 0);
+  cpu.matmul(a, b, nullptr, out);
+  check_close(out, reference_matmul(a, b, false, false), 1e-5, 1e-5);
+  cpu.set_threads(threads);
 }
