@@ -12,6 +12,7 @@ if(NOT TESSERA_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # the .so the library links anyway
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(TESSERA_HAVE_CUDA ON)

@@ -1,8 +1,27 @@
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <cstring>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/registry.hpp"
+
 namespace tessera {
+namespace {
+
+template <typename T>
+std::uint64_t bit_pattern(T value) {
+  static_assert(sizeof(T) <= sizeof(std::uint64_t));
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof value);  // little-endian: the low bytes
+  return bits;
+}
+
+}  // namespace
 
 int cuda_runtime_device_count() {
   int count = 0;
@@ -14,7 +33,107 @@ int cuda_runtime_device_count() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(Device device) {
-  throw UnsupportedError("the CUDA backend for " + device.str() + " is not implemented yet");
+  return std::make_unique<CudaBackend>(device);
+}
+
+CudaBackend::CudaBackend(Device device) : Backend(device), allocator_(device) {
+  int count = cuda_runtime_device_count();
+  if (device.index < 0 || device.index >= count)
+    throw DeviceError("device " + device.str() + " does not exist: " + std::to_string(count) +
+                      " GPU(s) found");
+  CudaDeviceGuard guard(device.index);
+  try {
+    cudaStream_t stream = nullptr;
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_ = stream;
+    cublasHandle_t handle = nullptr;
+    TESSERA_CUBLAS_CHECK(cublasCreate(&handle));
+    cublas_ = handle;
+    TESSERA_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    cublasLtHandle_t lt = nullptr;
+    TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt));
+    cublas_lt_ = lt;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() { release(); }
+
+void CudaBackend::release() noexcept {
+  int previous = -1;
+  bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device().index &&
+                  cudaSetDevice(device().index) == cudaSuccess;
+  // Errors are dropped: this runs from the destructor, possibly at exit.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  cublas_lt_ = nullptr;
+  cublas_ = nullptr;
+  stream_ = nullptr;
+  cudaGetLastError();
+  if (switched) cudaSetDevice(previous);
+}
+
+bool CudaBackend::supports(Kernel kernel, DType dtype) const {
+  switch (kernel) {
+    case Kernel::copy:
+    case Kernel::fill:
+      return true;
+    case Kernel::matmul:
+      return dtype == DType::f32 || dtype == DType::bf16;
+    default:
+      return false;
+  }
+}
+
+void CudaBackend::synchronize() {
+  CudaDeviceGuard guard(device().index);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::run_copy(const Tensor& src, const Tensor& dst) {
+  const std::size_t bytes = src.nbytes();
+  if (bytes == 0) return;
+  const Device from = src.device(), to = dst.device();
+  const bool from_host = from.kind == DeviceKind::cpu, to_host = to.kind == DeviceKind::cpu;
+  if (from_host && to_host)  // Backend::copy lets one side be on this device only
+    throw DeviceError("copy: the cuda backend cannot copy host to host (" + src.describe() +
+                      " to " + dst.describe() + ")");
+  CudaDeviceGuard guard(device().index);
+  if (!from_host && !to_host && from.index != to.index) {
+    // Between GPUs: the other GPU's stream is not ordered with this one, so
+    // wait for its pending work first and for the copy after.
+    Device other = from == device() ? to : from;
+    backend_for(other).synchronize();
+    TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data(), to.index, src.raw_data(), from.index,
+                                           bytes, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  const cudaMemcpyKind kind = from_host ? cudaMemcpyHostToDevice
+                              : to_host ? cudaMemcpyDeviceToHost
+                                        : cudaMemcpyDeviceToDevice;
+  // From pageable host memory, cudaMemcpyAsync returns once the source was
+  // staged, so the caller may reuse it at once.
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, kind, stream_));
+  // Host memory is read by the caller right after: wait for it to land.
+  if (to_host) TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::run_fill(const Tensor& out, double value) {
+  std::uint64_t bits = 0;
+  switch (out.dtype()) {
+    case DType::f32: bits = bit_pattern(static_cast<float>(value)); break;
+    case DType::bf16: bits = bit_pattern(to_bf16(static_cast<float>(value)).bits); break;
+    case DType::i32: bits = bit_pattern(static_cast<std::int32_t>(value)); break;
+    case DType::i64: bits = bit_pattern(static_cast<std::int64_t>(value)); break;
+  }
+  if (out.numel() == 0) return;
+  CudaDeviceGuard guard(device().index);
+  cuda_fill(out.raw_data(), out.numel(), static_cast<int>(dtype_size(out.dtype())), bits, stream_);
 }
 
 }  // namespace tessera

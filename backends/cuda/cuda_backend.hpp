@@ -1,12 +1,60 @@
-// Entry points of the CUDA backend, for the device registry. Only compiled when
-// the build has CUDA (TESSERA_HAVE_CUDA).
+// The CUDA backend: one object per GPU, kernels enqueued on one stream.
+//
+// Each CudaBackend owns a non-blocking cudaStream_t on its device, a cuBLAS
+// handle bound to that stream and a cuBLASLt handle (cuBLASLt takes the stream
+// per call), all released by the destructor. Kernels are asynchronous: a copy
+// into host memory, and synchronize(), wait for the stream. Matmul goes through
+// cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp.
+//
+// This header has no CUDA includes (the CUDA handle types are forward
+// declared), so the registry and the tests compile against it as plain C++.
+// Only compiled when the build has CUDA (TESSERA_HAVE_CUDA).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backends/backend.hpp"
+#include "backends/cuda/cuda_allocator.hpp"
+
+struct CUstream_st;      // cudaStream_t is CUstream_st*
+struct cublasContext;    // cublasHandle_t is cublasContext*
+struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*
 
 namespace tessera {
+
+class CudaBackend final : public Backend {
+ public:
+  // Creates the stream and library handles on GPU `device.index`; throws
+  // DeviceError for a non-cuda device, Error when CUDA fails.
+  explicit CudaBackend(Device device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Allocator& allocator() override { return allocator_; }
+  bool supports(Kernel kernel, DType dtype) const override;
+  void synchronize() override;  // cudaStreamSynchronize on this backend's stream
+
+  CUstream_st* stream() const { return stream_; }
+  cublasContext* cublas() const { return cublas_; }
+  cublasLtContext* cublas_lt() const { return cublas_lt_; }
+
+ protected:
+  void run_copy(const Tensor& src, const Tensor& dst) override;
+  void run_fill(const Tensor& out, double value) override;
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                  const MatmulArgs& args) override;
+
+ private:
+  void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)
+  void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
+
+  CudaAllocator allocator_;
+  CUstream_st* stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  cublasLtContext* cublas_lt_ = nullptr;
+  std::shared_ptr<Buffer> cublas_workspace_;  // freed after the handles (member order)
+};
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.
 int cuda_runtime_device_count();

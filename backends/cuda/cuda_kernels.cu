@@ -1,0 +1,96 @@
+// The CUDA backend's own kernels. Compiled by nvcc in a separate object
+// library (see CMakeLists.txt) so that the host compiler's warning flags of
+// the tessera target do not reach nvcc.
+#include "backends/cuda/cuda_kernels.hpp"
+
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/epilogue.hpp"
+#include "engine/error.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 65535;
+
+// Enough blocks to cover `count` elements with one per thread, capped: the
+// kernels loop with a grid stride past the cap.
+unsigned blocks_for(std::int64_t count) {
+  return static_cast<unsigned>(std::min(kMaxBlocks, (count + kThreads - 1) / kThreads));
+}
+
+template <typename T>
+__global__ void fill_kernel(T* data, std::int64_t count, T value) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count; i += stride)
+    data[i] = value;
+}
+
+template <typename T>
+void launch_fill(void* data, std::int64_t count, T value, cudaStream_t stream) {
+  fill_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, value);
+  cuda_check(cudaGetLastError(), "fill_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+}
+
+// Element loads and stores of the epilogue: float, or bf16 as its raw bits.
+__device__ inline float load(const float* p, std::int64_t i) { return p[i]; }
+__device__ inline float load(const std::uint16_t* p, std::int64_t i) {
+  return bf16_bits_to_float(p[i]);
+}
+__device__ inline void store(float* p, std::int64_t i, float v) { p[i] = v; }
+__device__ inline void store(std::uint16_t* p, std::int64_t i, float v) {
+  p[i] = float_to_bf16_bits(v);
+}
+
+template <typename Out, typename Bias>
+__global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t rows,
+                                       std::int64_t cols, Activation act) {
+  const std::int64_t count = rows * cols;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count; i += stride) {
+    float b = bias != nullptr ? load(bias, i % cols) : 0.0f;
+    store(out, i, matmul_epilogue(load(out, i), b, act));
+  }
+}
+
+template <typename Out, typename Bias>
+void launch_epilogue(void* out, const void* bias, std::int64_t rows, std::int64_t cols,
+                     Activation act, cudaStream_t stream) {
+  matmul_epilogue_kernel<Out, Bias><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+      static_cast<Out*>(out), static_cast<const Bias*>(bias), rows, cols, act);
+  cuda_check(cudaGetLastError(), "matmul_epilogue_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+             __LINE__);
+}
+
+}  // namespace
+
+void cuda_fill(void* data, std::int64_t count, int element_size, std::uint64_t bits,
+               cudaStream_t stream) {
+  if (count <= 0) return;
+  switch (element_size) {
+    case 2: return launch_fill(data, count, static_cast<std::uint16_t>(bits), stream);
+    case 4: return launch_fill(data, count, static_cast<std::uint32_t>(bits), stream);
+    case 8: return launch_fill(data, count, bits, stream);
+    default: throw Error("cuda_fill: element size " + std::to_string(element_size) +
+                         " is not 2, 4 or 8");
+  }
+}
+
+void cuda_matmul_epilogue(void* out, bool out_bf16, const void* bias, bool bias_bf16,
+                          std::int64_t rows, std::int64_t cols, Activation act,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  using bf16_bits = std::uint16_t;
+  if (out_bf16) {
+    if (bias_bf16) return launch_epilogue<bf16_bits, bf16_bits>(out, bias, rows, cols, act, stream);
+    return launch_epilogue<bf16_bits, float>(out, bias, rows, cols, act, stream);
+  }
+  if (bias_bf16) return launch_epilogue<float, bf16_bits>(out, bias, rows, cols, act, stream);
+  return launch_epilogue<float, float>(out, bias, rows, cols, act, stream);
+}
+
+}  // namespace tessera

@@ -1,0 +1,88 @@
+// Matmul on cuBLAS: cublasGemmStridedBatchedEx with the row-major → column-major
+// arguments of gemm_mapping.hpp (one call per entry of its `calls`), f32
+// accumulation (CUBLAS_COMPUTE_32F: no TF32, results as exact as the CPU's),
+// alpha folded into the GEMM; a bias and activation run as one in-place
+// epilogue pass over the output (cuda_kernels.cu) after it.
+#include <cublas_v2.h>
+
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/gemm_mapping.hpp"
+
+namespace tessera {
+namespace {
+
+// cuBLAS's recommended workspace for Hopper (and enough for Ampere).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
+
+cudaDataType cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::i32: return CUDA_R_32I;
+    case DType::i64: return CUDA_R_64I;
+  }
+  return CUDA_R_32F;
+}
+
+cublasOperation_t op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+const char* byte_pointer(const Tensor& t, std::int64_t element_offset) {
+  return static_cast<const char*>(t.raw_data()) +
+         element_offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
+}
+
+}  // namespace
+
+void CudaBackend::ensure_cublas_workspace() {
+  if (cublas_workspace_) return;
+  auto workspace = std::make_shared<Buffer>(allocator_, kCublasWorkspaceBytes);
+  TESSERA_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace->data(), workspace->bytes()));
+  cublas_workspace_ = std::move(workspace);
+}
+
+void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias,
+                             const Tensor& out, const MatmulArgs& args) {
+  // a and b share a floating dtype (checked by Backend::matmul). Supported
+  // type combinations of cublasGemmEx with f32 compute: f32·f32 → f32 and
+  // bf16·bf16 → bf16 or f32.
+  const DType in = a.dtype();
+  if (!(out.dtype() == in || (in == DType::bf16 && out.dtype() == DType::f32)))
+    throw DTypeError("matmul: " + a.describe() + " @ " + b.describe() + " into " +
+                     out.describe() + " is not supported on cuda (f32 @ f32 → f32, bf16 @ bf16 "
+                     "→ bf16 or f32)");
+  if (bias != nullptr && !is_floating(bias->dtype()))
+    throw DTypeError("matmul: bias is " + bias->describe() + ", expected f32 or bf16");
+
+  const ColumnMajorGemm g = column_major_gemm(a.shape(), b.shape(), args);
+  if (g.calls.empty()) return;  // empty output
+  CudaDeviceGuard guard(device().index);
+  if (g.zero_k()) {
+    // Nothing to contract: op(a) @ op(b) is all zeros (then bias and activation).
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream_));
+  } else {
+    ensure_cublas_workspace();
+    const float alpha = args.alpha, beta = 0.0f;
+    // swap_operands: cuBLAS's A is b and its B is a (see gemm_mapping.hpp).
+    const Tensor& cublas_a = g.swap_operands ? b : a;
+    const Tensor& cublas_b = g.swap_operands ? a : b;
+    for (const GemmCall& call : g.calls) {
+      TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+          cublas_, op(g.transa), op(g.transb), g.m, g.n, g.k, &alpha,
+          byte_pointer(cublas_a, call.offset_a), cuda_data_type(in), g.lda, g.stride_a,
+          byte_pointer(cublas_b, call.offset_b), cuda_data_type(in), g.ldb, g.stride_b, &beta,
+          const_cast<char*>(byte_pointer(out, call.offset_c)), cuda_data_type(out.dtype()), g.ldc,
+          g.stride_c, g.batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  if (bias != nullptr || args.activation != Activation::none) {
+    const std::int64_t cols = out.shape()[out.rank() - 1];
+    cuda_matmul_epilogue(out.raw_data(), out.dtype() == DType::bf16,
+                         bias != nullptr ? bias->raw_data() : nullptr,
+                         bias != nullptr && bias->dtype() == DType::bf16, out.numel() / cols, cols,
+                         args.activation, stream_);
+  }
+}
+
+}  // namespace tessera
