@@ -1,9 +1,9 @@
 // The CUDA backend against host references and the CPU backend.
 //
-// Tests that need a GPU carry doctest's skip decorator, evaluated when the
-// tests register (static initialisation): on a machine without a GPU they are
-// reported as skipped, not as passed. The error-reporting and device-checking
-// tests need only the CUDA libraries and run everywhere the backend is built.
+// Tests that need a GPU belong to the test suite "gpu": a plain run skips them,
+// `tessera_tests --gpu-suite` runs them (CTest reports that entry as skipped
+// where no GPU is found). The error-reporting and device-checking tests need
+// only the CUDA libraries and run everywhere the backend is built.
 #include <doctest/doctest.h>
 
 #if TESSERA_HAVE_CUDA
@@ -21,23 +21,15 @@
 #include "backends/registry.hpp"
 #include "tests/test_util.hpp"
 
-namespace tessera::test {
-
-// Whether this process sees a GPU, asked once.
-bool cuda_available_for_tests() {
-  static const bool available = cuda_device_count() > 0;
-  return available;
-}
-
-}  // namespace tessera::test
-
 using namespace tessera;
 using namespace tessera::test;
 
 namespace {
 
-// The decorator of the tests that need a GPU.
-doctest::skip skip_without_gpu() { return doctest::skip(!cuda_available_for_tests()); }
+// The decorator of the tests that need a GPU: skipped in the default run and
+// run by `tessera_tests --gpu-suite` (which CTest reports as skipped without a
+// GPU, see tests/main.cpp).
+doctest::skip skip_without_gpu() { return doctest::skip(true); }
 
 Backend& gpu() { return backend_for(Device::cuda(0)); }
 
@@ -126,7 +118,7 @@ TEST_CASE("cuda backend of a GPU that does not exist is a DeviceError") {
 
 // --- on a GPU ---------------------------------------------------------------
 
-TEST_CASE("cuda backend: name, device and capabilities" * skip_without_gpu()) {
+TEST_CASE("cuda backend: name, device and capabilities" * doctest::test_suite("gpu") * skip_without_gpu()) {
   Backend& b = gpu();
   CHECK(b.name() == "cuda");
   CHECK(b.device() == Device::cuda(0));
@@ -142,7 +134,7 @@ TEST_CASE("cuda backend: name, device and capabilities" * skip_without_gpu()) {
 }
 
 TEST_CASE("cuda copy round trip host → device → device → host for every dtype" *
-          skip_without_gpu()) {
+          doctest::test_suite("gpu") * skip_without_gpu()) {
   for (DType dtype : {DType::f32, DType::bf16, DType::i32, DType::i64})
     for (const Shape& shape : {Shape{}, Shape{1}, Shape{7, 13}, Shape{3, 1000, 33}, Shape{0, 4}}) {
       CAPTURE(std::string(dtype_name(dtype)));
@@ -156,7 +148,7 @@ TEST_CASE("cuda copy round trip host → device → device → host for every dt
     }
 }
 
-TEST_CASE("cuda copy checks its operands" * skip_without_gpu()) {
+TEST_CASE("cuda copy checks its operands" * doctest::test_suite("gpu") * skip_without_gpu()) {
   Tensor host = host_pattern({4, 4}, DType::f32);
   Tensor other_host = Tensor::empty({4, 4}, DType::f32);
   CHECK_THROWS_AS(gpu().copy(host, other_host), DeviceError);  // neither side on the GPU
@@ -166,7 +158,7 @@ TEST_CASE("cuda copy checks its operands" * skip_without_gpu()) {
   CHECK_THROWS_AS(gpu().copy(host, wrong_dtype), DTypeError);
 }
 
-TEST_CASE("cuda fill writes every element for f32, bf16, i32 and i64" * skip_without_gpu()) {
+TEST_CASE("cuda fill writes every element for f32, bf16, i32 and i64" * doctest::test_suite("gpu") * skip_without_gpu()) {
   // 100003 elements: several blocks and a partial one.
   const std::int64_t n = 100003;
   Tensor f = Tensor::empty({n}, DType::f32, Device::cuda(0));
@@ -201,7 +193,7 @@ TEST_CASE("cuda fill writes every element for f32, bf16, i32 and i64" * skip_wit
 }
 
 TEST_CASE("cuda matmul matches the CPU backend for every transpose and odd sizes" *
-          skip_without_gpu()) {
+          doctest::test_suite("gpu") * skip_without_gpu()) {
   const std::int64_t sizes[] = {1, 7, 65};
   unsigned seed = 100;
   for (bool ta : {false, true})
@@ -227,7 +219,7 @@ TEST_CASE("cuda matmul matches the CPU backend for every transpose and odd sizes
 }
 
 TEST_CASE("cuda batched matmul with equal and broadcast batch axes matches the CPU backend" *
-          skip_without_gpu()) {
+          doctest::test_suite("gpu") * skip_without_gpu()) {
   struct Case {
     std::vector<std::int64_t> batch_a, batch_b;
   };
@@ -250,7 +242,7 @@ TEST_CASE("cuda batched matmul with equal and broadcast batch axes matches the C
       }
 }
 
-TEST_CASE("cuda matmul with bias and activation matches the CPU backend" * skip_without_gpu()) {
+TEST_CASE("cuda matmul with bias and activation matches the CPU backend" * doctest::test_suite("gpu") * skip_without_gpu()) {
   const Activation activations[] = {Activation::none, Activation::relu, Activation::gelu_tanh,
                                     Activation::gelu_erf, Activation::tanh, Activation::sigmoid};
   Tensor a = random_tensor({2, 17, 33}, 7, -2.0f, 2.0f), b = random_tensor({33, 19}, 8, -2.0f, 2.0f);
@@ -266,7 +258,7 @@ TEST_CASE("cuda matmul with bias and activation matches the CPU backend" * skip_
   }
 }
 
-TEST_CASE("cuda bf16 matmul accumulates in f32" * skip_without_gpu()) {
+TEST_CASE("cuda bf16 matmul accumulates in f32" * doctest::test_suite("gpu") * skip_without_gpu()) {
   // bf16 operands (rounded from f32), against an f32 matmul of the rounded values.
   Tensor a32 = random_tensor({9, 40}, 31), b32 = random_tensor({40, 11}, 32);
   auto round = [](const Tensor& t) {
@@ -293,14 +285,14 @@ TEST_CASE("cuda bf16 matmul accumulates in f32" * skip_without_gpu()) {
   CHECK_THROWS_AS(gpu().matmul(da, db, nullptr, bad), DTypeError);
 }
 
-TEST_CASE("cuda matmul with an empty contraction gives zeros plus bias" * skip_without_gpu()) {
+TEST_CASE("cuda matmul with an empty contraction gives zeros plus bias" * doctest::test_suite("gpu") * skip_without_gpu()) {
   Tensor a = Tensor::empty({3, 0}, DType::f32), b = Tensor::empty({0, 4}, DType::f32);
   Tensor bias = Tensor::from_vector<float>({1, -2, 3, -4}, {4});
   auto out = gpu_matmul(a, b, &bias, {.activation = Activation::relu}).to_vector<float>();
   CHECK(out == std::vector<float>{1, 0, 3, 0, 1, 0, 3, 0, 1, 0, 3, 0});
 }
 
-TEST_CASE("cuda matmul checks its operands" * skip_without_gpu()) {
+TEST_CASE("cuda matmul checks its operands" * doctest::test_suite("gpu") * skip_without_gpu()) {
   Tensor host = random_tensor({4, 4}, 1);
   Tensor d = to_gpu(host);
   Tensor out = Tensor::empty({4, 4}, DType::f32, Device::cuda(0));
@@ -310,7 +302,7 @@ TEST_CASE("cuda matmul checks its operands" * skip_without_gpu()) {
 }
 
 TEST_CASE("cuda allocator counts device memory and names the device when exhausted" *
-          skip_without_gpu()) {
+          doctest::test_suite("gpu") * skip_without_gpu()) {
   Allocator& alloc = allocator_for(Device::cuda(0));
   auto before = alloc.stats();
   {
