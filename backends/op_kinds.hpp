@@ -18,8 +18,9 @@ enum class UnaryOp : std::uint8_t {
 };
 inline constexpr int kUnaryOpCount = 13;
 
-enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min };
-inline constexpr int kBinaryOpCount = 6;
+// equal gives 1 where a == b, else 0 (a mask; it has no gradient).
+enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, equal };
+inline constexpr int kBinaryOpCount = 7;
 
 enum class ReduceOp : std::uint8_t { sum, mean, max };
 inline constexpr int kReduceOpCount = 3;

@@ -67,6 +67,8 @@ std::vector<ValueId> binary_grads(Graph& g, const Node& n, ValueId dy) {
       ValueId da = emit(g, OpKind::unary_grad, {margin, dy_full}, attrs, g.shape(margin), g.dtype(dy));
       return {unbroadcast(g, da, sa), unbroadcast(g, g.sub(dy_full, da), sb)};
     }
+    case BinaryOp::equal:
+      return {kNone, kNone};  // a mask: zero almost everywhere
   }
   return {kNone, kNone};
 }
@@ -74,9 +76,13 @@ std::vector<ValueId> binary_grads(Graph& g, const Node& n, ValueId dy) {
 std::vector<ValueId> reduce_grads(Graph& g, const Node& n, ValueId dy) {
   ValueId x = n.inputs[0];
   const Shape& xs = g.shape(x);
-  if (n.attrs.reduce == ReduceOp::max)
-    throw GraphError("reduce max has no gradient rule (use softmax or a max of two values)");
   ValueId dx = g.broadcast_to(dy, xs);
+  if (n.attrs.reduce == ReduceOp::max) {
+    // The gradient goes to the maxima, shared equally between ties (as JAX does).
+    ValueId is_max = g.binary(BinaryOp::equal, x, g.broadcast_to(n.outputs[0], xs));
+    ValueId ties = g.reduce(ReduceOp::sum, is_max, n.attrs.axes, /*keepdims=*/true);
+    return {g.mul(dx, g.div(is_max, g.broadcast_to(ties, xs)))};
+  }
   if (n.attrs.reduce == ReduceOp::mean)
     dx = g.scale(dx, static_cast<double>(g.shape(dy).numel()) / static_cast<double>(xs.numel()));
   return {dx};

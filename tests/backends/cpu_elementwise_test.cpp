@@ -31,7 +31,7 @@ constexpr UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::abs,     UnaryOp::relu,
 static_assert(std::size(kUnaryOps) == kUnaryOpCount, "test every UnaryOp");
 
 constexpr BinaryOp kBinaryOps[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul,
-                                   BinaryOp::div, BinaryOp::max, BinaryOp::min};
+                                   BinaryOp::div, BinaryOp::max, BinaryOp::min, BinaryOp::equal};
 static_assert(std::size(kBinaryOps) == kBinaryOpCount, "test every BinaryOp");
 
 const double kSqrt2OverPi = std::sqrt(2.0 / 3.14159265358979323846);
@@ -125,6 +125,7 @@ float binary_ref(BinaryOp op, float a, float b) {
     case BinaryOp::div: return a / b;
     case BinaryOp::max: return a > b ? a : b;
     case BinaryOp::min: return a < b ? a : b;
+    case BinaryOp::equal: return a == b ? 1.0 : 0.0;
   }
   return 0;
 }

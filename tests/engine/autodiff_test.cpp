@@ -78,15 +78,29 @@ TEST_CASE("gradient: unary ops") {
   }
 }
 
-TEST_CASE("gradient: sum and mean reductions, with and without keepdims") {
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
+TEST_CASE("gradient: sum, mean and max reductions, with and without keepdims") {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max})
     for (bool keep : {false, true}) {
       CAPTURE(name(op));
       CAPTURE(keep);
       Graph g;
       ValueId x = g.variable("x", {3, 4, 2});
-      check_gradients(g, g.reduce(op, x, {0, 2}, keep), {{x, random_tensor({3, 4, 2}, 11)}});
+      // Distinct values 0.05 apart keep each maximum where it is under ±h.
+      std::vector<float> values(24);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.05f * static_cast<float>((i * 7) % 24);
+      check_gradients(g, g.reduce(op, x, {0, 2}, keep), {{x, Tensor::from_vector(values, {3, 4, 2})}});
     }
+}
+
+TEST_CASE("reduce max shares the gradient equally between tied maxima") {
+  Graph g;
+  ValueId x = g.variable("x", {2, 3});
+  ValueId loss = g.reduce(ReduceOp::sum, g.reduce(ReduceOp::max, x, {1}), {0});
+  auto grads = append_gradients(g, loss, {x});
+  Executor exec(g, {grads.at(x)});
+  exec.bind(x, Tensor::from_vector<float>({1, 3, 3, 5, 2, 1}, {2, 3}));
+  exec.run();
+  check_close(exec.output(grads.at(x)), {0, 0.5f, 0.5f, 1, 0, 0});
 }
 
 TEST_CASE("gradient: broadcast_to, reshape and transpose") {
@@ -156,8 +170,8 @@ TEST_CASE("autodiff errors name the problem") {
   Graph g;
   ValueId x = g.variable("x", {3, 4});
   CHECK_THROWS_AS(append_gradients(g, x, {x}), ShapeError);  // not a scalar
-  ValueId m = g.reduce(ReduceOp::max, x, {0, 1});
-  CHECK_THROWS_AS(append_gradients(g, m, {x}), GraphError);
+  ValueId eq = g.reduce(ReduceOp::sum, g.layer_norm(x, g.variable("gamma", {4}), g.variable("beta", {4}))[1], {0});
+  CHECK_THROWS_AS(append_gradients(g, eq, {x}), GraphError);  // through layer norm's saved mean
   ValueId unrelated = g.variable("unrelated", {2});
   ValueId s = g.reduce(ReduceOp::sum, x, {0, 1});
   auto grads = append_gradients(g, s, {unrelated});
