@@ -1,6 +1,8 @@
 // Matmul on oneDNN: transposes are expressed as strides of the memory
 // descriptors (no copy), the bias and activation as a fused bias and eltwise
 // post-op, alpha as the output scale.
+#include <bit>
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
 
@@ -36,7 +38,7 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +
                     (args.transpose_b ? "T" : "") + (bias ? cache_key(*bias) : "-") +
                     cache_key(out) + std::string(tessera::name(args.activation)) + " " +
-                    std::to_string(args.alpha);
+                    std::to_string(std::bit_cast<std::uint32_t>(args.alpha));  // exact, unlike %f
   auto a_md = operand_desc(a, rank, args.transpose_a);
   auto b_md = operand_desc(b, rank, args.transpose_b);
   auto out_md = plain_desc(out.shape(), out.dtype());

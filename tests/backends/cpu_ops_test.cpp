@@ -144,3 +144,16 @@ TEST_CASE("a new thread share re-creates the cached primitives") {
   check_close(out, reference_matmul(a, b, false, false), 1e-5, 1e-5);
   cpu.set_threads(threads);
 }
+
+TEST_CASE("matmul alphas that print alike get primitives of their own") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = random_tensor({4, 4}, 1), b = random_tensor({4, 4}, 2);
+  Tensor out = Tensor::empty({4, 4}, DType::f32);
+  auto ref = reference_matmul(a, b, false, false);
+  for (float alpha : {1e-7f, 1e-8f}) {  // both "0.000000" under %f
+    cpu.matmul(a, b, nullptr, out, {.alpha = alpha});
+    std::vector<float> expected;
+    for (float r : ref) expected.push_back(alpha * r);
+    check_close(out, expected, 1e-5, 1e-12);
+  }
+}
