@@ -17,7 +17,11 @@ static_assert(kKernelNames.back() == "adam_update", "update kKernelNames with Ke
 // Operand checks shared by every backend. `op` names the kernel in messages.
 class Check {
  public:
-  Check(const Backend& backend, std::string_view op) : backend_(backend), op_(op) {}
+  // The op's name comes in parts ("unary", "relu", " backward") joined only
+  // when a message is built: the checks run on every kernel call.
+  Check(const Backend& backend, std::string_view op, std::string_view variant = {},
+        std::string_view suffix = {})
+      : backend_(backend), op_(op), variant_(variant), suffix_(suffix) {}
 
   // Each operand is defined and lives on the backend's device.
   const Check& on_device(std::initializer_list<std::pair<const char*, const Tensor*>> operands) const {
@@ -53,6 +57,12 @@ class Check {
     return *this;
   }
 
+  std::string label() const {
+    std::string s(op_);
+    if (!variant_.empty()) s += " " + std::string(variant_);
+    return s + std::string(suffix_);
+  }
+
   const Check& floating(const char* label, const Tensor& t) const {
     if (!is_floating(t.dtype()))
       throw DTypeError(prefix() + label + " is " + t.describe() + ", expected a floating dtype");
@@ -60,7 +70,7 @@ class Check {
   }
 
  private:
-  std::string prefix() const { return std::string(op_) + ": "; }
+  std::string prefix() const { return label() + ": "; }
   static std::string list(std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
     std::string s;
     for (auto [label, t] : operands) {
@@ -72,10 +82,9 @@ class Check {
   }
 
   const Backend& backend_;
-  std::string_view op_;
+  std::string_view op_, variant_, suffix_;
 };
 
-std::string unary_label(UnaryOp op) { return "unary " + std::string(name(op)); }
 
 }  // namespace
 
@@ -153,16 +162,14 @@ void Backend::pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& d
 }
 
 void Backend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
-  auto label = unary_label(op);
-  Check c(*this, label);
+  Check c(*this, "unary", tessera::name(op));
   c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
   c.shape("y", y, x.shape());
   run_unary(op, x, y);
 }
 
 void Backend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  auto label = unary_label(op) + " backward";
-  Check c(*this, label);
+  Check c(*this, "unary", tessera::name(op), " backward");
   c.on_device({{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   c.same_dtype({{"x", &x}, {"dy", &dy}, {"dx", &dx}}).floating("x", x);
   c.shape("dy", dy, x.shape()).shape("dx", dx, x.shape());
@@ -170,20 +177,18 @@ void Backend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, cons
 }
 
 void Backend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  std::string label = "binary " + std::string(tessera::name(op));
-  Check c(*this, label);
+  Check c(*this, "binary", tessera::name(op));
   c.on_device({{"a", &a}, {"b", &b}, {"out", &out}}).same_dtype({{"a", &a}, {"b", &b}, {"out", &out}});
-  c.shape("out", out, binary_output_shape(a.shape(), b.shape(), label));
+  c.shape("out", out, binary_output_shape(a.shape(), b.shape(), tessera::name(op)));
   run_binary(op, a, b, out);
 }
 
 void Backend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
-  std::string label = "reduce " + std::string(tessera::name(op));
-  Check c(*this, label);
+  Check c(*this, "reduce", tessera::name(op));
   c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}}).floating("x", x);
   if (out.rank() != x.rank() || !broadcast_shapes(out.shape(), x.shape()) ||
       *broadcast_shapes(out.shape(), x.shape()) != x.shape())
-    throw ShapeError(label + ": out" + out.shape().str() + " is not x" + x.shape().str() +
+    throw ShapeError(c.label() + ": out" + out.shape().str() + " is not x" + x.shape().str() +
                      " with some axes reduced to 1");
   run_reduce(op, x, out);
 }

@@ -11,7 +11,8 @@
 namespace tessera {
 namespace {
 
-// Copies elements of `elem` bytes from x, read with `x_strides` over out's axes.
+// Copies elements (as opaque words of their size) from x, read with `x_strides`
+// over out's axes.
 template <typename Word>
 void strided_copy(const Tensor& x, const Tensor& out, const std::vector<std::int64_t>& x_strides) {
   const Word* px = static_cast<const Word*>(x.raw_data());

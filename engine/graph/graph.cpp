@@ -188,10 +188,6 @@ const Node& Graph::node(NodeId id) const {
   return nodes_[static_cast<std::size_t>(id)];
 }
 
-Node& Graph::mutable_node(NodeId id) {
-  return const_cast<Node&>(static_cast<const Graph&>(*this).node(id));
-}
-
 std::vector<ValueId> Graph::variables() const {
   std::vector<ValueId> out;
   for (const auto& n : nodes_)

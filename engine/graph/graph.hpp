@@ -86,7 +86,6 @@ class Graph {
 
   const Value& value(ValueId id) const;
   const Node& node(NodeId id) const;
-  Node& mutable_node(NodeId id);
   // By value: appending nodes may move the value list under a reference.
   Shape shape(ValueId id) const { return value(id).shape; }
   DType dtype(ValueId id) const { return value(id).dtype; }
