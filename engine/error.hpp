@@ -46,4 +46,20 @@ class GraphError : public Error {
   using Error::Error;
 };
 
+// A run configuration that cannot be used: a YAML syntax error, a missing or
+// unknown key, a value of the wrong type, a bad override. The message starts
+// with where to look: "configs/mlp.yaml:12:5: model.layers[0].units: ...".
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A data file that is missing or malformed (the message names the file and,
+// where it helps, the line and column or the header field), or a dataset that
+// cannot be batched as asked.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tessera

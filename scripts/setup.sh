@@ -12,6 +12,8 @@ packages=(
   doctest-dev       # the test suites
   libcli11-dev      # the tessera command line (a maintained parser beats a hand-written one)
   nlohmann-json3-dev  # JSON output of inspect/bench and checkpoint headers
+  zlib1g-dev        # gzipped IDX datasets and deflated .npz archives
+  dataset-fashion-mnist  # the default config's data: /usr/share/datasets/fashion-mnist
 )
 
 missing=()

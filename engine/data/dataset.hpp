@@ -1,0 +1,26 @@
+// Dataset: samples held in host memory, the input of the batch iterator.
+//
+// inputs is [N, ...] (f32 features or i32 tokens); targets is [N] i32 class
+// labels or [N, ...] f32/i32 (regression targets, next-token targets). Both are
+// reference-counted tensors, so copying a Dataset shares the samples.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/tensor.hpp"
+
+namespace tessera {
+
+struct Dataset {
+  Tensor inputs;
+  Tensor targets;
+  std::string source;  // where the samples came from, for messages ("train.csv")
+
+  // Number of samples (the leading extent); 0 for an empty Dataset.
+  std::int64_t size() const {
+    return inputs.defined() && inputs.rank() > 0 ? inputs.shape()[0] : 0;
+  }
+};
+
+}  // namespace tessera
