@@ -10,7 +10,7 @@ constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
     "copy", "fill", "matmul", "conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
     "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
     "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
-    "layer_norm_backward", "embedding", "embedding_backward", "cast", "random_uniform",
+    "layer_norm_backward", "embedding", "embedding_backward", "one_hot", "cast", "random_uniform",
     "random_normal", "sgd_update", "adam_update"};
 static_assert(kKernelNames.back() == "adam_update", "update kKernelNames with Kernel");
 
@@ -275,6 +275,20 @@ void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Te
   run_embedding_backward(ids, dout, dtable);
 }
 
+void Backend::one_hot(const Tensor& ids, const Tensor& out) {
+  Check c(*this, "one_hot");
+  c.on_device({{"ids", &ids}, {"out", &out}}).floating("out", out);
+  if (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)
+    throw DTypeError("one_hot: ids is " + ids.describe() + ", expected i32 or i64");
+  if (out.rank() != ids.rank() + 1)
+    throw ShapeError("one_hot: out " + out.describe() + " must be ids " + ids.shape().str() +
+                     " with a class axis appended");
+  auto dims = ids.shape().dims();
+  dims.push_back(out.shape()[out.rank() - 1]);
+  c.shape("out", out, Shape(dims));
+  run_one_hot(ids, out);
+}
+
 void Backend::cast(const Tensor& x, const Tensor& out) {
   Check c(*this, "cast");
   c.on_device({{"x", &x}, {"out", &out}}).shape("out", out, x.shape());
@@ -339,6 +353,7 @@ void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const 
 void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::layer_norm_backward); }
 void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding); }
 void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding_backward); }
+void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(Kernel::one_hot); }
 void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast); }
 void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
 void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }

@@ -47,6 +47,16 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::rows(std::int64_t start, std::int64_t count) const {
+  if (rank() == 0 || start < 0 || count < 0 || start + count > shape_[0])
+    throw ShapeError("rows: [" + std::to_string(start) + ", " + std::to_string(start + count) +
+                     ") is outside the first axis of " + describe());
+  auto dims = shape_.dims();
+  dims[0] = count;
+  std::size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<std::size_t>(shape_[0]);
+  return view(buffer_, offset_ + static_cast<std::size_t>(start) * row_bytes, Shape(dims), dtype_);
+}
+
 std::string Tensor::describe() const {
   return std::string(dtype_name(dtype_)) + shape_.str() + " on " + device().str();
 }

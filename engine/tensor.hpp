@@ -71,6 +71,8 @@ class Tensor {
 
   // Same storage, new shape with the same element count; throws ShapeError.
   Tensor reshape(const Shape& shape) const;
+  // Same storage: rows [start, start + count) of the first axis.
+  Tensor rows(std::int64_t start, std::int64_t count) const;
 
   std::string describe() const;  // "f32[128, 784] on cpu:0"
 

@@ -33,6 +33,19 @@ void CpuBackend::run_embedding(const Tensor& table, const Tensor& ids, const Ten
     std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
 }
 
+void CpuBackend::run_one_hot(const Tensor& ids, const Tensor& out) {
+  std::int64_t classes = out.shape()[out.rank() - 1];
+  auto rows = checked_ids(ids, classes, "one_hot");
+  fill(out, 0.0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto at = static_cast<std::int64_t>(i) * classes + rows[i];
+    if (out.dtype() == DType::f32)
+      out.data<float>()[at] = 1.0f;
+    else
+      out.data<bf16>()[at] = to_bf16(1.0f);
+  }
+}
+
 void CpuBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
   if (dtable.dtype() != DType::f32)
     throw UnsupportedError("embedding_backward: dtable must be f32 on " + device().str() +

@@ -143,6 +143,8 @@ std::vector<ValueId> node_grads(Graph& g, const Node& n, const std::vector<Value
     }
     case OpKind::cast:
       return {g.cast(dy, g.dtype(in(0)))};
+    case OpKind::one_hot:
+      return {kNone};  // its input is integer ids
     default:
       throw GraphError("op '" + std::string(name(n.kind)) +
                        "' has no gradient rule (it is itself part of a backward pass or an update)");

@@ -55,6 +55,12 @@ void Executor::run() {
   ++runs_;
 }
 
+void Executor::set_update_step(std::int64_t step, float learning_rate) {
+  if (step < 1) throw Error("set_update_step: the step is 1-based, got " + std::to_string(step));
+  update_step_ = step;
+  learning_rate_ = learning_rate;
+}
+
 Tensor Executor::output(ValueId value) const {
   if (std::find(outputs_.begin(), outputs_.end(), value) == outputs_.end())
     throw GraphError("output: value %" + std::to_string(value) +
@@ -115,13 +121,19 @@ void Executor::run_node(const Node& node) {
     case OpKind::embedding_grad:
       b.fill(out(node, 0), 0.0);
       return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::one_hot:
+      return b.one_hot(in(node, 0), out(node, 0));
     case OpKind::cast:
       return b.cast(in(node, 0), out(node, 0));
-    case OpKind::sgd_update:
-      return b.sgd_update(in(node, 0), in(node, 1), in(node, 2), at.sgd);
+    case OpKind::sgd_update: {
+      SgdArgs args = at.sgd;
+      if (learning_rate_ > 0) args.learning_rate = learning_rate_;
+      return b.sgd_update(in(node, 0), in(node, 1), in(node, 2), args);
+    }
     case OpKind::adam_update: {
       AdamArgs args = at.adam;
-      args.step += runs_;  // the step counter advances with every run
+      args.step = update_step_ > 0 ? update_step_ : args.step + runs_;  // advances every run
+      if (learning_rate_ > 0) args.learning_rate = learning_rate_;
       return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
     }
   }

@@ -33,6 +33,11 @@ class Executor {
   // The tensor of an output value: a view valid until the next run.
   Tensor output(ValueId value) const;
 
+  // The optimizer step (1-based, for Adam's bias correction) and learning rate
+  // that update nodes use from the next run on, instead of their attributes'
+  // (a learning-rate schedule and a step count shared by several executors).
+  void set_update_step(std::int64_t step, float learning_rate);
+
   const MemoryPlan& plan() const { return plan_; }
   std::int64_t runs() const { return runs_; }
 
@@ -49,6 +54,8 @@ class Executor {
   std::vector<Tensor> tensors_;  // per value: bound tensor or arena view
   std::shared_ptr<Buffer> arena_;
   std::int64_t runs_ = 0;
+  std::int64_t update_step_ = 0;     // 0: attributes' step + runs
+  float learning_rate_ = 0.0f;       // 0: attributes' learning rate
 };
 
 }  // namespace tessera

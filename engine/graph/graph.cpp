@@ -135,6 +135,18 @@ ValueId Graph::embedding(ValueId table, ValueId ids) {
                 dtype(table));
 }
 
+ValueId Graph::one_hot(ValueId ids, std::int64_t classes, DType to) {
+  if (dtype(ids) != DType::i32 && dtype(ids) != DType::i64)
+    throw DTypeError("one_hot: ids " + describe(ids) + " must be i32 or i64");
+  if (classes < 1) throw ShapeError("one_hot: the number of classes must be >= 1");
+  auto dims = shape(ids).dims();
+  dims.push_back(classes);
+  OpAttrs attrs;
+  attrs.shape = Shape(dims);
+  attrs.dtype = to;
+  return single(OpKind::one_hot, {ids}, attrs, attrs.shape, to);
+}
+
 ValueId Graph::cast(ValueId x, DType to) {
   if (dtype(x) == to) return x;
   OpAttrs attrs;

@@ -74,6 +74,7 @@ class Graph {
   // Returns {y, mean, rstd}; mean and rstd feed the backward pass.
   std::vector<ValueId> layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon = 1e-5f);
   ValueId embedding(ValueId table, ValueId ids);
+  ValueId one_hot(ValueId ids, std::int64_t classes, DType dtype = DType::f32);
   ValueId cast(ValueId x, DType dtype);
 
   // Optimizer updates (side effects on variables; no outputs).

@@ -39,11 +39,12 @@ enum class OpKind : std::uint8_t {
   layer_norm_grad,    // (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)
   embedding,          // (table, ids) -> table rows
   embedding_grad,     // (ids, dy) -> dtable of shape attrs.shape (scatter-add into zeros)
+  one_hot,            // (ids) -> [..., attrs.shape[-1]] of 0/1 in attrs.dtype (no gradient)
   cast,               // (x) -> x as attrs.dtype
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
 };
-inline constexpr int kOpKindCount = 25;
+inline constexpr int kOpKindCount = 26;
 
 std::string_view name(OpKind kind);
 
