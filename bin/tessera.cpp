@@ -2,18 +2,82 @@
 // mapped to an exit code in one place (see exit_code_for).
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/registry.hpp"
+#include "bin/progress.hpp"
+#include "engine/config/config.hpp"
+#include "engine/run_config.hpp"
+#include <unistd.h>
 
 namespace {
 
 using namespace tessera;
 
 enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kBadInput = 3, kUnsupported = 4 };
+
+int devices(int cpu_devices) {
+  set_cpu_device_count(cpu_devices);
+  fmt::print("CUDA backend compiled: {}\n", cuda_compiled() ? "yes" : "no");
+  for (const auto& d : available_devices()) fmt::print("{}  ({})\n", d.str(), backend_for(d).name());
+  return kOk;
+}
+
+int inspect(const std::string& file, const std::vector<std::string>& overrides, bool resolved) {
+  RunConfig run = load_run_config(file, overrides);
+  VariableStore store;
+  fmt::print("{}", run.model.summary(store, run.training.seed));
+  fmt::print("\n{:<48} {:<16} {:<6} {:>12}\n", "Variable", "Shape", "DType", "Bytes");
+  std::int64_t bytes = 0;
+  for (const auto& v : store.variables()) {
+    fmt::print("{:<48} {:<16} {:<6} {:>12}\n", v.path, v.value.shape().str(), dtype_name(v.value.dtype()),
+               v.value.nbytes());
+    bytes += static_cast<std::int64_t>(v.value.nbytes());
+  }
+  fmt::print("Total: {} parameters, {} bytes\n", store.parameter_count(), bytes);
+  if (resolved) fmt::print("\nResolved config:\n{}\n", run.root.dump());
+  return kOk;
+}
+
+int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path) {
+  RunConfig run = load_run_config(file, overrides);
+  if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
+  Dataset train_data = load_dataset(*run.train_data);
+  std::optional<Dataset> validation;
+  if (run.validation_data) validation = load_dataset(*run.validation_data);
+  VariableStore store;
+  run.model.build(store, run.training.seed);
+  Trainer trainer(run.model, run.training, store);
+  fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
+             store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
+  std::ofstream log;
+  if (!log_path.empty()) {
+    log.open(log_path, std::ios::app);
+    if (!log) throw Error("cannot open the metrics log '" + log_path + "' for writing");
+  }
+  ProgressBar bar(run.training.epochs, isatty(STDOUT_FILENO) != 0);
+  FitCallbacks callbacks;
+  callbacks.on_batch = [&](std::int64_t e, std::int64_t b, std::int64_t n, const Evaluation& r) { bar.on_batch(e, b, n, r); };
+  callbacks.on_epoch = [&](const EpochLog& l) {
+    bar.on_epoch(l);
+    if (!log.is_open()) return;
+    nlohmann::json j{{"epoch", l.epoch}, {"seconds", l.seconds}, {"loss", l.train.loss}};
+    for (const auto& [k, v] : l.train.metrics) j[k] = v;
+    if (l.validation.samples > 0) {
+      j["val_loss"] = l.validation.loss;
+      for (const auto& [k, v] : l.validation.metrics) j["val_" + k] = v;
+    }
+    log << j.dump() << "\n" << std::flush;
+  };
+  trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
+  return kOk;
+}
 
 // Prints the devices and runs one small matmul on each backend, checked
 // against a plain loop on the host.
@@ -70,12 +134,35 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int cpu_devices = 2;
   auto* check = app.add_subcommand("selfcheck", "Print the devices and run a small matmul on each");
-  check->add_option("--cpu-devices", cpu_devices, "Number of logical CPU devices")
-      ->check(CLI::PositiveNumber);
+  check->add_option("--cpu-devices", cpu_devices, "Number of logical CPU devices")->check(CLI::PositiveNumber);
+  auto* list = app.add_subcommand("devices", "List the devices this process can use");
+  list->add_option("--cpu-devices", cpu_devices, "Number of logical CPU devices")->check(CLI::PositiveNumber);
+
+  std::string config;
+  std::vector<std::string> overrides;
+  bool resolved = false;
+  std::string log_path;
+  auto* inspect_cmd = app.add_subcommand("inspect", "Show a config's model: layers, output shapes, variables");
+  auto* train_cmd = app.add_subcommand("train", "Train the model of a config on its data");
+  for (auto* cmd : {inspect_cmd, train_cmd}) {
+    cmd->add_option("config", config, "The run config (YAML)")->required();
+    cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
+  }
+  inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
+  train_cmd->add_option("--log", log_path, "Append one JSON line of metrics per epoch to this file");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*check) return selfcheck(cpu_devices);
+    if (*list) return devices(cpu_devices);
+    if (*inspect_cmd) return inspect(config, overrides, resolved);
+    if (*train_cmd) return train(config, overrides, log_path);
+  } catch (const tessera::ConfigError& e) {
+    std::cerr << "tessera: config error: " << e.what() << "\n";
+    return kBadInput;
+  } catch (const tessera::DataError& e) {
+    std::cerr << "tessera: data error: " << e.what() << "\n";
+    return kBadInput;
   } catch (const tessera::ShapeError& e) {
     std::cerr << "tessera: shape error: " << e.what() << "\n";
     return kBadInput;

@@ -1,0 +1,43 @@
+#include "bin/progress.hpp"
+
+#include <fmt/core.h>
+
+namespace tessera {
+
+std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
+  std::string s = fmt::format("{}loss {:.4f}", prefix, e.loss);
+  for (const auto& [name, value] : e.metrics) s += fmt::format(" - {}{} {:.4f}", prefix, name, value);
+  return s;
+}
+
+void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running) {
+  auto now = std::chrono::steady_clock::now();
+  if (batch == 1) epoch_start_ = now;
+  if (!terminal_) return;
+  // Redraw at most 10 times a second, and always on the last batch.
+  if (batch != batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  double elapsed = std::chrono::duration<double>(now - epoch_start_).count();
+  double rate = elapsed > 0 ? static_cast<double>(running.samples) / elapsed : 0;
+  double eta = batch > 0 ? elapsed * static_cast<double>(batches - batch) / static_cast<double>(batch) : 0;
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * batch / std::max<std::int64_t>(1, batches));
+  Evaluation mean = running;
+  mean.loss /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
+  for (auto& [name, value] : mean.metrics) value /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
+  fmt::print("\rEpoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s   ", epoch, epochs_,
+             std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
+             batch, batches, format_evaluation(mean), rate, eta);
+  std::fflush(stdout);
+}
+
+void ProgressBar::on_epoch(const EpochLog& log) {
+  double rate = log.seconds > 0 ? static_cast<double>(log.train.samples) / log.seconds : 0;
+  std::string line = fmt::format("Epoch {}/{} - {:.1f}s - {:.0f} samples/s - {}", log.epoch, epochs_,
+                                 log.seconds, rate, format_evaluation(log.train));
+  if (log.validation.samples > 0) line += " - " + format_evaluation(log.validation, "val_");
+  fmt::print("{}{}\n", terminal_ ? "\r" : "", line);
+  std::fflush(stdout);
+}
+
+}  // namespace tessera

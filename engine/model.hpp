@@ -1,0 +1,77 @@
+// Model: the layer graph declared under `model:` in a config.
+//
+//   model:
+//     name: fashion_mlp
+//     inputs: [{name: image, shape: [784]}]          # per sample, no batch axis
+//     layers:                                        # Sequential: each takes the previous
+//       - {type: Dense, units: 1024, activation: relu}
+//       - {type: Dense, units: 10}
+//
+// A layer with `inputs: [a, b]` names the layers (or model inputs) it takes,
+// which makes the model Functional (a DAG); `outputs: [name]` picks the
+// model's output (default: the last layer). Layer names auto-number per type
+// as Keras does (dense, dense_1, ...). Variable paths are
+// "<model name>/<layer>/<variable>" in a Sequential model and
+// "<layer>/<variable>" in a Functional one, as in Keras.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/graph/graph.hpp"
+#include "engine/variable_store.hpp"
+#include "layers/layer.hpp"
+
+namespace tessera {
+
+class ConfigNode;
+
+struct ModelInput {
+  std::string name;
+  Shape shape;  // per sample
+  DType dtype = DType::f32;
+};
+
+class Model {
+ public:
+  // Parses and validates `model:`; throws ConfigError with file:line:column for
+  // unknown keys or layer types, bad arguments, unknown or cyclic layer inputs.
+  static Model from_config(ConfigNode node);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  struct Traced {
+    std::vector<ValueId> inputs;  // one per ModelInput, with a batch axis
+    ValueId output = -1;
+    std::vector<std::pair<std::string, ValueId>> variables;  // path -> graph leaf
+    std::vector<std::pair<std::string, ValueId>> layer_outputs;  // layer name -> value
+  };
+  // Adds the forward pass for `batch` samples to `graph`, creating (and
+  // initialising from `seed`) any variable the store lacks.
+  Traced trace(Graph& graph, std::int64_t batch, bool training, VariableStore& store,
+               std::uint64_t seed) const;
+
+  const std::string& name() const { return name_; }
+  bool sequential() const { return sequential_; }
+  const std::vector<ModelInput>& inputs() const { return inputs_; }
+  // Creates (and initialises) every variable in `store`, as Keras' build().
+  void build(VariableStore& store, std::uint64_t seed) const;
+  // Keras-style summary: layer (type), output shape, parameters; then totals.
+  std::string summary(VariableStore& store, std::uint64_t seed) const;
+
+ private:
+  Model() = default;
+  struct Node {
+    std::unique_ptr<Layer> layer;
+    std::vector<int> sources;  // indices: < 0 is model input -(i+1), else a node
+  };
+  std::string name_;
+  bool sequential_ = true;
+  std::vector<ModelInput> inputs_;
+  std::vector<Node> nodes_;  // topologically ordered
+  int output_ = -1;
+};
+
+}  // namespace tessera

@@ -1,0 +1,89 @@
+#include "engine/run_config.hpp"
+
+#include <algorithm>
+
+#include "engine/data/csv.hpp"
+#include "engine/data/idx.hpp"
+#include "engine/data/npy.hpp"
+#include "engine/data/synthetic.hpp"
+#include "engine/data/text.hpp"
+
+namespace tessera {
+namespace {
+
+const std::vector<std::string> kDataTypes = {"idx", "csv", "npz", "text", "synthetic"};
+
+[[noreturn]] void config_error(const ConfigNode& node, const std::string& what) {
+  throw ConfigError(node.location() + ": " + node.path() + ": " + what);
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  ConfigNode root = ConfigNode::load_file(file);
+  for (const auto& o : overrides) apply_override(root, o);
+  root.expect_keys({"model", "training", "data", "distribution"});
+  // `model: ../models/mlp.yaml` takes the `model:` of another file (the zoo);
+  // errors in it then name that file.
+  ConfigNode model = root["model"];
+  if (model.is_scalar()) {
+    ConfigNode zoo = ConfigNode::load_file(root.resolve_path(model.as<std::string>()));
+    zoo.expect_keys({"model"});
+    model = zoo["model"];
+  }
+  RunConfig run{root, Model::from_config(model), parse_training(root["training"]), {}, {}};
+  if (root["model"].is_scalar()) root.set("model", model);  // the resolved config shows it whole
+  if (auto data = root.find("data")) {
+    data->expect_keys({"train", "validation"});
+    run.train_data = data->find("train");
+    run.validation_data = data->find("validation");
+  }
+  return run;
+}
+
+Dataset load_dataset(ConfigNode spec) {
+  auto type = spec["type"].as<std::string>();
+  if (type == "idx") {
+    spec.expect_keys({"type", "images", "labels"});
+    return load_idx(spec.resolve_path(spec["images"].as<std::string>()),
+                    spec.resolve_path(spec["labels"].as<std::string>()));
+  }
+  if (type == "csv") {
+    spec.expect_keys({"type", "path", "label_column", "header"});
+    return load_csv(spec.resolve_path(spec["path"].as<std::string>()), spec.get<int>("label_column", -1),
+                    spec.get<bool>("header", true));
+  }
+  if (type == "npz") {
+    spec.expect_keys({"type", "path", "inputs", "targets"});
+    auto path = spec.resolve_path(spec["path"].as<std::string>());
+    return Dataset{load_npz(path, spec.get<std::string>("inputs", "x")),
+                   load_npz(path, spec.get<std::string>("targets", "y")), path.string()};
+  }
+  if (type == "text") {
+    spec.expect_keys({"type", "path", "context", "stride", "split", "validation_fraction"});
+    auto path = spec.resolve_path(spec["path"].as<std::string>());
+    Tensor tokens = load_text_bytes(path);
+    auto split = spec.get<std::string>("split", "train");
+    double fraction = spec.get<double>("validation_fraction", 0.1);
+    if (split != "train" && split != "validation") config_error(spec["split"], "split must be 'train' or 'validation'");
+    if (fraction <= 0 || fraction >= 1) config_error(spec["validation_fraction"], "must lie in (0, 1)");
+    // The last `fraction` of the bytes is held out for validation.
+    auto cut = static_cast<std::int64_t>(static_cast<double>(tokens.numel()) * (1.0 - fraction));
+    Tensor part = split == "train" ? tokens.rows(0, cut) : tokens.rows(cut, tokens.numel() - cut);
+    Dataset d = text_windows(part, spec["context"].as<std::int64_t>(), spec.get<std::int64_t>("stride", 0));
+    d.source = path.string() + " (" + split + ")";
+    return d;
+  }
+  if (type == "synthetic") {
+    spec.expect_keys({"type", "samples", "shape", "classes", "seed"});
+    return synthetic_classification(spec["samples"].as<std::int64_t>(),
+                                    Shape(spec["shape"].as<std::vector<std::int64_t>>()),
+                                    spec["classes"].as<std::int64_t>(),
+                                    static_cast<std::uint64_t>(spec.get<std::int64_t>("seed", 0)));
+  }
+  std::string hint = did_you_mean(type, kDataTypes);
+  config_error(spec["type"], "unknown data type '" + type + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                                 "; known: idx, csv, npz, text, synthetic");
+}
+
+}  // namespace tessera

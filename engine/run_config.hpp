@@ -1,0 +1,41 @@
+// A run config: one YAML file with `model:`, `training:`, `data:` (and, in a
+// coming issue, `distribution:`), loaded with `--set` overrides applied and
+// every section validated. `model:` may name a zoo file instead
+// (`model: ../models/mlp.yaml`), whose own `model:` is used.
+//
+//   data:
+//     train: {type: idx, images: train-images-idx3-ubyte.gz, labels: train-labels-idx1-ubyte.gz}
+//     validation: {type: idx, images: ..., labels: ...}    # evaluated after each epoch
+//
+// Data types: idx (images, labels), csv (path, label_column, header), npz
+// (path, inputs, targets), text (path, context, stride, split: train|validation,
+// validation_fraction), synthetic (samples, shape, classes, seed). Relative
+// paths resolve against the config file's folder.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/data/dataset.hpp"
+#include "engine/model.hpp"
+#include "engine/training/trainer.hpp"
+
+namespace tessera {
+
+struct RunConfig {
+  ConfigNode root;
+  Model model;
+  TrainingSpec training;
+  std::optional<ConfigNode> train_data, validation_data;
+};
+
+// Loads and validates a run config; `overrides` are "a.b=c" assignments.
+RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+// Loads the dataset a `data.<split>` node describes; throws ConfigError or DataError.
+Dataset load_dataset(ConfigNode spec);
+
+}  // namespace tessera

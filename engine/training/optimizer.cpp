@@ -1,0 +1,130 @@
+#include "engine/training/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/config/config.hpp"
+
+namespace tessera {
+namespace {
+
+const std::vector<std::string> kOptimizers = {"sgd", "adam", "adamw"};
+
+[[noreturn]] void unknown(const ConfigNode& node, const std::string& what, const std::string& value,
+                          const std::vector<std::string>& known) {
+  std::string hint = did_you_mean(value, known), list;
+  for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  throw ConfigError(node.location() + ": " + node.path() + ": unknown " + what + " '" + value + "'" +
+                    (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
+}
+
+ScheduleSpec parse_schedule(ConfigNode node) {
+  ScheduleSpec s;
+  node.expect_keys({"type", "warmup_steps", "decay_steps", "min_ratio"});
+  s.type = node.get<std::string>("type", "constant");
+  if (s.type != "constant" && s.type != "cosine") unknown(node["type"], "schedule", s.type, {"constant", "cosine"});
+  s.warmup_steps = node.get<std::int64_t>("warmup_steps", 0);
+  s.decay_steps = node.get<std::int64_t>("decay_steps", 0);
+  s.min_ratio = node.get<double>("min_ratio", 0.0);
+  return s;
+}
+
+}  // namespace
+
+OptimizerSpec parse_optimizer(ConfigNode node) {
+  OptimizerSpec spec;
+  if (node.is_scalar()) {
+    spec.type = node.as<std::string>();
+    if (std::find(kOptimizers.begin(), kOptimizers.end(), spec.type) == kOptimizers.end())
+      unknown(node, "optimizer", spec.type, kOptimizers);
+    if (spec.type == "sgd") spec.learning_rate = 0.01f;
+    if (spec.type == "adamw") spec.weight_decay = 0.004f;
+    return spec;
+  }
+  spec.type = node["type"].as<std::string>();
+  if (std::find(kOptimizers.begin(), kOptimizers.end(), spec.type) == kOptimizers.end())
+    unknown(node["type"], "optimizer", spec.type, kOptimizers);
+  std::vector<std::string> keys = {"type", "learning_rate", "global_clipnorm", "schedule"};
+  if (spec.type == "sgd") {
+    keys.insert(keys.end(), {"momentum", "nesterov", "weight_decay"});
+  } else {
+    keys.insert(keys.end(), {"beta_1", "beta_2", "epsilon", "weight_decay"});
+  }
+  node.expect_keys(keys);
+  spec.learning_rate = node.get<float>("learning_rate", spec.type == "sgd" ? 0.01f : 1e-3f);
+  spec.global_clipnorm = node.get<float>("global_clipnorm", 0.0f);
+  spec.weight_decay = node.get<float>("weight_decay", spec.type == "adamw" ? 0.004f : 0.0f);
+  if (spec.type == "sgd") {
+    spec.momentum = node.get<float>("momentum", 0.0f);
+    spec.nesterov = node.get<bool>("nesterov", false);
+  } else {
+    spec.beta_1 = node.get<float>("beta_1", 0.9f);
+    spec.beta_2 = node.get<float>("beta_2", 0.999f);
+    spec.epsilon = node.get<float>("epsilon", 1e-7f);
+  }
+  if (auto schedule = node.find("schedule")) spec.schedule = parse_schedule(*schedule);
+  if (spec.learning_rate <= 0)
+    throw ConfigError(node["learning_rate"].location() + ": " + node["learning_rate"].path() +
+                      ": the learning rate must be positive");
+  return spec;
+}
+
+float learning_rate_at(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps) {
+  const ScheduleSpec& s = spec.schedule;
+  double lr = spec.learning_rate;
+  if (s.warmup_steps > 0 && step < s.warmup_steps)
+    return static_cast<float>(lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps));
+  if (s.type == "cosine") {
+    std::int64_t decay = s.decay_steps > 0 ? s.decay_steps : std::max<std::int64_t>(1, total_steps - s.warmup_steps);
+    double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay));
+    double cosine = 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+    lr *= s.min_ratio + (1.0 - s.min_ratio) * cosine;
+  }
+  return static_cast<float>(lr);
+}
+
+void append_updates(Graph& g, const OptimizerSpec& spec,
+                    const std::vector<std::pair<std::string, ValueId>>& params,
+                    const std::unordered_map<ValueId, ValueId>& grads, VariableStore& store,
+                    std::vector<std::pair<std::string, ValueId>>& state) {
+  std::vector<ValueId> clipped;
+  for (const auto& [path, p] : params) clipped.push_back(grads.at(p));
+  if (spec.global_clipnorm > 0) {
+    // factor = clipnorm / max(norm, clipnorm): 1 when the norm is within bounds.
+    ValueId total = -1;
+    for (ValueId grad : clipped) {
+      std::vector<int> axes(static_cast<std::size_t>(g.shape(grad).rank()));
+      for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int>(i);
+      ValueId squares = g.reduce(ReduceOp::sum, g.mul(grad, grad), axes);
+      total = total < 0 ? squares : g.add(total, squares);
+    }
+    ValueId clip = g.fill({}, spec.global_clipnorm);
+    ValueId factor = g.div(clip, g.binary(BinaryOp::max, g.unary(UnaryOp::sqrt, total), clip));
+    for (ValueId& grad : clipped) grad = g.mul(grad, factor);
+  }
+  auto slot = [&](const std::string& path, const std::string& name, const Shape& shape) {
+    std::string state_path = "optimizer/" + path + "/" + name;
+    store.get_or_create(state_path, shape, DType::f32, false, {},
+                        [](const Tensor& t) { std::memset(t.raw_data(), 0, t.nbytes()); });
+    ValueId leaf = g.variable(state_path, shape);
+    state.emplace_back(state_path, leaf);
+    return leaf;
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& [path, p] = params[i];
+    Shape shape = g.shape(p);
+    if (spec.type == "sgd") {
+      g.sgd_update(p, clipped[i], slot(path, "momentum", shape),
+                   {.learning_rate = spec.learning_rate, .momentum = spec.momentum,
+                    .nesterov = spec.nesterov, .weight_decay = spec.weight_decay});
+    } else {
+      g.adam_update(p, clipped[i], slot(path, "m", shape), slot(path, "v", shape),
+                    {.learning_rate = spec.learning_rate, .beta1 = spec.beta_1, .beta2 = spec.beta_2,
+                     .epsilon = spec.epsilon, .weight_decay = spec.weight_decay,
+                     .decoupled_weight_decay = true});  // Keras 3 decouples weight decay in every optimizer
+    }
+  }
+}
+
+}  // namespace tessera

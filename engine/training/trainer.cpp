@@ -1,0 +1,224 @@
+#include "engine/training/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "engine/config/config.hpp"
+#include "engine/data/batch_iterator.hpp"
+#include "engine/graph/autodiff.hpp"
+
+namespace tessera {
+
+namespace {
+
+const std::vector<std::string> kMetrics = {"accuracy", "top_5_accuracy"};
+
+}  // namespace
+
+TrainingSpec parse_training(ConfigNode node) {
+  node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "seed", "shuffle", "checkpoint"});
+  TrainingSpec spec;
+  spec.loss = parse_loss(node["loss"]);
+  if (!node.has("optimizer")) node.set("optimizer", "adam");
+  spec.optimizer = parse_optimizer(node["optimizer"]);
+  spec.metrics = node.get<std::vector<std::string>>("metrics", {});
+  for (std::size_t i = 0; i < spec.metrics.size(); ++i)
+    if (std::find(kMetrics.begin(), kMetrics.end(), spec.metrics[i]) == kMetrics.end()) {
+      std::string hint = did_you_mean(spec.metrics[i], kMetrics);
+      throw ConfigError(node["metrics"].at(i).location() + ": " + node["metrics"].at(i).path() +
+                        ": unknown metric '" + spec.metrics[i] + "'" +
+                        (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                        "; known: accuracy, top_5_accuracy");
+    }
+  spec.epochs = node.get<std::int64_t>("epochs", 1);
+  spec.batch_size = node.get<std::int64_t>("batch_size", 32);
+  spec.seed = static_cast<std::uint64_t>(node.get<std::int64_t>("seed", 0));
+  spec.shuffle = node.get<bool>("shuffle", true);
+  if (spec.epochs < 1) throw ConfigError(node["epochs"].location() + ": " + node["epochs"].path() + ": epochs must be >= 1");
+  if (spec.batch_size < 1)
+    throw ConfigError(node["batch_size"].location() + ": " + node["batch_size"].path() + ": batch_size must be >= 1");
+  return spec;
+}
+
+// One traced program: the model for a batch size, with loss and (for
+// training) gradients and updates, bound to the store's variables.
+struct Trainer::Program {
+  Graph graph;
+  ValueId input = -1, target = -1, loss = -1, output = -1;
+  std::unique_ptr<Executor> exec;
+};
+
+Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device)
+    : model_(model), spec_(std::move(spec)), store_(store), device_(device) {
+  if (model_.inputs().size() != 1)
+    throw UnsupportedError("the trainer feeds models with one input; '" + model_.name() + "' has " +
+                           std::to_string(model_.inputs().size()));
+}
+
+Trainer::~Trainer() = default;
+
+Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss) {
+  auto key = std::make_tuple(batch, training, with_loss);
+  auto& slot = programs_[key];
+  if (slot) return *slot;
+  auto p = std::make_unique<Program>();
+  Graph& g = p->graph;
+  Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
+  p->input = traced.inputs[0];
+  p->output = traced.output;
+  std::vector<ValueId> outputs{p->output};
+  std::vector<std::pair<std::string, ValueId>> leaves = traced.variables;
+  if (with_loss) {
+    Shape per_sample = g.shape(p->output);
+    Shape target = loss_target_shape(spec_.loss, per_sample);
+    p->target = g.input("target", target, loss_target_dtype(spec_.loss));
+    p->loss = build_loss(g, spec_.loss, p->output, p->target);
+    outputs.push_back(p->loss);
+  }
+  if (training) {
+    std::vector<std::pair<std::string, ValueId>> params;
+    std::vector<ValueId> wrt;
+    for (const auto& [path, id] : traced.variables)
+      if (store_.find(path)->trainable) {
+        params.emplace_back(path, id);
+        wrt.push_back(id);
+      }
+    auto grads = append_gradients(g, p->loss, wrt);
+    append_updates(g, spec_.optimizer, params, grads, store_, leaves);
+  }
+  p->exec = std::make_unique<Executor>(g, outputs, device_);
+  for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
+  slot = std::move(p);
+  return *slot;
+}
+
+Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {
+  const ModelInput& in = model_.inputs()[0];
+  std::int64_t n = inputs.rank() > 0 ? inputs.shape()[0] : 0;
+  if (inputs.dtype() != in.dtype)
+    throw DTypeError("data '" + source + "' has inputs " + inputs.describe() + " but model input '" +
+                     in.name + "' is " + std::string(dtype_name(in.dtype)));
+  // Samples whose element count matches are viewed in the model's input shape
+  // (28x28 IDX images feed a [784] input or a [28, 28, 1] one).
+  if (n == 0 || inputs.numel() / n != in.shape.numel())
+    throw ShapeError("data '" + source + "' has samples of shape " + inputs.shape().str() +
+                     " (batch first) but model input '" + in.name + "' takes " + in.shape.str());
+  auto dims = in.shape.dims();
+  dims.insert(dims.begin(), n);
+  return inputs.reshape(Shape(dims));
+}
+
+void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& output,
+                         const Tensor& targets, std::int64_t batch) const {
+  if (p.loss >= 0) {
+    float loss = p.exec->output(p.loss).to_vector<float>()[0];
+    total.loss += static_cast<double>(loss) * static_cast<double>(batch);
+  }
+  total.samples += batch;
+  if (spec_.metrics.empty()) return;
+  // Classification metrics over the last axis: rows of `classes` scores.
+  std::int64_t classes = output.shape()[output.rank() - 1];
+  std::int64_t rows = output.numel() / classes;
+  const float* scores = output.data<float>();
+  for (const auto& metric : spec_.metrics) {
+    int k = metric == "top_5_accuracy" ? 5 : 1;
+    std::int64_t hits = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = scores + r * classes;
+      std::int64_t label;
+      if (targets.dtype() == DType::i32) {
+        label = targets.data<std::int32_t>()[r];
+      } else {
+        const float* t = targets.data<float>() + r * classes;
+        label = std::max_element(t, t + classes) - t;
+      }
+      std::int64_t higher = 0;  // scores above the label's: top-k when fewer than k
+      for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[label];
+      hits += higher < k;
+    }
+    // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
+    total.metrics[metric] += static_cast<double>(hits) / static_cast<double>(rows) * static_cast<double>(batch);
+  }
+}
+
+std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
+                                   const FitCallbacks& callbacks) {
+  Dataset data{as_model_input(train.inputs, train.source), train.targets, train.source};
+  BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false);
+  std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
+  total_steps_ = per_epoch * spec_.epochs;
+  std::vector<EpochLog> logs;
+  for (std::int64_t epoch = 1; epoch <= spec_.epochs; ++epoch) {
+    auto start = std::chrono::steady_clock::now();
+    EpochLog log;
+    log.epoch = epoch;
+    batches.start_epoch(epoch - 1);
+    Batch batch;
+    for (std::int64_t b = 0; batches.next(batch); ++b) {
+      Program& p = program(batch.size, /*training=*/true, /*with_loss=*/true);
+      p.exec->bind(p.input, batch.inputs);
+      p.exec->bind(p.target, batch.targets);
+      p.exec->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
+      p.exec->run();
+      ++step_;
+      float loss = p.exec->output(p.loss).to_vector<float>()[0];
+      if (!std::isfinite(loss))
+        throw Error("training stopped: the loss is " + std::to_string(loss) + " at epoch " +
+                    std::to_string(epoch) + ", batch " + std::to_string(b + 1) + " (step " +
+                    std::to_string(step_) + "); lower the learning rate or clip gradients");
+      accumulate(log.train, p, p.exec->output(p.output), batch.targets, batch.size);
+      if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, log.train);
+    }
+    log.train.loss /= static_cast<double>(log.train.samples);
+    for (auto& [name, value] : log.train.metrics) value /= static_cast<double>(log.train.samples);
+    if (validation != nullptr) log.validation = evaluate(*validation);
+    log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (callbacks.on_epoch) callbacks.on_epoch(log);
+    logs.push_back(log);
+  }
+  return logs;
+}
+
+Evaluation Trainer::evaluate(const Dataset& dataset) {
+  Dataset data{as_model_input(dataset.inputs, dataset.source), dataset.targets, dataset.source};
+  BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false);
+  batches.start_epoch(0);
+  Evaluation total;
+  Batch batch;
+  while (batches.next(batch)) {
+    Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
+    p.exec->bind(p.input, batch.inputs);
+    p.exec->bind(p.target, batch.targets);
+    p.exec->run();
+    accumulate(total, p, p.exec->output(p.output), batch.targets, batch.size);
+  }
+  if (total.samples > 0) {
+    total.loss /= static_cast<double>(total.samples);
+    for (auto& [name, value] : total.metrics) value /= static_cast<double>(total.samples);
+  }
+  return total;
+}
+
+Tensor Trainer::predict(const Tensor& raw_inputs) {
+  Tensor inputs = as_model_input(raw_inputs, "predict inputs");
+  std::int64_t n = inputs.shape()[0];
+  Tensor result;
+  for (std::int64_t start = 0; start < n; start += spec_.batch_size) {
+    std::int64_t size = std::min(spec_.batch_size, n - start);
+    Program& p = program(size, /*training=*/false, /*with_loss=*/false);
+    p.exec->bind(p.input, inputs.rows(start, size));
+    p.exec->run();
+    Tensor out = p.exec->output(p.output);
+    if (!result.defined()) {
+      auto out_dims = out.shape().dims();
+      out_dims[0] = n;
+      result = Tensor::empty(Shape(out_dims), out.dtype());
+    }
+    std::memcpy(result.rows(start, size).raw_data(), out.raw_data(), out.nbytes());
+  }
+  return result;
+}
+
+}  // namespace tessera

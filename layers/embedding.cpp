@@ -1,0 +1,37 @@
+// Embedding: integer ids [batch, ...] to rows of a [input_dim, output_dim] table.
+#include "engine/config/config.hpp"
+#include "layers/catalog.hpp"
+
+namespace tessera {
+namespace {
+
+class Embedding final : public Layer {
+ public:
+  Embedding(const std::string& name, std::int64_t input_dim, std::int64_t output_dim, Initializer init)
+      : Layer("Embedding", name), input_dim_(input_dim), output_dim_(output_dim), init_(init) {}
+
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    ValueId table = ctx.variable("embeddings", {input_dim_, output_dim_}, init_, {"vocab", "out"});
+    return ctx.graph.embedding(table, inputs[0]);
+  }
+
+ private:
+  std::int64_t input_dim_, output_dim_;
+  Initializer init_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_embedding(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "input_dim", "output_dim", "embeddings_initializer"});
+  auto input_dim = args["input_dim"].as<std::int64_t>();
+  auto output_dim = args["output_dim"].as<std::int64_t>();
+  if (input_dim < 1 || output_dim < 1)
+    throw ConfigError(args.location() + ": " + args.path() + ": input_dim and output_dim must be >= 1");
+  Initializer init = args.has("embeddings_initializer")
+                         ? parse_initializer(args["embeddings_initializer"])
+                         : Initializer{.kind = InitializerKind::random_uniform};  // Keras: uniform ±0.05
+  return std::make_unique<Embedding>(name, input_dim, output_dim, init);
+}
+
+}  // namespace tessera

@@ -1,0 +1,120 @@
+#include "layers/initializer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "backends/philox.hpp"
+#include "engine/config/config.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr std::array<const char*, 9> kNames = {"zeros", "ones", "constant", "random_normal",
+                                               "random_uniform", "glorot_uniform", "glorot_normal",
+                                               "he_normal", "he_uniform"};
+static_assert(static_cast<int>(InitializerKind::he_uniform) + 1 == kNames.size());
+
+struct Fans {
+  double in = 1, out = 1;
+};
+
+Fans compute_fans(const Shape& s) {
+  if (s.rank() == 0) return {};
+  if (s.rank() == 1) return {static_cast<double>(s[0]), static_cast<double>(s[0])};
+  double receptive = 1;
+  for (int i = 0; i + 2 < s.rank(); ++i) receptive *= static_cast<double>(s[i]);
+  return {static_cast<double>(s[s.rank() - 2]) * receptive, static_cast<double>(s[s.rank() - 1]) * receptive};
+}
+
+// The stream of one variable: 2^40 positions apart from the next variable's.
+std::uint64_t position(std::uint64_t stream, std::int64_t i) {
+  return (stream << 40) + static_cast<std::uint64_t>(i);
+}
+
+}  // namespace
+
+Initializer parse_initializer(const ConfigNode& node) {
+  Initializer init;
+  ConfigNode spec = node;
+  std::string type;
+  if (node.is_scalar()) {
+    type = node.as<std::string>();
+  } else {
+    type = node["type"].as<std::string>();
+    spec.expect_keys({"type", "value", "mean", "stddev", "minval", "maxval"});
+  }
+  std::vector<std::string> known(kNames.begin(), kNames.end());
+  auto it = std::find(known.begin(), known.end(), type);
+  if (it == known.end()) {
+    std::string hint = did_you_mean(type, known);
+    std::string list;
+    for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw ConfigError(node.location() + ": " + node.path() + ": unknown initializer '" + type + "'" +
+                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
+  }
+  init.kind = static_cast<InitializerKind>(it - known.begin());
+  if (!node.is_scalar()) {
+    init.value = spec.get<float>("value", init.value);
+    init.mean = spec.get<float>("mean", init.mean);
+    init.stddev = spec.get<float>("stddev", init.stddev);
+    init.minval = spec.get<float>("minval", init.minval);
+    init.maxval = spec.get<float>("maxval", init.maxval);
+  }
+  return init;
+}
+
+Initializer initializer_arg(ConfigNode args, const std::string& key, const std::string& default_name) {
+  if (!args.has(key)) args.get<std::string>(key, default_name);
+  return parse_initializer(args[key]);
+}
+
+std::string initializer_name(const Initializer& init) { return kNames[static_cast<int>(init.kind)]; }
+
+void initialize(const Initializer& init, const Tensor& out, std::uint64_t seed, std::uint64_t stream) {
+  float* p = out.data<float>();
+  std::int64_t n = out.numel();
+  Fans fans = compute_fans(out.shape());
+  auto uniform = [&](float limit) {
+    for (std::int64_t i = 0; i < n; ++i)
+      p[i] = limit * (2.0f * philox::uniform01(philox::bits(seed, position(stream, i))) - 1.0f);
+  };
+  // Keras' variance-scaling normals are truncated at two standard deviations
+  // (resampled), with the stddev corrected for the truncation (/ .87962566).
+  auto truncated_normal = [&](float stddev) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      float z;
+      std::uint64_t attempt = 0;
+      do {
+        z = philox::normal(seed, position(stream, i) + (attempt++ << 32));
+      } while (std::abs(z) > 2.0f);
+      p[i] = stddev / 0.87962566f * z;
+    }
+  };
+  switch (init.kind) {
+    case InitializerKind::zeros:
+    case InitializerKind::ones:
+    case InitializerKind::constant: {
+      float v = init.kind == InitializerKind::zeros ? 0.0f : init.kind == InitializerKind::ones ? 1.0f : init.value;
+      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+      return;
+    }
+    case InitializerKind::random_normal:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = init.mean + init.stddev * philox::normal(seed, position(stream, i));
+      return;
+    case InitializerKind::random_uniform:
+      for (std::int64_t i = 0; i < n; ++i)
+        p[i] = init.minval + (init.maxval - init.minval) * philox::uniform01(philox::bits(seed, position(stream, i)));
+      return;
+    case InitializerKind::glorot_uniform:
+      return uniform(static_cast<float>(std::sqrt(6.0 / (fans.in + fans.out))));
+    case InitializerKind::glorot_normal:
+      return truncated_normal(static_cast<float>(std::sqrt(2.0 / (fans.in + fans.out))));
+    case InitializerKind::he_normal:
+      return truncated_normal(static_cast<float>(std::sqrt(2.0 / fans.in)));
+    case InitializerKind::he_uniform:
+      return uniform(static_cast<float>(std::sqrt(6.0 / fans.in)));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,47 @@
+#include "layers/layer.hpp"
+
+#include <algorithm>
+
+#include "engine/config/config.hpp"
+
+namespace tessera {
+namespace {
+
+const std::vector<std::string> kActivations = {"linear", "relu", "gelu", "gelu_tanh", "tanh",
+                                               "sigmoid", "softmax", "log_softmax"};
+
+}  // namespace
+
+ValueId LayerContext::variable(const std::string& name, const Shape& shape, const Initializer& init,
+                               std::vector<std::string> axis_roles, bool trainable) {
+  std::string path = prefix_ + layer_ + "/" + name;
+  std::uint64_t stream = store_.variables().size();  // creation order, as Keras seeds
+  Variable& v = store_.get_or_create(path, shape, DType::f32, trainable, std::move(axis_roles),
+                                     [&](const Tensor& t) { initialize(init, t, seed_, stream); });
+  ValueId id = graph.variable(path, shape, v.value.dtype());
+  traced_.emplace_back(path, id);
+  return id;
+}
+
+void check_activation(const ConfigNode& node, const std::string& activation) {
+  if (std::find(kActivations.begin(), kActivations.end(), activation) != kActivations.end()) return;
+  std::string hint = did_you_mean(activation, kActivations);
+  std::string list;
+  for (auto& a : kActivations) list += (list.empty() ? "" : ", ") + a;
+  throw ConfigError(node.location() + ": " + node.path() + ": unknown activation '" + activation +
+                    "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
+}
+
+ValueId apply_activation(Graph& g, ValueId x, const std::string& activation) {
+  if (activation == "linear" || activation.empty()) return x;
+  if (activation == "relu") return g.unary(UnaryOp::relu, x);
+  if (activation == "gelu") return g.unary(UnaryOp::gelu_erf, x);
+  if (activation == "gelu_tanh") return g.unary(UnaryOp::gelu_tanh, x);
+  if (activation == "tanh") return g.unary(UnaryOp::tanh, x);
+  if (activation == "sigmoid") return g.unary(UnaryOp::sigmoid, x);
+  if (activation == "softmax") return g.softmax(x, -1, false);
+  if (activation == "log_softmax") return g.softmax(x, -1, true);
+  throw Error("unknown activation '" + activation + "'");  // config parsing checked it already
+}
+
+}  // namespace tessera

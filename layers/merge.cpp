@@ -1,0 +1,32 @@
+// Layers that merge several inputs.
+#include "engine/config/config.hpp"
+#include "layers/catalog.hpp"
+
+namespace tessera {
+namespace {
+
+// Add: the elementwise sum of two or more inputs of one shape.
+class Add final : public Layer {
+ public:
+  explicit Add(const std::string& name) : Layer("Add", name) {}
+  int arity() const override { return -1; }
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    ValueId sum = inputs[0];
+    for (std::size_t i = 1; i < inputs.size(); ++i) {
+      if (ctx.graph.shape(inputs[i]) != ctx.graph.shape(inputs[0]))
+        throw ShapeError("layer '" + name() + "' (Add): inputs have shapes " +
+                         ctx.graph.shape(inputs[0]).str() + " and " + ctx.graph.shape(inputs[i]).str());
+      sum = ctx.graph.add(sum, inputs[i]);
+    }
+    return sum;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_add(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs"});
+  return std::make_unique<Add>(name);
+}
+
+}  // namespace tessera

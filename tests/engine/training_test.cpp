@@ -1,0 +1,180 @@
+// fit / evaluate / predict, losses, schedules and clipping.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/config/config.hpp"
+#include "engine/data/synthetic.hpp"
+#include "engine/graph/autodiff.hpp"
+#include "engine/training/trainer.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+Model classifier() {
+  return Model::from_config(ConfigNode::parse(R"(
+model:
+  inputs: [{name: x, shape: [8]}]
+  layers:
+    - {type: Dense, units: 16, activation: relu}
+    - {type: Dense, units: 3}
+)")["model"]);
+}
+
+TrainingSpec spec(const std::string& optimizer = "{type: adam, learning_rate: 0.01}") {
+  return parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: " + optimizer +
+      ", metrics: [accuracy], epochs: 4, batch_size: 16, seed: 3}")["training"]);
+}
+
+}  // namespace
+
+TEST_CASE("fit learns a separable synthetic problem, with a partial last batch") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(200, {8}, 3, 1);  // 200 = 12 batches of 16 + 8
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  std::int64_t batches_seen = 0;
+  FitCallbacks callbacks;
+  callbacks.on_batch = [&](std::int64_t, std::int64_t, std::int64_t batches, const Evaluation&) {
+    ++batches_seen;
+    CHECK(batches == 13);
+  };
+  auto logs = trainer.fit(data, &data, callbacks);
+  REQUIRE(logs.size() == 4);
+  CHECK(batches_seen == 52);
+  CHECK(trainer.step() == 52);
+  CHECK(logs.back().train.samples == 200);
+  CHECK(logs.back().train.loss < logs.front().train.loss);
+  CHECK(logs.back().validation.metrics.at("accuracy") > 0.9);
+  Evaluation again = trainer.evaluate(data);
+  CHECK(again.loss == doctest::Approx(logs.back().validation.loss));
+}
+
+TEST_CASE("the same seed gives a bit-identical loss curve") {
+  Dataset data = synthetic_classification(100, {8}, 3, 2);
+  std::vector<double> curves[2];
+  for (auto& curve : curves) {
+    Model model = classifier();
+    VariableStore store;
+    Trainer trainer(model, spec(), store);
+    FitCallbacks callbacks;
+    callbacks.on_batch = [&](std::int64_t, std::int64_t, std::int64_t, const Evaluation& running) {
+      curve.push_back(running.loss);
+    };
+    trainer.fit(data, nullptr, callbacks);
+  }
+  CHECK(curves[0].size() == 28);
+  CHECK(curves[0] == curves[1]);
+}
+
+TEST_CASE("predict matches a forward pass over any batch split") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(37, {8}, 3, 4);
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  Tensor all = trainer.predict(data.inputs);
+  CHECK(all.shape() == Shape{37, 3});
+  TrainingSpec one_batch = spec();
+  one_batch.batch_size = 64;
+  Trainer whole(model, one_batch, store);
+  check_close(all, whole.predict(data.inputs).to_vector<float>(), 1e-5, 1e-6);
+}
+
+TEST_CASE("sparse categorical cross-entropy equals its definition") {
+  Graph g;
+  ValueId logits = g.input("logits", {2, 3});
+  ValueId labels = g.input("labels", {2}, DType::i32);
+  ValueId loss = build_loss(g, {.type = "sparse_categorical_crossentropy", .from_logits = true}, logits, labels);
+  Executor exec(g, {loss});
+  std::vector<float> z = {1.0f, 2.0f, 0.5f, -1.0f, 0.0f, 3.0f};
+  exec.bind(logits, Tensor::from_vector(z, {2, 3}));
+  exec.bind(labels, Tensor::from_vector<std::int32_t>({1, 2}, {2}));
+  exec.run();
+  double expected = 0;
+  for (int r = 0; r < 2; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 3; ++c) sum += std::exp(static_cast<double>(z[r * 3 + c]));
+    expected += -(static_cast<double>(z[r * 3 + (r == 0 ? 1 : 2)]) - std::log(sum));
+  }
+  check_close(exec.output(loss), {static_cast<float>(expected / 2)}, 3e-5, 1e-6);  // f32 log-softmax
+}
+
+TEST_CASE("a label out of range is an error naming it and the class count") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(16, {8}, 3, 5);
+  data.targets.data<std::int32_t>()[5] = 7;
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  try {
+    trainer.fit(data, nullptr);
+    FAIL("expected a ShapeError");
+  } catch (const ShapeError& e) {
+    std::string m = e.what();
+    CHECK(m.find("id 7") != std::string::npos);
+    CHECK(m.find("[0, 3)") != std::string::npos);
+  }
+}
+
+TEST_CASE("a diverging loss stops training with the step named") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 6);
+  for (std::int64_t i = 0; i < data.inputs.numel(); ++i) data.inputs.data<float>()[i] *= 1e30f;
+  VariableStore store;
+  Trainer trainer(model, spec("{type: sgd, learning_rate: 10.0}"), store);
+  try {
+    trainer.fit(data, nullptr);
+    FAIL("expected training to stop");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("training stopped") != std::string::npos);
+  }
+}
+
+TEST_CASE("cosine schedule with linear warm-up") {
+  OptimizerSpec s = parse_optimizer(ConfigNode::parse(
+      "{type: adam, learning_rate: 1.0, schedule: {type: cosine, warmup_steps: 4, min_ratio: 0.1}}"));
+  CHECK(learning_rate_at(s, 0, 104) == doctest::Approx(0.25));
+  CHECK(learning_rate_at(s, 3, 104) == doctest::Approx(1.0));
+  CHECK(learning_rate_at(s, 4, 104) == doctest::Approx(1.0));
+  CHECK(learning_rate_at(s, 54, 104) == doctest::Approx(0.55));  // halfway: 0.1 + 0.9 * 0.5
+  CHECK(learning_rate_at(s, 104, 104) == doctest::Approx(0.1));
+}
+
+TEST_CASE("global-norm clipping scales every gradient by one factor") {
+  Graph g;
+  ValueId a = g.variable("a", {2}), b = g.variable("b", {1});
+  ValueId loss = g.add(g.reduce(ReduceOp::sum, g.scale(a, 3.0), {0}), g.reduce(ReduceOp::sum, g.scale(b, 4.0), {0}));
+  auto grads = append_gradients(g, loss, {a, b});  // (3, 3) and (4): norm sqrt(34)
+  OptimizerSpec sgd = parse_optimizer(ConfigNode::parse("{type: sgd, learning_rate: 1.0, global_clipnorm: 1.0}"));
+  VariableStore store;
+  std::vector<std::pair<std::string, ValueId>> state;
+  append_updates(g, sgd, {{"a", a}, {"b", b}}, grads, store, state);
+  Executor exec(g, {loss});
+  Tensor av = zeros({2}), bv = zeros({1});
+  exec.bind(a, av);
+  exec.bind(b, bv);
+  for (auto& [path, id] : state) exec.bind(id, store.find(path)->value);
+  exec.run();
+  double norm = std::sqrt(34.0);
+  check_close(av, {static_cast<float>(-3 / norm), static_cast<float>(-3 / norm)}, 1e-5, 1e-6);
+  check_close(bv, {static_cast<float>(-4 / norm)}, 1e-5, 1e-6);
+}
+
+TEST_CASE("bad training configs are errors with a hint") {
+  auto error_of = [](const std::string& yaml) -> std::string {
+    try {
+      parse_training(ConfigNode::parse(yaml, "run.yaml")["training"]);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error_of("training: {loss: mse, optimizer: adamm}").find("did you mean 'adam'") != std::string::npos);
+  CHECK(error_of("training: {loss: msee}").find("unknown loss") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, metrics: [acuracy]}").find("did you mean 'accuracy'") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, beta_1: 0.9}}").find("unknown key 'beta_1'") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, epochs: 0}").find("run.yaml:1:") != std::string::npos);
+}
