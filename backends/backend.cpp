@@ -11,7 +11,7 @@ constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
     "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
     "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
     "layer_norm_backward", "embedding", "embedding_backward", "one_hot", "cast", "random_uniform",
-    "random_normal", "sgd_update", "adam_update"};
+    "random_normal", "dropout", "sgd_update", "adam_update"};
 static_assert(kKernelNames.back() == "adam_update", "update kKernelNames with Kernel");
 
 // Operand checks shared by every backend. `op` names the kernel in messages.
@@ -307,6 +307,15 @@ void Backend::random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t
   run_random_normal(out, seed, offset, mean, stddev);
 }
 
+void Backend::dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
+                      std::uint64_t offset) {
+  Check c(*this, "dropout");
+  c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}}).floating("x", x);
+  c.shape("out", out, x.shape());
+  if (!(rate >= 0.0f && rate < 1.0f)) throw Error("dropout: rate must lie in [0, 1), got " + std::to_string(rate));
+  run_dropout(x, out, rate, seed, offset);
+}
+
 void Backend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                          const SgdArgs& args) {
   Check c(*this, "sgd_update");
@@ -357,6 +366,7 @@ void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(Kernel::on
 void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast); }
 void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
 void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }
+void Backend::run_dropout(const Tensor&, const Tensor&, float, std::uint64_t, std::uint64_t) { unsupported(Kernel::dropout); }
 void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(Kernel::sgd_update); }
 void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(Kernel::adam_update); }
 

@@ -32,9 +32,9 @@ enum class Kernel : std::uint8_t {
   copy, fill, matmul, conv2d_forward, conv2d_backward_data, conv2d_backward_weights,
   pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
   transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding,
-  embedding_backward, one_hot, cast, random_uniform, random_normal, sgd_update, adam_update
+  embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update
 };
-inline constexpr int kKernelCount = 26;
+inline constexpr int kKernelCount = 27;
 std::string_view name(Kernel kernel);
 
 class Backend {
@@ -123,6 +123,11 @@ class Backend {
   void random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float mean,
                      float stddev);
 
+  // out = x * keep / (1 - rate), keep[i] = philox uniform(seed, offset + i) >= rate.
+  // The mask is a pure function of (seed, offset), so the backward pass is the
+  // same call on dy: nothing is kept between the two.
+  void dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed, std::uint64_t offset);
+
   // Fused optimizer updates, in place on param and its state.
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                   const SgdArgs& args);
@@ -168,6 +173,8 @@ class Backend {
                                   float low, float high);
   virtual void run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
                                  float mean, float stddev);
+  virtual void run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
+                           std::uint64_t offset);
   virtual void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                               const SgdArgs& args);
   virtual void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,

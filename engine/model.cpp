@@ -171,6 +171,7 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   }
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
+  traced.constants = ctx.constants();
   return traced;
 }
 

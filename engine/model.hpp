@@ -47,6 +47,7 @@ class Model {
     ValueId output = -1;
     std::vector<std::pair<std::string, ValueId>> variables;  // path -> graph leaf
     std::vector<std::pair<std::string, ValueId>> layer_outputs;  // layer name -> value
+    std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
   };
   // Adds the forward pass for `batch` samples to `graph`, creating (and
   // initialising from `seed`) any variable the store lacks.

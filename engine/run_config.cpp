@@ -31,9 +31,11 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
     zoo.expect_keys({"model"});
     model = zoo["model"];
   }
-  RunConfig run{root, Model::from_config(model), parse_training(root["training"]), {}, {}};
+  RunConfig run{root, Model::from_config(model), {}, root.has("training"), {}, {}};
+  if (run.has_training) run.training = parse_training(root["training"]);
   if (root["model"].is_scalar()) root.set("model", model);  // the resolved config shows it whole
   if (auto data = root.find("data")) {
+    if (!run.has_training) data->fail("a config with data: also needs training:");
     data->expect_keys({"train", "validation"});
     run.train_data = data->find("train");
     run.validation_data = data->find("validation");

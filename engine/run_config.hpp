@@ -28,7 +28,8 @@ namespace tessera {
 struct RunConfig {
   ConfigNode root;
   Model model;
-  TrainingSpec training;
+  TrainingSpec training;      // defaults when the file has no `training:` (a zoo model)
+  bool has_training = false;
   std::optional<ConfigNode> train_data, validation_data;
 };
 

@@ -37,6 +37,20 @@ std::unique_ptr<Layer> make_layer_normalization(ConfigNode args, const std::stri
 // embedding.cpp: Embedding(input_dim, output_dim, embeddings_initializer=uniform ±0.05)
 std::unique_ptr<Layer> make_embedding(ConfigNode args, const std::string& name);
 
+// embedding.cpp: PositionEmbedding(sequence_length, initializer=glorot_uniform):
+//   learned position vectors [sequence_length, features], broadcast over the batch
+//   (add them to the token embeddings with Add, as in keras_hub)
+std::unique_ptr<Layer> make_position_embedding(ConfigNode args, const std::string& name);
+
+// core.cpp: Dropout(rate, seed) — identity outside training
+std::unique_ptr<Layer> make_dropout(ConfigNode args, const std::string& name);
+
+// attention.cpp: MultiHeadAttention(num_heads, key_dim, use_bias=true, causal=false,
+//   dropout=0) as self-attention; TransformerBlock(num_heads, key_dim, ff_dim,
+//   activation=gelu, epsilon=1e-5, causal, dropout): pre-norm GPT-2 block
+std::unique_ptr<Layer> make_multi_head_attention(ConfigNode args, const std::string& name);
+std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string& name);
+
 // merge.cpp: Add()
 std::unique_ptr<Layer> make_add(ConfigNode args, const std::string& name);
 

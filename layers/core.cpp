@@ -54,7 +54,26 @@ class Reshape final : public Layer {
   std::vector<std::int64_t> target_;
 };
 
+// Inverted dropout: zero a `rate` fraction in training, scale the rest.
+class Dropout final : public Layer {
+ public:
+  Dropout(const std::string& name, float rate) : Layer("Dropout", name), rate_(rate) {}
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
+    return ctx.training ? ctx.graph.dropout(in[0], rate_, ctx.layer_seed()) : in[0];
+  }
+
+ private:
+  float rate_;
+};
+
 }  // namespace
+
+std::unique_ptr<Layer> make_dropout(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "rate"});
+  auto rate = args["rate"].as<float>();
+  if (!(rate >= 0 && rate < 1)) throw ConfigError(args["rate"].location() + ": " + args["rate"].path() + ": rate must lie in [0, 1)");
+  return std::make_unique<Dropout>(name, rate);
+}
 
 std::unique_ptr<Layer> make_activation(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs", "activation"});

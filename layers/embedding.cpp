@@ -20,7 +20,33 @@ class Embedding final : public Layer {
   Initializer init_;
 };
 
+class PositionEmbedding final : public Layer {
+ public:
+  PositionEmbedding(const std::string& name, std::int64_t length, Initializer init)
+      : Layer("PositionEmbedding", name), length_(length), init_(init) {}
+
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    Shape in = ctx.graph.shape(inputs[0]);
+    if (in.rank() != 3 || in[1] != length_)
+      throw ShapeError("layer '" + name() + "' (PositionEmbedding): input must be [batch, " +
+                       std::to_string(length_) + ", features], got " + in.str());
+    ValueId table = ctx.variable("embeddings", {length_, in[2]}, init_, {"", "out"});
+    return ctx.graph.broadcast_to(table, in);
+  }
+
+ private:
+  std::int64_t length_;
+  Initializer init_;
+};
+
 }  // namespace
+
+std::unique_ptr<Layer> make_position_embedding(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "sequence_length", "initializer"});
+  auto length = args["sequence_length"].as<std::int64_t>();
+  if (length < 1) throw ConfigError(args["sequence_length"].location() + ": " + args["sequence_length"].path() + ": must be >= 1");
+  return std::make_unique<PositionEmbedding>(name, length, initializer_arg(args, "initializer", "glorot_uniform"));
+}
 
 std::unique_ptr<Layer> make_embedding(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs", "input_dim", "output_dim", "embeddings_initializer"});

@@ -23,6 +23,18 @@ ValueId LayerContext::variable(const std::string& name, const Shape& shape, cons
   return id;
 }
 
+ValueId LayerContext::constant(const std::string& name, const Tensor& value) {
+  ValueId id = graph.input(prefix_ + layer_ + "/" + name, value.shape(), value.dtype());
+  constants_.emplace_back(id, value);
+  return id;
+}
+
+std::uint64_t LayerContext::layer_seed() const {
+  std::uint64_t h = seed_ ^ 0x9E3779B97F4A7C15ull;  // FNV-style mix of the seed and the layer path
+  for (char c : prefix_ + layer_) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  return h;
+}
+
 void check_activation(const ConfigNode& node, const std::string& activation) {
   if (std::find(kActivations.begin(), kActivations.end(), activation) != kActivations.end()) return;
   std::string hint = did_you_mean(activation, kActivations);

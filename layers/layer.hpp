@@ -30,6 +30,12 @@ class LayerContext {
   // created and initialised on first use.
   ValueId variable(const std::string& name, const Shape& shape, const Initializer& init,
                    std::vector<std::string> axis_roles, bool trainable = true);
+  // A graph input fed with a fixed host tensor (a causal mask); the caller of
+  // trace binds the tensors listed by constants().
+  ValueId constant(const std::string& name, const Tensor& value);
+  const std::vector<std::pair<ValueId, Tensor>>& constants() const { return constants_; }
+  // A seed for this layer's random ops (dropout), distinct per layer.
+  std::uint64_t layer_seed() const;
   // The variables created in this trace: (path, graph value) pairs.
   const std::vector<std::pair<std::string, ValueId>>& traced_variables() const { return traced_; }
   void enter_layer(const std::string& name) { layer_ = name; }
@@ -40,6 +46,7 @@ class LayerContext {
   std::string layer_;
   std::uint64_t seed_;
   std::vector<std::pair<std::string, ValueId>> traced_;
+  std::vector<std::pair<ValueId, Tensor>> constants_;
 };
 
 class Layer {

@@ -55,6 +55,10 @@ void register_builtin_layers() {
     r.add("GlobalAveragePooling2D", make_global_average_pooling2d);
     r.add("LayerNormalization", make_layer_normalization);
     r.add("Embedding", make_embedding);
+    r.add("PositionEmbedding", make_position_embedding);
+    r.add("Dropout", make_dropout);
+    r.add("MultiHeadAttention", make_multi_head_attention);
+    r.add("TransformerBlock", make_transformer_block);
     r.add("Add", make_add);
   });
 }

@@ -100,6 +100,8 @@ class CpuBackend final : public Backend {
                           float high) override;
   void run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float mean,
                          float stddev) override;
+  void run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
+                   std::uint64_t offset) override;
   void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                       const SgdArgs& args) override;
   void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

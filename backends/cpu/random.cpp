@@ -38,4 +38,19 @@ void CpuBackend::run_random_normal(const Tensor& out, std::uint64_t seed, std::u
   });
 }
 
+void CpuBackend::run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
+                             std::uint64_t offset) {
+  if (x.dtype() != DType::f32) throw UnsupportedError("dropout needs f32 on the CPU, got " + x.describe());
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  float scale = 1.0f / (1.0f - rate);
+  std::int64_t n = x.numel();
+  ThreadShare share(threads());
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (std::int64_t i = 0; i < n; ++i) {
+    bool keep = philox::uniform01(philox::bits(seed, offset + static_cast<std::uint64_t>(i))) >= rate;
+    po[i] = keep ? px[i] * scale : 0.0f;
+  }
+}
+
 }  // namespace tessera

@@ -143,6 +143,8 @@ std::vector<ValueId> node_grads(Graph& g, const Node& n, const std::vector<Value
     }
     case OpKind::cast:
       return {g.cast(dy, g.dtype(in(0)))};
+    case OpKind::dropout:
+      return {emit(g, OpKind::dropout, {dy}, at, g.shape(dy), g.dtype(dy))};  // same mask
     case OpKind::one_hot:
       return {kNone};  // its input is integer ids
     default:

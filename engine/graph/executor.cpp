@@ -123,6 +123,11 @@ void Executor::run_node(const Node& node) {
       return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));
     case OpKind::one_hot:
       return b.one_hot(in(node, 0), out(node, 0));
+    case OpKind::dropout: {
+      // Each step reads its own window of the mask stream: 2^40 positions a step.
+      std::uint64_t step = static_cast<std::uint64_t>(update_step_ > 0 ? update_step_ : runs_ + 1);
+      return b.dropout(in(node, 0), out(node, 0), static_cast<float>(at.scalar), at.seed, step << 40);
+    }
     case OpKind::cast:
       return b.cast(in(node, 0), out(node, 0));
     case OpKind::sgd_update: {

@@ -147,6 +147,17 @@ ValueId Graph::one_hot(ValueId ids, std::int64_t classes, DType to) {
   return single(OpKind::one_hot, {ids}, attrs, attrs.shape, to);
 }
 
+ValueId Graph::dropout(ValueId x, float rate, std::uint64_t seed) {
+  check_floating("dropout", x);
+  if (!(rate >= 0.0f && rate < 1.0f))
+    throw Error("dropout: rate must lie in [0, 1), got " + std::to_string(rate));
+  if (rate == 0.0f) return x;
+  OpAttrs attrs;
+  attrs.scalar = rate;
+  attrs.seed = seed;
+  return single(OpKind::dropout, {x}, attrs, shape(x), dtype(x));
+}
+
 ValueId Graph::cast(ValueId x, DType to) {
   if (dtype(x) == to) return x;
   OpAttrs attrs;

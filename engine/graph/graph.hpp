@@ -76,6 +76,8 @@ class Graph {
   ValueId embedding(ValueId table, ValueId ids);
   ValueId one_hot(ValueId ids, std::int64_t classes, DType dtype = DType::f32);
   ValueId cast(ValueId x, DType dtype);
+  // Inverted dropout for training; each run (optimizer step) draws a new mask.
+  ValueId dropout(ValueId x, float rate, std::uint64_t seed);
 
   // Optimizer updates (side effects on variables; no outputs).
   NodeId sgd_update(ValueId param, ValueId grad, ValueId velocity, const SgdArgs& args);

@@ -41,10 +41,12 @@ enum class OpKind : std::uint8_t {
   embedding_grad,     // (ids, dy) -> dtable of shape attrs.shape (scatter-add into zeros)
   one_hot,            // (ids) -> [..., attrs.shape[-1]] of 0/1 in attrs.dtype (no gradient)
   cast,               // (x) -> x as attrs.dtype
+  dropout,            // (x) -> x masked at rate attrs.scalar, mask from (attrs.seed, step);
+                      // its gradient is the same op on dy
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
 };
-inline constexpr int kOpKindCount = 26;
+inline constexpr int kOpKindCount = 27;
 
 std::string_view name(OpKind kind);
 
@@ -63,6 +65,7 @@ struct OpAttrs {
   double scalar = 0.0;    // fill value
   Shape shape;            // target shape (reshape, broadcast_to, gradients of known shape)
   DType dtype = DType::f32;  // cast target
+  std::uint64_t seed = 0;    // dropout: the mask stream (the step selects its window)
   SgdArgs sgd;
   AdamArgs adam;
 };

@@ -1,0 +1,139 @@
+// MultiHeadAttention (Keras' variables and arguments) and the pre-norm
+// TransformerBlock built from it.
+//
+// Shapes: B batch, T sequence, D model width, H heads, K key_dim.
+#include <cmath>
+
+#include "engine/config/config.hpp"
+#include "layers/catalog.hpp"
+
+namespace tessera {
+namespace {
+
+// Keras' MultiHeadAttention on one sequence (self-attention): query, key and
+// value projections [D, H, K] with biases [H, K], output projection [H, K, D].
+struct AttentionArgs {
+  std::int64_t num_heads = 1, key_dim = 0;
+  bool use_bias = true, causal = false;
+  float dropout = 0.0f;
+};
+
+// [T, T] with -1e9 above the diagonal: added to the scores, it removes the
+// future from each position's softmax.
+Tensor causal_mask(std::int64_t t) {
+  Tensor mask = Tensor::empty({t, t}, DType::f32);
+  float* p = mask.data<float>();
+  for (std::int64_t i = 0; i < t; ++i)
+    for (std::int64_t j = 0; j < t; ++j) p[i * t + j] = j > i ? -1e9f : 0.0f;
+  return mask;
+}
+
+ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, const AttentionArgs& a) {
+  Graph& g = ctx.graph;
+  Shape xs = g.shape(x);
+  if (xs.rank() != 3)
+    throw ShapeError("attention '" + scope + "': input must be [batch, sequence, features], got " + xs.str());
+  std::int64_t b = xs[0], t = xs[1], d = xs[2], h = a.num_heads, k = a.key_dim;
+  Initializer glorot{}, zeros{.kind = InitializerKind::zeros};
+  // x[B, T, D] @ W[D, H*K] -> [B, T, H, K] -> [B, H, T, K]
+  auto project = [&](const std::string& name) {
+    ValueId w = ctx.variable(scope + name + "/kernel", {d, h, k}, glorot, {"in", "heads", ""});
+    ValueId y = g.matmul(x, g.reshape(w, {d, h * k}));
+    if (a.use_bias) y = g.add(y, g.reshape(ctx.variable(scope + name + "/bias", {h, k}, zeros, {"heads", ""}), {h * k}));
+    return g.transpose(g.reshape(y, {b, t, h, k}), {0, 2, 1, 3});
+  };
+  ValueId q = project("query"), key = project("key"), v = project("value");
+  ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
+  if (a.causal) scores = g.add(scores, ctx.constant(scope + "causal_mask", causal_mask(t)));
+  ValueId weights = g.softmax(scores, -1);
+  if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
+  ValueId context = g.transpose(g.matmul(weights, v), {0, 2, 1, 3});  // [B, T, H, K]
+  ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});
+  ValueId out = g.matmul(g.reshape(context, {b, t, h * k}), g.reshape(wo, {h * k, d}));
+  if (a.use_bias) out = g.add(out, ctx.variable(scope + "attention_output/bias", {d}, zeros, {"out"}));
+  return out;
+}
+
+AttentionArgs parse_attention(ConfigNode& args) {
+  AttentionArgs a;
+  a.num_heads = args["num_heads"].as<std::int64_t>();
+  a.key_dim = args["key_dim"].as<std::int64_t>();
+  a.use_bias = args.get<bool>("use_bias", true);
+  a.causal = args.get<bool>("causal", false);
+  a.dropout = args.get<float>("dropout", 0.0f);
+  if (a.num_heads < 1 || a.key_dim < 1)
+    throw ConfigError(args.location() + ": " + args.path() + ": num_heads and key_dim must be >= 1");
+  if (!(a.dropout >= 0 && a.dropout < 1))
+    throw ConfigError(args["dropout"].location() + ": " + args["dropout"].path() + ": dropout must lie in [0, 1)");
+  return a;
+}
+
+class MultiHeadAttention final : public Layer {
+ public:
+  MultiHeadAttention(const std::string& name, AttentionArgs args)
+      : Layer("MultiHeadAttention", name), args_(args) {}
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    return self_attention(ctx, "", inputs[0], args_);
+  }
+
+ private:
+  AttentionArgs args_;
+};
+
+// Pre-norm block (GPT-2): x += attention(LN1(x)); x += ffn_out(act(ffn_in(LN2(x)))).
+class TransformerBlock final : public Layer {
+ public:
+  TransformerBlock(const std::string& name, AttentionArgs attention, std::int64_t ff_dim,
+                   std::string activation, float epsilon, float dropout)
+      : Layer("TransformerBlock", name), attention_(attention), ff_dim_(ff_dim),
+        activation_(std::move(activation)), epsilon_(epsilon), dropout_(dropout) {}
+
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    Graph& g = ctx.graph;
+    ValueId x = inputs[0];
+    std::int64_t d = g.shape(x)[g.shape(x).rank() - 1];
+    Initializer ones{.kind = InitializerKind::ones}, zeros{.kind = InitializerKind::zeros}, glorot{};
+    // Variables are created in separate statements: their creation order seeds
+    // their initial values, and argument evaluation order is unspecified.
+    auto norm = [&](const std::string& name, ValueId v) {
+      ValueId gamma = ctx.variable(name + "/gamma", {d}, ones, {""});
+      ValueId beta = ctx.variable(name + "/beta", {d}, zeros, {""});
+      return g.layer_norm(v, gamma, beta, epsilon_)[0];
+    };
+    auto dense = [&](const std::string& name, ValueId v, std::int64_t in, std::int64_t out) {
+      ValueId kernel = ctx.variable(name + "/kernel", {in, out}, glorot, {"in", "out"});
+      ValueId bias = ctx.variable(name + "/bias", {out}, zeros, {"out"});
+      return g.add(g.matmul(v, kernel), bias);
+    };
+    auto drop = [&](ValueId v) { return ctx.training ? g.dropout(v, dropout_, ctx.layer_seed() + 1) : v; };
+    x = g.add(x, drop(self_attention(ctx, "attention/", norm("norm_1", x), attention_)));
+    ValueId hidden = apply_activation(g, dense("ffn_in", norm("norm_2", x), d, ff_dim_), activation_);
+    return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d)));
+  }
+
+ private:
+  AttentionArgs attention_;
+  std::int64_t ff_dim_;
+  std::string activation_;
+  float epsilon_, dropout_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_multi_head_attention(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "num_heads", "key_dim", "use_bias", "causal", "dropout"});
+  return std::make_unique<MultiHeadAttention>(name, parse_attention(args));
+}
+
+std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "num_heads", "key_dim", "use_bias", "causal", "dropout",
+                    "ff_dim", "activation", "epsilon"});
+  AttentionArgs attention = parse_attention(args);
+  auto ff_dim = args["ff_dim"].as<std::int64_t>();
+  auto activation = args.get<std::string>("activation", "gelu");
+  check_activation(args["activation"], activation);
+  return std::make_unique<TransformerBlock>(name, attention, ff_dim, activation,
+                                            args.get<float>("epsilon", 1e-5f), attention.dropout);
+}
+
+}  // namespace tessera
