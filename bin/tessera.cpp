@@ -12,6 +12,7 @@
 
 #include "backends/registry.hpp"
 #include "bin/progress.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run_config.hpp"
 #include <unistd.h>
@@ -45,8 +46,10 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
   return kOk;
 }
 
-int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path) {
+int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
+          const std::string& resume_dir) {
   RunConfig run = load_run_config(file, overrides);
+  run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
   Dataset train_data = load_dataset(*run.train_data);
   std::optional<Dataset> validation;
@@ -54,6 +57,19 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   VariableStore store;
   run.model.build(store, run.training.seed);
   Trainer trainer(run.model, run.training, store);
+  if (!resume_dir.empty()) {
+    // Everything is checked before the store changes: a checkpoint of another
+    // model fails here, naming the variable.
+    TrainingState state = load_checkpoint(resume_dir, store);
+    trainer.resume(state);
+    fmt::print("Resuming from '{}': {} epoch(s) and {} batch(es) done, step {}\n", resume_dir, state.epoch,
+               state.batch, state.step);
+    if (state.epoch >= run.training.epochs) {
+      fmt::print("The checkpoint has finished all {} epoch(s); raise training.epochs to train on\n",
+                 run.training.epochs);
+      return kOk;
+    }
+  }
   fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
              store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
   std::ofstream log;
@@ -74,6 +90,9 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
       for (const auto& [k, v] : l.validation.metrics) j["val_" + k] = v;
     }
     log << j.dump() << "\n" << std::flush;
+  };
+  callbacks.on_checkpoint = [](const std::filesystem::path& dir, const TrainingState& s) {
+    fmt::print("Saved checkpoint '{}' (epoch {}, step {})\n", dir.string(), s.epoch, s.step);
   };
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
   return kOk;
@@ -142,6 +161,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool resolved = false;
   std::string log_path;
+  std::string resume_dir;
   auto* inspect_cmd = app.add_subcommand("inspect", "Show a config's model: layers, output shapes, variables");
   auto* train_cmd = app.add_subcommand("train", "Train the model of a config on its data");
   for (auto* cmd : {inspect_cmd, train_cmd}) {
@@ -150,18 +170,23 @@ int main(int argc, char** argv) {
   }
   inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
   train_cmd->add_option("--log", log_path, "Append one JSON line of metrics per epoch to this file");
+  train_cmd->add_option("--resume", resume_dir,
+                        "Continue from this checkpoint directory (training.checkpoint.dir of an earlier run)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
     if (*inspect_cmd) return inspect(config, overrides, resolved);
-    if (*train_cmd) return train(config, overrides, log_path);
+    if (*train_cmd) return train(config, overrides, log_path, resume_dir);
   } catch (const tessera::ConfigError& e) {
     std::cerr << "tessera: config error: " << e.what() << "\n";
     return kBadInput;
   } catch (const tessera::DataError& e) {
     std::cerr << "tessera: data error: " << e.what() << "\n";
+    return kBadInput;
+  } catch (const tessera::CheckpointError& e) {
+    std::cerr << "tessera: checkpoint error: " << e.what() << "\n";
     return kBadInput;
   } catch (const tessera::ShapeError& e) {
     std::cerr << "tessera: shape error: " << e.what() << "\n";

@@ -62,4 +62,12 @@ class DataError : public Error {
   using Error::Error;
 };
 
+// A checkpoint or safetensors file that cannot be written, or that is missing,
+// malformed or for another model (the message names the file and, where it
+// helps, the tensor or variable path and the shapes that disagree).
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tessera

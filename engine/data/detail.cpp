@@ -105,7 +105,7 @@ FileBytes read_file(const std::filesystem::path& path, std::string_view what) {
   return out;
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::initializer_list<ByteRange> parts,
+void write_file_atomic(const std::filesystem::path& path, std::span<const ByteRange> parts,
                        std::string_view what) {
   // A name unique to this process and call, so concurrent writers never share one.
   static std::atomic<std::uint64_t> counter{0};
@@ -131,9 +131,13 @@ void write_file_atomic(const std::filesystem::path& path, std::initializer_list<
   if (::rename(temp.path().c_str(), path.c_str()) != 0)
     throw data_error(what, path, "cannot rename '" + temp_name + "' over it: " + errno_text(errno));
   temp.mark_renamed();
-  // Make the rename itself durable; a failure here loses no data, so it is not an error.
-  auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  if (int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+  // Make the rename itself durable.
+  sync_directory(path.parent_path());
+}
+
+void sync_directory(const std::filesystem::path& dir) {
+  const auto& name = dir.empty() ? std::filesystem::path(".") : dir;
+  if (int dir_fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }

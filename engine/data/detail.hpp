@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,8 +38,16 @@ struct ByteRange {
 // Writes the concatenation of `parts` to `path` atomically: into a temporary
 // file beside it, flushed to disk, then renamed over `path`, so a reader (or a
 // run resumed after a crash) sees the old file or the new one, never a torn one.
-void write_file_atomic(const std::filesystem::path& path, std::initializer_list<ByteRange> parts,
+void write_file_atomic(const std::filesystem::path& path, std::span<const ByteRange> parts,
                        std::string_view what);
+inline void write_file_atomic(const std::filesystem::path& path,
+                              std::initializer_list<ByteRange> parts, std::string_view what) {
+  write_file_atomic(path, std::span<const ByteRange>(parts.begin(), parts.size()), what);
+}
+
+// fsync of a folder, making the renames and creations inside it durable. Best
+// effort: a failure loses no data already written, so it is not reported.
+void sync_directory(const std::filesystem::path& dir);
 
 // The array in the bytes of one .npy file; `what` and `source` (the file, or
 // "archive.npz:name.npy") name it in errors.

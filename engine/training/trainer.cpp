@@ -39,6 +39,18 @@ TrainingSpec parse_training(ConfigNode node) {
   if (spec.epochs < 1) throw ConfigError(node["epochs"].location() + ": " + node["epochs"].path() + ": epochs must be >= 1");
   if (spec.batch_size < 1)
     throw ConfigError(node["batch_size"].location() + ": " + node["batch_size"].path() + ": batch_size must be >= 1");
+  if (auto checkpoint = node.find("checkpoint")) {
+    if (checkpoint->is_scalar()) {  // `checkpoint: runs/x`, every epoch
+      spec.checkpoint.dir = checkpoint->resolve_path(checkpoint->as<std::string>());
+    } else {
+      checkpoint->expect_keys({"dir", "every_epochs"});
+      ConfigNode dir = (*checkpoint)["dir"];
+      spec.checkpoint.dir = dir.resolve_path(dir.as<std::string>());
+      spec.checkpoint.every_epochs = checkpoint->get<std::int64_t>("every_epochs", 1);
+      if (spec.checkpoint.every_epochs < 1) (*checkpoint)["every_epochs"].fail("every_epochs must be >= 1");
+    }
+    if (spec.checkpoint.dir.filename().empty()) spec.checkpoint.dir = spec.checkpoint.dir.parent_path();
+  }
   return spec;
 }
 
@@ -58,6 +70,24 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, De
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::resume(const TrainingState& state) {
+  if (state.seed != spec_.seed)
+    throw CheckpointError("cannot resume: the checkpoint was trained with seed " + std::to_string(state.seed) +
+                          " but training.seed is " + std::to_string(spec_.seed) +
+                          ", which would change the data order (set training.seed=" +
+                          std::to_string(state.seed) + ")");
+  if (state.step < 0 || state.epoch < 0 || state.batch < 0)
+    throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
+                          ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
+  step_ = state.step;
+  start_epoch_ = epochs_done_ = state.epoch;
+  start_batch_ = batches_done_ = state.batch;
+}
+
+TrainingState Trainer::state() const {
+  return TrainingState{.step = step_, .epoch = epochs_done_, .batch = batches_done_, .seed = spec_.seed, .config = {}};
+}
 
 Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss) {
   auto key = std::make_tuple(batch, training, with_loss);
@@ -90,6 +120,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   }
   p->exec = std::make_unique<Executor>(g, outputs, device_);
   for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
+  for (const auto& [id, value] : traced.constants) p->exec->bind(id, value);
   slot = std::move(p);
   return *slot;
 }
@@ -149,20 +180,36 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false);
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
   total_steps_ = per_epoch * spec_.epochs;
+  // Where to begin: epoch 1, or the position resume() gave (used once).
+  std::int64_t first_epoch = start_epoch_ + 1, first_batch = start_batch_;
+  start_epoch_ = start_batch_ = 0;
+  if (first_batch > per_epoch)
+    throw CheckpointError("cannot resume at batch " + std::to_string(first_batch) + " of epoch " +
+                          std::to_string(first_epoch) + ": an epoch of " + std::to_string(data.size()) +
+                          " samples in batches of " + std::to_string(spec_.batch_size) + " has " +
+                          std::to_string(per_epoch) + " batches (did the data or the batch size change?)");
+  if (first_batch == per_epoch) {  // saved at the very end of an epoch
+    ++first_epoch;
+    first_batch = 0;
+  }
+  epochs_done_ = first_epoch - 1;
+  batches_done_ = first_batch;
   std::vector<EpochLog> logs;
-  for (std::int64_t epoch = 1; epoch <= spec_.epochs; ++epoch) {
+  for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
     EpochLog log;
     log.epoch = epoch;
-    batches.start_epoch(epoch - 1);
+    const std::int64_t skip = epoch == first_epoch ? first_batch : 0;
+    batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
-    for (std::int64_t b = 0; batches.next(batch); ++b) {
+    for (std::int64_t b = skip; batches.next(batch); ++b) {
       Program& p = program(batch.size, /*training=*/true, /*with_loss=*/true);
       p.exec->bind(p.input, batch.inputs);
       p.exec->bind(p.target, batch.targets);
       p.exec->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
       p.exec->run();
       ++step_;
+      batches_done_ = b + 1;
       float loss = p.exec->output(p.loss).to_vector<float>()[0];
       if (!std::isfinite(loss))
         throw Error("training stopped: the loss is " + std::to_string(loss) + " at epoch " +
@@ -175,8 +222,16 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     for (auto& [name, value] : log.train.metrics) value /= static_cast<double>(log.train.samples);
     if (validation != nullptr) log.validation = evaluate(*validation);
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    epochs_done_ = epoch;
+    batches_done_ = 0;
     if (callbacks.on_epoch) callbacks.on_epoch(log);
     logs.push_back(log);
+    const CheckpointSpec& checkpoint = spec_.checkpoint;
+    if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
+      TrainingState now = state();
+      save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
+      if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
+    }
   }
   return logs;
 }

@@ -5,14 +5,22 @@
 // memory plan), built on first use and reused: a steady-state step allocates
 // no device memory. The optimizer step count and learning-rate schedule are
 // shared by all programs, so a last partial batch trains like any other.
+//
+// Checkpoints (`training.checkpoint`) are saved at the end of epochs, and
+// resume() continues a run from one: with the store loaded by load_checkpoint,
+// fit() carries on at the saved step, epoch and batch, and ends with the very
+// weights an uninterrupted run would have (engine/checkpoint/checkpoint.hpp
+// says why that state suffices).
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/model.hpp"
@@ -23,6 +31,16 @@ namespace tessera {
 
 class ConfigNode;
 
+// `training.checkpoint: {dir: runs/x, every_epochs: 1}`: save to `dir` after
+// every `every_epochs`-th epoch and after the last, each save replacing the one before.
+struct CheckpointSpec {
+  std::filesystem::path dir;  // empty: no checkpoints; resolved against the config's folder
+  std::int64_t every_epochs = 1;
+  // The resolved config YAML stored with each checkpoint. parse_training sees
+  // only `training:`, so the caller that holds the root fills this in.
+  std::string resolved_config;
+};
+
 struct TrainingSpec {
   LossSpec loss;
   OptimizerSpec optimizer;
@@ -31,6 +49,7 @@ struct TrainingSpec {
   std::int64_t batch_size = 32;
   std::uint64_t seed = 0;
   bool shuffle = true;
+  CheckpointSpec checkpoint;
 };
 
 // `training:`; throws ConfigError (unknown keys, metrics, bad values).
@@ -54,6 +73,8 @@ struct EpochLog {
 struct FitCallbacks {
   std::function<void(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running)> on_batch;
   std::function<void(const EpochLog&)> on_epoch;
+  // After each checkpoint save (which follows on_epoch).
+  std::function<void(const std::filesystem::path& dir, const TrainingState&)> on_checkpoint;
 };
 
 class Trainer {
@@ -61,13 +82,26 @@ class Trainer {
   Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device = Device::cpu());
   ~Trainer();
 
-  // Trains for spec.epochs epochs; throws Error when the loss stops being finite.
+  // Trains up to epoch spec.epochs: from epoch 1, or from where resume() said.
+  // Returns the logs of the epochs it ran, numbered as in the whole run (3, 4
+  // after resuming from a checkpoint of epoch 2).
+  // Throws Error when the loss stops being finite, CheckpointError when a
+  // checkpoint cannot be saved.
   std::vector<EpochLog> fit(const Dataset& train, const Dataset* validation, const FitCallbacks& callbacks = {});
   Evaluation evaluate(const Dataset& data);
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
   Tensor predict(const Tensor& inputs);
 
   std::int64_t step() const { return step_; }  // optimizer steps taken
+
+  // Makes the next fit() continue a run saved as `state` (the store must hold
+  // the checkpoint's values: load_checkpoint): the step counter (Adam's bias
+  // correction, the learning-rate schedule), then epoch state.epoch + 1 from
+  // batch state.batch. Throws CheckpointError when the state's seed is not
+  // spec.seed, as the data order would then differ from the saved run's.
+  void resume(const TrainingState& state);
+  // Where training stands: steps taken, epochs completed, batches into the next.
+  TrainingState state() const;
 
  private:
   struct Program;
@@ -83,6 +117,8 @@ class Trainer {
   std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
+  std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
+  std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
 };
 
 }  // namespace tessera

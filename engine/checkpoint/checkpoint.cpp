@@ -1,0 +1,322 @@
+#include "engine/checkpoint/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/data/detail.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "training_state.json";
+constexpr const char* kFormat = "tessera-checkpoint";
+
+bool is_optimizer_state(const std::string& path) { return path.rfind("optimizer/", 0) == 0; }
+
+std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + t.shape().str(); }
+
+std::string errno_text(int error) { return std::generic_category().message(error); }
+
+// A sibling of `dir` no other writer uses: "<dir><tag><pid>-<counter>-<clock>".
+fs::path unique_sibling(const fs::path& dir, const char* tag) {
+  static std::atomic<std::uint64_t> counter{0};
+  const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
+  return dir.parent_path() / (dir.filename().string() + tag + std::to_string(::getpid()) + "-" +
+                              std::to_string(counter.fetch_add(1)) + "-" +
+                              std::to_string(clock & 0xffffff));
+}
+
+// A scratch directory, removed with its content when this goes out of scope.
+// After the swap into place it holds the replaced checkpoint, which goes too.
+class ScratchDir {
+ public:
+  explicit ScratchDir(fs::path path) : path_(std::move(path)) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);  // best effort: a leftover is garbage, never a checkpoint
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The fingerprint of a file's tensors: [{"path", "shape", "dtype"}, ...] in order.
+Json fingerprint(const NamedTensors& tensors) {
+  Json list = Json::array();
+  for (const auto& [path, t] : tensors)
+    list.push_back(Json{{"path", path}, {"shape", t.shape().dims()}, {"dtype", dtype_name(t.dtype())}});
+  return list;
+}
+
+// Moves the complete checkpoint `scratch` to `dir`, atomically replacing an
+// existing one; on return `scratch` holds the old checkpoint, if there was one.
+template <typename MakeError>
+void install(const fs::path& scratch, const fs::path& dir, const MakeError& error) {
+  // Absent (or an empty directory): a plain rename replaces it atomically.
+  if (::rename(scratch.c_str(), dir.c_str()) == 0) return;
+  if (errno != ENOTEMPTY && errno != EEXIST)
+    throw error("cannot rename '" + scratch.string() + "' into place: " + errno_text(errno));
+#ifdef RENAME_EXCHANGE
+  // Swap the two directories in one step: no moment without a checkpoint.
+  if (::renameat2(AT_FDCWD, scratch.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) return;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+    throw error("cannot swap '" + scratch.string() + "' into place: " + errno_text(errno));
+#endif
+  // A file system without the exchange: move the old one aside, the new one in.
+  // A crash between the two renames leaves the old checkpoint beside `dir`.
+  const fs::path old = unique_sibling(dir, ".old-");
+  if (::rename(dir.c_str(), old.c_str()) != 0)
+    throw error("cannot move the old checkpoint aside: " + errno_text(errno));
+  if (::rename(scratch.c_str(), dir.c_str()) != 0) {
+    const int failure = errno;
+    if (::rename(old.c_str(), dir.c_str()) != 0)
+      throw error("cannot rename the new checkpoint into place (" + errno_text(failure) +
+                  "); the old one is at '" + old.string() + "'");
+    throw error("cannot rename the new checkpoint into place: " + errno_text(failure));
+  }
+  std::error_code ec;
+  fs::rename(old, scratch, ec);  // so that the scratch directory's cleanup removes it
+  if (ec) fs::remove_all(old, ec);
+}
+
+// Reads training_state.json: the state and the two fingerprints.
+struct StateFile {
+  TrainingState state;
+  Json model_variables, optimizer_variables;
+};
+
+StateFile read_state(const fs::path& file) {
+  auto error = [&](const std::string& message) {
+    return CheckpointError("load_checkpoint: '" + file.string() + "': " + message);
+  };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw error("cannot open: " + errno_text(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw error("cannot read");
+  Json j;
+  try {
+    j = Json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw error(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw error("not a JSON object");
+  if (!j.contains("format") || j["format"] != kFormat)
+    throw error(std::string("not a Tessera checkpoint state (\"format\" is not \"") + kFormat + "\")");
+  if (!j.contains("format_version") || !j["format_version"].is_number_integer())
+    throw error("'format_version' is missing or not an integer");
+  if (j["format_version"].get<std::int64_t>() != kCheckpointFormatVersion)
+    throw error("format version " + j["format_version"].dump() + " is not the version " +
+                std::to_string(kCheckpointFormatVersion) + " this Tessera reads" +
+                (j["format_version"].get<std::int64_t>() > kCheckpointFormatVersion
+                     ? " (written by a newer Tessera)"
+                     : ""));
+  auto count = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number_unsigned())
+      throw error(std::string("'") + key + "' is missing or not a non-negative integer");
+    return j[key].get<std::uint64_t>();
+  };
+  auto list = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_array())
+      throw error(std::string("'") + key + "' is missing or not a list");
+    return j[key];
+  };
+  StateFile out;
+  out.state.step = static_cast<std::int64_t>(count("step"));
+  out.state.epoch = static_cast<std::int64_t>(count("epoch"));
+  out.state.batch = static_cast<std::int64_t>(count("batch"));
+  out.state.seed = count("seed");
+  if (!j.contains("config") || !j["config"].is_string())
+    throw error("'config' is missing or not a string");
+  out.state.config = j["config"].get<std::string>();
+  out.model_variables = list("model_variables");
+  out.optimizer_variables = list("optimizer_variables");
+  return out;
+}
+
+// The tensors of `file` must be what training_state.json lists for it: a
+// mismatch means files of different checkpoints were put together.
+void check_fingerprint(const Json& listed, const NamedTensors& tensors, const fs::path& file,
+                       const fs::path& state_file) {
+  Json actual = fingerprint(tensors);
+  if (listed == actual) return;
+  std::string detail;
+  for (std::size_t i = 0; i < std::max(listed.size(), actual.size()); ++i) {
+    if (i < listed.size() && i < actual.size() && listed[i] == actual[i]) continue;
+    detail = i < listed.size() ? "it lists " + listed[i].dump() : "it lists nothing";
+    detail += " as tensor " + std::to_string(i) + ", the file holds " +
+              (i < actual.size() ? actual[i].dump() : std::string("nothing"));
+    break;
+  }
+  throw CheckpointError("load_checkpoint: '" + state_file.string() + "' does not describe '" +
+                        file.string() + "' (files of different checkpoints?): " + detail);
+}
+
+}  // namespace
+
+void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const TrainingState& state,
+                     const std::string& resolved_config) {
+  fs::path dir = dir_arg.lexically_normal();
+  if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();  // "runs/x/"
+  auto error = [&](const std::string& message) {
+    return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
+  };
+  if (dir.empty() || dir.filename() == "." || dir.filename() == ".." || dir == dir.root_path())
+    throw error("a checkpoint needs a directory name of its own");
+  if (state.step < 0 || state.epoch < 0 || state.batch < 0)
+    throw error("the training state (step " + std::to_string(state.step) + ", epoch " +
+                std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) +
+                ") must not be negative");
+
+  NamedTensors model, optimizer;
+  for (const Variable& v : store.variables()) {
+    if (!v.value.defined()) throw error("variable '" + v.path + "' is undefined (it has no storage)");
+    if (v.value.device().kind != DeviceKind::cpu)
+      throw error("variable '" + v.path + "' is " + v.value.describe() + ", not a host tensor");
+    (is_optimizer_state(v.path) ? optimizer : model).emplace_back(v.path, v.value);
+  }
+
+  std::error_code ec;
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec) throw error("cannot create the folder '" + parent.string() + "': " + ec.message());
+  // Never replace what is not a checkpoint (a typo in `dir` must not delete a
+  // folder of data).
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) throw error("exists and is not a directory");
+    if (!fs::is_empty(dir, ec) && !fs::exists(dir / kStateFile, ec))
+      throw error(std::string("exists and is not a checkpoint (it has no ") + kStateFile +
+                  "); refusing to replace it");
+  }
+
+  ScratchDir scratch(unique_sibling(dir, ".tmp-"));
+  if (!fs::create_directory(scratch.path(), ec) || ec)
+    throw error("cannot create '" + scratch.path().string() + "': " +
+                (ec ? ec.message() : std::string("it exists")));
+  try {
+    const std::string step = std::to_string(state.step);
+    save_safetensors(scratch.path() / kModelFile, model,
+                     {{"format", "tessera"}, {"content", "model"}, {"step", step}});
+    save_safetensors(scratch.path() / kOptimizerFile, optimizer,
+                     {{"format", "tessera"}, {"content", "optimizer"}, {"step", step}});
+    Json json{{"format", kFormat},
+              {"format_version", kCheckpointFormatVersion},
+              {"step", state.step},
+              {"epoch", state.epoch},
+              {"batch", state.batch},
+              {"seed", state.seed},
+              {"model_variables", fingerprint(model)},
+              {"optimizer_variables", fingerprint(optimizer)},
+              {"config", resolved_config}};
+    std::string text;
+    try {
+      text = json.dump(2) + "\n";
+    } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a path or the config
+      throw CheckpointError(std::string("cannot encode ") + kStateFile + ": " + e.what());
+    }
+    data_detail::write_file_atomic(scratch.path() / kStateFile, {{text.data(), text.size()}},
+                                   "save_checkpoint");
+  } catch (const Error& e) {  // CheckpointError or DataError, naming the scratch file
+    throw error(e.what());
+  }
+  data_detail::sync_directory(scratch.path());
+  install(scratch.path(), dir, error);
+  data_detail::sync_directory(parent);
+}
+
+TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
+  auto error = [&](const std::string& message) {
+    return CheckpointError("load_checkpoint: '" + dir.string() + "': " + message);
+  };
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw error(fs::exists(dir, ec) ? "is not a directory" : "no such checkpoint directory");
+  for (const char* file : {kStateFile, kModelFile, kOptimizerFile})
+    if (!fs::exists(dir / file, ec))
+      throw error(std::string("has no ") + file + " (not a checkpoint, or an incomplete one)");
+
+  // Phase 1: read and check everything; the store is not touched.
+  StateFile state_file = read_state(dir / kStateFile);
+  SafetensorsFile model = load_safetensors(dir / kModelFile);
+  SafetensorsFile optimizer = load_safetensors(dir / kOptimizerFile);
+  check_fingerprint(state_file.model_variables, model.tensors, dir / kModelFile, dir / kStateFile);
+  check_fingerprint(state_file.optimizer_variables, optimizer.tensors, dir / kOptimizerFile,
+                    dir / kStateFile);
+  for (const auto& [path, t] : model.tensors)
+    if (is_optimizer_state(path))
+      throw error(std::string(kModelFile) + " holds optimizer state '" + path + "'");
+  for (const auto& [path, t] : optimizer.tensors)
+    if (!is_optimizer_state(path))
+      throw error(std::string(kOptimizerFile) + " holds '" + path +
+                  "', which is not optimizer state (\"optimizer/...\")");
+
+  std::unordered_map<std::string, const Tensor*> saved;
+  for (const auto* file : {&model, &optimizer})
+    for (const auto& [path, t] : file->tensors) saved.emplace(path, &t);
+  std::vector<std::pair<std::size_t, const Tensor*>> copies;  // store index, checkpoint value
+  std::unordered_set<std::string> in_store;
+  const auto& variables = store.variables();
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    const Variable& v = variables[i];
+    in_store.insert(v.path);
+    const bool optimizer_state = is_optimizer_state(v.path);
+    auto found = saved.find(v.path);
+    if (found == saved.end()) {
+      if (optimizer_state)
+        throw error("the store holds optimizer state '" + v.path +
+                    "' that the checkpoint lacks (was it saved with another optimizer?)");
+      throw error("the checkpoint is for another model: the model's variable '" + v.path + "' (" +
+                  describe(v.value) + ") is not in it");
+    }
+    if (!v.value.defined() || v.value.device().kind != DeviceKind::cpu)
+      throw error("variable '" + v.path + "' of the store is not a defined host tensor");
+    const Tensor& value = *found->second;
+    if (value.shape() != v.value.shape() || value.dtype() != v.value.dtype())
+      throw error(std::string(optimizer_state ? "optimizer state" : "the checkpoint is for another model: variable") +
+                  " '" + v.path + "' is " + describe(v.value) + " in the " +
+                  (optimizer_state ? "store" : "model") + " but " + describe(value) +
+                  " in the checkpoint");
+    copies.emplace_back(i, &value);
+  }
+  for (const auto& [path, t] : model.tensors)
+    if (!in_store.contains(path))
+      throw error("the checkpoint is for another model: its variable '" + path + "' (" +
+                  describe(t) + ") is not in the model");
+
+  // Phase 2: nothing below throws once the store has room for the new state.
+  auto& mutable_variables = store.variables();
+  std::size_t additions = 0;
+  for (const auto& [path, t] : optimizer.tensors) additions += !in_store.contains(path);
+  mutable_variables.reserve(mutable_variables.size() + additions);
+  for (const auto& [index, value] : copies)
+    if (value->nbytes() > 0)
+      std::memcpy(mutable_variables[index].value.raw_data(), value->raw_data(), value->nbytes());
+  for (auto& [path, t] : optimizer.tensors)
+    if (!in_store.contains(path))
+      mutable_variables.push_back(Variable{std::move(path), std::move(t), /*trainable=*/false, {}});
+  return state_file.state;
+}
+
+}  // namespace tessera

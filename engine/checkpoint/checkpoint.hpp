@@ -1,0 +1,63 @@
+// Checkpoints: a directory holding everything a run needs to continue.
+//
+//   runs/x/model.safetensors      the model's variables, named by path ("mlp/dense/kernel")
+//   runs/x/optimizer.safetensors  the optimizer state ("optimizer/mlp/dense/kernel/m")
+//   runs/x/training_state.json    step, epochs completed, batch position, seed, format
+//                                 version, the resolved config YAML, and the model's
+//                                 fingerprint (every variable's path, shape and dtype)
+//
+// Why these few numbers suffice to resume bit-identically: initial values come
+// from the config's seed (and are overwritten by the checkpoint anyway), and the
+// data order of an epoch is a pure function of (seed, epoch) (epoch_order), so
+// (seed, epoch, batch) finds the next batch without any saved RNG state; the
+// step counter restores Adam's bias correction and the learning-rate schedule.
+// A layer that draws random numbers while training must likewise key them on
+// (seed, step), never on state that lives only in memory.
+//
+// A checkpoint is written into a temporary sibling directory and renamed into
+// place only when complete, replacing an older checkpoint at the same path:
+// after a crash, `dir` holds the old checkpoint or the new one, never a mix.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "engine/variable_store.hpp"
+
+namespace tessera {
+
+// The version written into training_state.json; loading a newer one fails.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// Where a run stands. The batch position is BatchIterator::Position{epoch, batch}.
+struct TrainingState {
+  std::int64_t step = 0;   // optimizer steps taken
+  std::int64_t epoch = 0;  // epochs completed: the next batch belongs to epoch + 1 (1-based)
+  std::int64_t batch = 0;  // batches of that next epoch already trained (0 after a whole epoch)
+  std::uint64_t seed = 0;  // training.seed: with epoch and batch, it fixes the data still to come
+  std::string config;      // the run's resolved config YAML; filled by load_checkpoint
+};
+
+// Writes the store's variables and `state` to `dir` (created with its parents),
+// replacing an earlier checkpoint there only once the new one is complete. The
+// store's variables must be defined host tensors. A `dir` that exists but is
+// neither empty nor a checkpoint is not replaced. Throws CheckpointError (the
+// old checkpoint, if any, is then untouched).
+void save_checkpoint(const std::filesystem::path& dir, const VariableStore& store,
+                     const TrainingState& state, const std::string& resolved_config);
+
+// Loads `dir` into `store` and returns its TrainingState. Everything is read
+// and checked before anything is written: every file present and well-formed,
+// every model variable of the store in the checkpoint with the same shape and
+// dtype and no variable in the checkpoint that the model lacks (so a checkpoint
+// of another model fails, naming the first variable that differs and its
+// shapes). Optimizer state the store does not hold yet (a trainer creates it
+// when it first traces a training step) is added to it, as variables the
+// trainer then finds; state it already holds must match. Values are copied
+// into the store's existing tensors, so executors bound to them see them.
+// Throws CheckpointError naming the file or variable; on error the store is
+// unchanged.
+TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store);
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+// safetensors files (the Hugging Face format), read and written without
+// anything beyond the format's own description:
+//
+//   8 bytes    N, little-endian u64: the header's length
+//   N bytes    JSON {"__metadata__": {"key": "value", ...},
+//                    "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...}
+//              padded with spaces to a multiple of 8 bytes, as the reference writer does
+//   the rest   the tensors' raw little-endian bytes, back to back; data_offsets
+//              count from the end of the header
+//
+// Dtypes: F32, BF16, I32, I64 (Tessera's own); a file with another dtype is
+// rejected, not converted. Files written here load in the reference readers
+// (safetensors.torch/numpy) and vice versa for these dtypes.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.hpp"
+
+namespace tessera {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // in data order, which is the writer's order for files written here
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes `tensors` (host tensors, in this order, names unique) and `metadata`
+// to `path` atomically: a temporary file beside it, fsync, rename, so `path`
+// holds the old content or the new, never a torn file. Throws CheckpointError
+// naming the file (and tensor) for an undefined or non-host tensor, a
+// duplicate or reserved name ("__metadata__"), or a failed write.
+void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates a whole file into new host tensors. Everything is
+// checked before a tensor is read: the header length against the file size,
+// the JSON, each entry's dtype, shape and data_offsets (inside the data, not
+// overlapping, shape x dtype size == byte length, no gaps or trailing bytes).
+// Throws CheckpointError naming the file and, where one is at fault, the tensor.
+SafetensorsFile load_safetensors(const std::filesystem::path& path);
+
+// "F32", "BF16", "I32", "I64": the format's names of Tessera's dtypes.
+std::string safetensors_dtype_name(DType dtype);
+
+}  // namespace tessera
