@@ -13,9 +13,10 @@ std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
 void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running) {
   auto now = std::chrono::steady_clock::now();
   if (batch == 1) epoch_start_ = now;
-  if (!terminal_) return;
-  // Redraw at most 10 times a second, and always on the last batch.
-  if (batch != batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  // A terminal redraws the bar at most 10 times a second; a log gets a plain
+  // line every tenth of a long epoch.
+  if (!terminal_ && (batches < 50 || batch % (batches / 10) != 0 || batch == batches)) return;
+  if (terminal_ && batch != batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   double elapsed = std::chrono::duration<double>(now - epoch_start_).count();
   double rate = elapsed > 0 ? static_cast<double>(running.samples) / elapsed : 0;
@@ -25,9 +26,9 @@ void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t 
   Evaluation mean = running;
   mean.loss /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
   for (auto& [name, value] : mean.metrics) value /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
-  fmt::print("\rEpoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s   ", epoch, epochs_,
+  fmt::print("{}Epoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s   {}", terminal_ ? "\r" : "", epoch, epochs_,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
-             batch, batches, format_evaluation(mean), rate, eta);
+             batch, batches, format_evaluation(mean), rate, eta, terminal_ ? "" : "\n");
   std::fflush(stdout);
 }
 

@@ -1,33 +1,47 @@
-// Tessera: an engine that trains and runs neural networks, sharded across
-// devices. This header is the public interface for embedding the engine.
+// Tessera: an engine that trains and runs neural networks declared in YAML,
+// sharded across devices. This header is the public interface for embedding
+// the engine (installed as <tessera/engine/tessera.hpp>; link Tessera::tessera
+// from find_package(Tessera), as examples/predict/ does).
 //
-// Today the engine offers its foundation layer: tensors on logical CPU devices
-// (and GPUs when built with CUDA), the backend kernels, and a static graph IR
-// with reverse-mode autodiff and a planned executor. YAML models, training and
-// distribution build on it in coming releases.
+// It offers run configs (a YAML model, its training and its data), the Model
+// built from one, a Trainer with Keras' fit / evaluate / predict, the datasets
+// and variable store they work on and checkpoints of that store; underneath
+// them, tensors on logical CPU devices (and GPUs when built with CUDA), the
+// backend kernels, and a static graph IR with reverse-mode autodiff and a
+// planned executor.
 //
 //   #include <tessera/engine/tessera.hpp>
 //   using namespace tessera;
 //
-//   Graph g;
-//   ValueId x = g.input("x", {32, 4});
-//   ValueId w = g.variable("dense/kernel", {4, 1});
-//   ValueId y = g.input("y", {32, 1});
-//   ValueId err = g.sub(g.matmul(x, w), y);
-//   ValueId loss = g.reduce(ReduceOp::mean, g.mul(err, err), {0, 1});
-//   auto grads = append_gradients(g, loss, {w});
-//   ValueId vel = g.variable("dense/kernel/velocity", {4, 1});
-//   g.sgd_update(w, grads.at(w), vel, {.learning_rate = 0.1f});
+//   RunConfig run = load_run_config("configs/tiny_synthetic.yaml", {"training.epochs=2"});
+//   VariableStore store;                          // the weights, by Keras-style path
+//   run.model.build(store, run.training.seed);
+//   Trainer trainer(run.model, run.training, store);
 //
-//   Executor step(g, {loss}, Device::cpu(0));
-//   step.bind(x, xs); step.bind(y, ys); step.bind(w, weights); step.bind(vel, zeros);
-//   for (int i = 0; i < 100; ++i) step.run();   // no allocation after the first run
+//   Dataset train = load_dataset(*run.train_data);                   // or any Dataset
+//   std::vector<EpochLog> history = trainer.fit(train, /*validation=*/nullptr);
+//   std::cout << "loss " << history.back().train.loss << "\n";
+//
+//   save_checkpoint("runs/tiny", store, trainer.state(), run.root.dump());
+//
+//   Tensor logits = trainer.predict(train.inputs.rows(0, 4));        // [4, classes]
+//   std::vector<float> scores = logits.to_vector<float>();
+//
+// Every failure is thrown as a tessera::Error (ConfigError, DataError, ... in
+// engine/error.hpp), with the file:line:column of a config mistake.
 #pragma once
 
 #include "backends/backend.hpp"
 #include "backends/registry.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
+#include "engine/data/dataset.hpp"
+#include "engine/data/synthetic.hpp"
 #include "engine/error.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
+#include "engine/model.hpp"
+#include "engine/run_config.hpp"
 #include "engine/tensor.hpp"
+#include "engine/training/trainer.hpp"
+#include "engine/variable_store.hpp"

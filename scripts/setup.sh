@@ -14,14 +14,27 @@ packages=(
   nlohmann-json3-dev  # JSON output of inspect/bench and checkpoint headers
   zlib1g-dev        # gzipped IDX datasets and deflated .npz archives
   dataset-fashion-mnist  # the default config's data: /usr/share/datasets/fashion-mnist
+  bible-kjv         # the GPT's byte corpus, written to data/kjv.txt below
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The King James Bible as plain text (verse references dropped), for the GPT
+# configs: made from the installed package, never committed.
+make_corpus() {
+  local out
+  out="$(dirname "$0")/../data/kjv.txt"
+  [ -s "$out" ] && return 0
+  mkdir -p "$(dirname "$out")"
+  bible -f 'Gen1:1-Rev22:21' | sed 's/^[^ ]* //' > "$out.tmp" && mv "$out.tmp" "$out"
+  echo "setup: wrote $out ($(wc -c < "$out") bytes)"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all dependencies present"
+  make_corpus
   exit 0
 fi
 
@@ -34,3 +47,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+make_corpus
