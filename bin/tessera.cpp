@@ -1,5 +1,6 @@
 // The `tessera` command-line program. Every engine error is caught here and
 // mapped to an exit code in one place (see exit_code_for).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -47,7 +48,7 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
 }
 
 int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
-          const std::string& resume_dir) {
+          const std::string& resume_dir, bool profile) {
   RunConfig run = load_run_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
@@ -94,7 +95,18 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   callbacks.on_checkpoint = [](const std::filesystem::path& dir, const TrainingState& s) {
     fmt::print("Saved checkpoint '{}' (epoch {}, step {})\n", dir.string(), s.epoch, s.step);
   };
+  std::map<std::string, Executor::OpTime> op_times;
+  if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
+  if (profile) {
+    double total = 0;
+    for (const auto& [op, t] : op_times) total += t.seconds;
+    std::vector<std::pair<std::string, Executor::OpTime>> rows(op_times.begin(), op_times.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+    fmt::print("\n{:<32} {:>10} {:>8} {:>10}\n", "op", "seconds", "share", "calls");
+    for (const auto& [op, t] : rows)
+      fmt::print("{:<32} {:>10.3f} {:>7.1f}% {:>10}\n", op, t.seconds, 100 * t.seconds / total, t.calls);
+  }
   return kOk;
 }
 
@@ -162,6 +174,7 @@ int main(int argc, char** argv) {
   bool resolved = false;
   std::string log_path;
   std::string resume_dir;
+  bool profile = false;
   auto* inspect_cmd = app.add_subcommand("inspect", "Show a config's model: layers, output shapes, variables");
   auto* train_cmd = app.add_subcommand("train", "Train the model of a config on its data");
   for (auto* cmd : {inspect_cmd, train_cmd}) {
@@ -172,13 +185,14 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--log", log_path, "Append one JSON line of metrics per epoch to this file");
   train_cmd->add_option("--resume", resume_dir,
                         "Continue from this checkpoint directory (training.checkpoint.dir of an earlier run)");
+  train_cmd->add_flag("--profile", profile, "Print the time spent in each op after training");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
     if (*inspect_cmd) return inspect(config, overrides, resolved);
-    if (*train_cmd) return train(config, overrides, log_path, resume_dir);
+    if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
   } catch (const tessera::ConfigError& e) {
     std::cerr << "tessera: config error: " << e.what() << "\n";
     return kBadInput;

@@ -3,8 +3,11 @@
 // Tensors keep Tessera's layouts, channels-last data x[N, H, W, C] and the Keras
 // kernel w[KH, KW, C, F]; oneDNN always names dimensions logically (N, C, H, W
 // for data, O, I, H, W for weights), so the descriptors give the logical dims
-// with the nhwc / hwio format tags and no data is reordered. With plain weights
-// oneDNN picks its channels-last (gemm or brgemm based) implementations.
+// with the nhwc / hwio format tags. Data stays channels-last; the weights are
+// offered to oneDNN in any layout it prefers (`any`), which lets it pick its
+// direct AVX-512 kernels over the gemm-based ones (3-4x faster on the CNN's
+// second convolution); the small kernel tensor is reordered to and from the
+// blocked layout around each call, through a cached per-shape buffer.
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -24,6 +27,9 @@ memory::desc weights_desc(const Tensor& t) {
   const Shape& s = t.shape();
   return memory::desc({s[3], s[2], s[0], s[1]}, dnnl_type(t.dtype()), tag::hwio);
 }
+
+// The same logical weights in whatever layout the primitive chooses.
+memory::desc any_weights(const memory::desc& w) { return memory::desc(w.dims(), w.data_type(), tag::any); }
 
 memory::desc bias_desc(const Tensor& t) { return plain_desc(t.shape(), t.dtype()); }
 
@@ -55,12 +61,12 @@ void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tens
   std::string key = "conv2d_forward " + cache_key(x) + cache_key(w) +
                     (bias ? cache_key(*bias) : "-") + cache_key(y) + args_key(args);
   const Primitive& p = primitive(key, [&] {
-    auto desc = forward_desc(x_md, w_md, bias ? &b_md : nullptr, y_md, args);
+    auto desc = forward_desc(x_md, any_weights(w_md), bias ? &b_md : nullptr, y_md, args);
     dnnl::convolution_forward::primitive_desc pd(desc, default_attr(), engine());
     return Primitive{dnnl::convolution_forward(pd), pd};
   });
   std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
-                                              {DNNL_ARG_WEIGHTS, memory(w_md, w)},
+                                              {DNNL_ARG_WEIGHTS, weights_in(key, p.desc.weights_desc(), w_md, w)},
                                               {DNNL_ARG_DST, memory(y_md, y)}};
   if (bias) margs.emplace(DNNL_ARG_BIAS, memory(b_md, *bias));
   execute(p, std::move(margs));
@@ -73,15 +79,15 @@ void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, con
                     args_key(args);
   const Primitive& p = primitive(key, [&] {
     dnnl::convolution_forward::primitive_desc hint(
-        forward_desc(dx_md, w_md, nullptr, dy_md, args), default_attr(), engine());
+        forward_desc(dx_md, any_weights(w_md), nullptr, dy_md, args), default_attr(), engine());
     dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, dx_md, w_md, dy_md, {args.stride_h, args.stride_w},
+        dnnl::algorithm::convolution_direct, dx_md, any_weights(w_md), dy_md, {args.stride_h, args.stride_w},
         {args.pad_top, args.pad_left}, {args.pad_bottom, args.pad_right});
     dnnl::convolution_backward_data::primitive_desc pd(desc, default_attr(), engine(), hint);
     return Primitive{dnnl::convolution_backward_data(pd), pd};
   });
   execute(p, {{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-              {DNNL_ARG_WEIGHTS, memory(w_md, w)},
+              {DNNL_ARG_WEIGHTS, weights_in(key, p.desc.weights_desc(), w_md, w)},
               {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
 }
 
@@ -93,22 +99,28 @@ void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, 
                     (db ? cache_key(*db) : "-") + args_key(args);
   const Primitive& p = primitive(key, [&] {
     dnnl::convolution_forward::primitive_desc hint(
-        forward_desc(x_md, dw_md, db ? &db_md : nullptr, dy_md, args), default_attr(), engine());
+        forward_desc(x_md, any_weights(dw_md), db ? &db_md : nullptr, dy_md, args), default_attr(), engine());
     memory::dims strides{args.stride_h, args.stride_w};
     memory::dims pad_l{args.pad_top, args.pad_left}, pad_r{args.pad_bottom, args.pad_right};
     auto alg = dnnl::algorithm::convolution_direct;
-    auto desc = db ? dnnl::convolution_backward_weights::desc(alg, x_md, dw_md, db_md, dy_md,
+    auto dw_any = any_weights(dw_md);
+    auto desc = db ? dnnl::convolution_backward_weights::desc(alg, x_md, dw_any, db_md, dy_md,
                                                               strides, pad_l, pad_r)
-                   : dnnl::convolution_backward_weights::desc(alg, x_md, dw_md, dy_md, strides,
+                   : dnnl::convolution_backward_weights::desc(alg, x_md, dw_any, dy_md, strides,
                                                               pad_l, pad_r);
     dnnl::convolution_backward_weights::primitive_desc pd(desc, default_attr(), engine(), hint);
     return Primitive{dnnl::convolution_backward_weights(pd), pd};
   });
+  memory::desc blocked = p.desc.diff_weights_desc();
+  bool reorder_out = blocked != dw_md;
+  dnnl::memory dw_mem = reorder_out ? dnnl::memory(blocked, engine(), scratch_buffer(key + " weights", blocked.get_size()).data())
+                                    : memory(dw_md, dw);
   std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
                                               {DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-                                              {DNNL_ARG_DIFF_WEIGHTS, memory(dw_md, dw)}};
+                                              {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
   if (db) margs.emplace(DNNL_ARG_DIFF_BIAS, memory(db_md, *db));
   execute(p, std::move(margs));
+  if (reorder_out) reorder(key + " weights out", dw_mem, memory(dw_md, dw));
 }
 
 }  // namespace tessera

@@ -48,6 +48,22 @@ void CpuBackend::execute(const Primitive& p, std::unordered_map<int, dnnl::memor
   stream_.wait();
 }
 
+void CpuBackend::reorder(const std::string& key, const dnnl::memory& from, const dnnl::memory& to) {
+  const Primitive& p = primitive("reorder " + key, [&] {
+    dnnl::reorder::primitive_desc pd(engine_, from.get_desc(), engine_, to.get_desc(), default_attr());
+    return Primitive{dnnl::reorder(pd), pd};
+  });
+  execute(p, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+dnnl::memory CpuBackend::weights_in(const std::string& key, const dnnl::memory::desc& wanted,
+                                    const dnnl::memory::desc& user, const Tensor& w) {
+  if (wanted == user) return memory(user, w);
+  dnnl::memory blocked(wanted, engine_, scratch_buffer(key + " weights", wanted.get_size()).data());
+  reorder(key + " weights in", memory(user, w), blocked);
+  return blocked;
+}
+
 dnnl::memory CpuBackend::memory(const dnnl::memory::desc& desc, const Tensor& t) const {
   return dnnl::memory(desc, engine_, t.raw_data());
 }

@@ -53,6 +53,13 @@ class CpuBackend final : public Backend {
   const dnnl::engine& engine() const { return engine_; }
   // Attributes every primitive of this backend is made with (user scratchpad).
   dnnl::primitive_attr default_attr() const;
+  // Copies `from` into `to` (different layouts of one logical tensor) with a
+  // cached oneDNN reorder primitive.
+  void reorder(const std::string& key, const dnnl::memory& from, const dnnl::memory& to);
+  // The weights `w` (in `user` layout) as memory in the layout `wanted`:
+  // the tensor itself when they agree, else a reordered copy in a cached buffer.
+  dnnl::memory weights_in(const std::string& key, const dnnl::memory::desc& wanted,
+                          const dnnl::memory::desc& user, const Tensor& w);
   // A device buffer of at least `bytes` kept under `key` (a primitive cache key)
   // for kernels that need memory of their own between primitives (pooling's
   // workspace, layer norm's variance); made on first use, so a repeated call

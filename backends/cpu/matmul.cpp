@@ -34,6 +34,12 @@ memory::desc operand_desc(const Tensor& t, int rank, bool transposed) {
 
 void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                             const MatmulArgs& args) {
+  // A weight shared over a's batch axes is one 2-D product over all rows
+  // (oneDNN's batched kernel with a broadcast weight is slower).
+  if (b.rank() == 2 && a.rank() > 2 && !args.transpose_a) {
+    std::int64_t k = a.shape()[a.rank() - 1], n = out.shape()[out.rank() - 1];
+    return run_matmul(a.reshape({a.numel() / k, k}), b, bias, out.reshape({out.numel() / n, n}), args);
+  }
   int rank = out.rank();
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +
                     (args.transpose_b ? "T" : "") + (bias ? cache_key(*bias) : "-") +

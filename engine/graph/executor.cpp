@@ -1,6 +1,7 @@
 #include "engine/graph/executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "backends/registry.hpp"
 
@@ -51,7 +52,22 @@ void Executor::run() {
     }
   }
   if (!arena_) allocate_arena();
-  for (NodeId n : plan_.schedule) run_node(graph_.node(n));
+  if (profile_ == nullptr) {
+    for (NodeId n : plan_.schedule) run_node(graph_.node(n));
+  } else {
+    for (NodeId n : plan_.schedule) {
+      const Node& node = graph_.node(n);
+      auto start = std::chrono::steady_clock::now();
+      run_node(node);
+      std::string key(name(node.kind));
+      if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
+      if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
+      if (node.kind == OpKind::reduce) key += std::string(" ") + std::string(name(node.attrs.reduce));
+      OpTime& t = (*profile_)[key];
+      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++t.calls;
+    }
+  }
   ++runs_;
 }
 

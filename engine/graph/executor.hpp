@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -38,6 +40,14 @@ class Executor {
   // (a learning-rate schedule and a step count shared by several executors).
   void set_update_step(std::int64_t step, float learning_rate);
 
+  // Per-op timing: when enabled, every run adds each node's wall time to the
+  // entry of its op ("matmul", "unary gelu_erf", ...). For finding hot spots.
+  struct OpTime {
+    double seconds = 0;
+    std::int64_t calls = 0;
+  };
+  void enable_profiling(std::map<std::string, OpTime>* sink) { profile_ = sink; }
+
   const MemoryPlan& plan() const { return plan_; }
   std::int64_t runs() const { return runs_; }
 
@@ -54,6 +64,7 @@ class Executor {
   std::vector<Tensor> tensors_;  // per value: bound tensor or arena view
   std::shared_ptr<Buffer> arena_;
   std::int64_t runs_ = 0;
+  std::map<std::string, OpTime>* profile_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
 };

@@ -71,6 +71,11 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, De
 
 Trainer::~Trainer() = default;
 
+void Trainer::enable_profiling(std::map<std::string, Executor::OpTime>* sink) {
+  profile_ = sink;
+  for (auto& [key, p] : programs_) p->exec->enable_profiling(sink);
+}
+
 void Trainer::resume(const TrainingState& state) {
   if (state.seed != spec_.seed)
     throw CheckpointError("cannot resume: the checkpoint was trained with seed " + std::to_string(state.seed) +
@@ -119,6 +124,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
     append_updates(g, spec_.optimizer, params, grads, store_, leaves);
   }
   p->exec = std::make_unique<Executor>(g, outputs, device_);
+  p->exec->enable_profiling(profile_);
   for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
   for (const auto& [id, value] : traced.constants) p->exec->bind(id, value);
   slot = std::move(p);

@@ -92,7 +92,9 @@ class Trainer {
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
   Tensor predict(const Tensor& inputs);
 
-  std::int64_t step() const { return step_; }  // optimizer steps taken
+  std::int64_t step() const { return step_; }
+  // Accumulates per-op times of every program into `sink` (see Executor).
+  void enable_profiling(std::map<std::string, Executor::OpTime>* sink);  // optimizer steps taken
 
   // Makes the next fit() continue a run saved as `state` (the store must hold
   // the checkpoint's values: load_checkpoint): the step counter (Adam's bias
@@ -115,6 +117,7 @@ class Trainer {
   VariableStore& store_;
   Device device_;
   std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
+  std::map<std::string, Executor::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
