@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -15,6 +16,8 @@
 #include "bin/progress.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
+#include "engine/data/idx.hpp"
+#include "engine/data/npy.hpp"
 #include "engine/run_config.hpp"
 #include <unistd.h>
 
@@ -110,6 +113,61 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   return kOk;
 }
 
+// The model of `run` with the weights of checkpoint `dir` (checked before use).
+void load_weights(const RunConfig& run, VariableStore& store, const std::string& dir) {
+  run.model.build(store, run.training.seed);
+  TrainingState state = load_checkpoint(dir, store);
+  fmt::print("Loaded '{}' (epoch {}, step {})\n", dir, state.epoch, state.step);
+}
+
+int eval(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
+         const std::string& split) {
+  RunConfig run = load_run_config(file, overrides);
+  auto data = split == "train" ? run.train_data : run.validation_data;
+  if (!data) throw ConfigError(file + ": data." + split + " is required to evaluate on it");
+  Dataset dataset = load_dataset(*data);
+  VariableStore store;
+  load_weights(run, store, checkpoint);
+  Trainer trainer(run.model, run.training, store);
+  fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(trainer.evaluate(dataset)));
+  return kOk;
+}
+
+// Inputs from .npy or IDX images; outputs to .npy or .csv (one row per sample).
+int predict(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
+            const std::string& input, const std::string& output) {
+  RunConfig run = load_run_config(file, overrides);
+  auto extension = [](const std::string& path) { return std::filesystem::path(path).extension().string(); };
+  Tensor inputs;
+  if (extension(input) == ".npy") {
+    inputs = load_npy(input);
+  } else if (input.find("idx") != std::string::npos) {
+    inputs = load_idx_images(input);
+  } else {
+    throw DataError("predict: cannot read '" + input + "': expected a .npy file or IDX images (name containing 'idx')");
+  }
+  if (extension(output) != ".npy" && extension(output) != ".csv")
+    throw DataError("predict: cannot write '" + output + "': expected a .npy or .csv file name");
+  VariableStore store;
+  load_weights(run, store, checkpoint);
+  Trainer trainer(run.model, run.training, store);
+  Tensor outputs = trainer.predict(inputs);
+  if (extension(output) == ".npy") {
+    save_npy(output, outputs);
+  } else {
+    std::ofstream csv(output + ".tmp");
+    std::int64_t n = outputs.shape()[0], width = outputs.numel() / std::max<std::int64_t>(1, n);
+    const float* p = outputs.data<float>();
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < width; ++c) csv << p[r * width + c] << (c + 1 == width ? "\n" : ",");
+    csv.close();
+    if (!csv) throw DataError("predict: could not write '" + output + "'");
+    std::filesystem::rename(output + ".tmp", output);  // never a half-written output
+  }
+  fmt::print("Wrote {} predictions {} to '{}'\n", outputs.shape()[0], outputs.shape().str(), output);
+  return kOk;
+}
+
 // Prints the devices and runs one small matmul on each backend, checked
 // against a plain loop on the host.
 int selfcheck(int cpu_devices) {
@@ -175,9 +233,18 @@ int main(int argc, char** argv) {
   std::string log_path;
   std::string resume_dir;
   bool profile = false;
+  std::string checkpoint, split = "validation", input, output;
   auto* inspect_cmd = app.add_subcommand("inspect", "Show a config's model: layers, output shapes, variables");
   auto* train_cmd = app.add_subcommand("train", "Train the model of a config on its data");
-  for (auto* cmd : {inspect_cmd, train_cmd}) {
+  auto* eval_cmd = app.add_subcommand("eval", "Loss and metrics of a checkpoint on the config's data");
+  auto* predict_cmd = app.add_subcommand("predict", "Model outputs of a checkpoint for inputs from a file");
+  for (auto* cmd : {eval_cmd, predict_cmd})
+    cmd->add_option("--checkpoint", checkpoint, "Checkpoint directory (written by train)")->required();
+  eval_cmd->add_option("--split", split, "Which data split: validation or train")
+      ->check(CLI::IsMember({"validation", "train"}));
+  predict_cmd->add_option("--input", input, "Inputs: .npy, or IDX images")->required();
+  predict_cmd->add_option("--output", output, "Outputs: .npy or .csv")->required();
+  for (auto* cmd : {inspect_cmd, train_cmd, eval_cmd, predict_cmd}) {
     cmd->add_option("config", config, "The run config (YAML)")->required();
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
@@ -192,6 +259,8 @@ int main(int argc, char** argv) {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
     if (*inspect_cmd) return inspect(config, overrides, resolved);
+    if (*eval_cmd) return eval(config, overrides, checkpoint, split);
+    if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
   } catch (const tessera::ConfigError& e) {
     std::cerr << "tessera: config error: " << e.what() << "\n";

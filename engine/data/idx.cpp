@@ -66,27 +66,32 @@ const std::uint8_t* check_idx(const data_detail::FileBytes& file, const std::fil
 
 }  // namespace
 
-Dataset load_idx(const std::filesystem::path& images_path,
-                 const std::filesystem::path& labels_path) {
-  std::vector<std::uint64_t> image_dims, label_dims;
+Tensor load_idx_images(const std::filesystem::path& images_path) {
+  std::vector<std::uint64_t> image_dims;
   auto image_file = data_detail::read_file(images_path, kWhat);
-  const std::uint8_t* pixels =
-      check_idx(image_file, images_path, kImagesMagic, "images", image_dims);
-  auto label_file = data_detail::read_file(labels_path, kWhat);
-  const std::uint8_t* values =
-      check_idx(label_file, labels_path, kLabelsMagic, "labels", label_dims);
-  if (label_dims[0] != image_dims[0])
-    throw DataError(std::string(kWhat) + ": '" + images_path.string() + "' holds " +
-                    std::to_string(image_dims[0]) + " images but '" + labels_path.string() +
-                    "' holds " + std::to_string(label_dims[0]) + " labels");
-
+  const std::uint8_t* pixels = check_idx(image_file, images_path, kImagesMagic, "images", image_dims);
   auto extent = [](std::uint64_t d) { return static_cast<std::int64_t>(d); };
   Tensor images = Tensor::empty(
       Shape{extent(image_dims[0]), extent(image_dims[1]), extent(image_dims[2])}, DType::f32);
   float* image_out = images.data<float>();
   for (std::int64_t i = 0, n = images.numel(); i < n; ++i)
     image_out[i] = static_cast<float>(pixels[i]) * (1.0f / 255.0f);
-  Tensor labels = Tensor::empty(Shape{extent(label_dims[0])}, DType::i32);
+  return images;
+}
+
+Dataset load_idx(const std::filesystem::path& images_path,
+                 const std::filesystem::path& labels_path) {
+  Tensor images = load_idx_images(images_path);
+  std::vector<std::uint64_t> label_dims;
+  auto label_file = data_detail::read_file(labels_path, kWhat);
+  const std::uint8_t* values =
+      check_idx(label_file, labels_path, kLabelsMagic, "labels", label_dims);
+  if (static_cast<std::int64_t>(label_dims[0]) != images.shape()[0])
+    throw DataError(std::string(kWhat) + ": '" + images_path.string() + "' holds " +
+                    std::to_string(images.shape()[0]) + " images but '" + labels_path.string() +
+                    "' holds " + std::to_string(label_dims[0]) + " labels");
+
+  Tensor labels = Tensor::empty(Shape{static_cast<std::int64_t>(label_dims[0])}, DType::i32);
   std::int32_t* label_out = labels.data<std::int32_t>();
   for (std::int64_t i = 0, n = labels.numel(); i < n; ++i) label_out[i] = values[i];
   return Dataset{images, labels, images_path.string()};

@@ -18,5 +18,7 @@ namespace tessera {
 // not match the header (expected vs actual bytes) or differing counts.
 Dataset load_idx(const std::filesystem::path& images_path,
                  const std::filesystem::path& labels_path);
+// The images alone (for prediction): f32 [N, rows, cols] in [0, 1].
+Tensor load_idx_images(const std::filesystem::path& images_path);
 
 }  // namespace tessera

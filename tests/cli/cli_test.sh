@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# End-to-end checks of the tessera program: train with a checkpoint, eval,
+# predict, resume, and the exit codes and messages of bad input.
+# Usage: cli_test.sh TESSERA_BINARY SOURCE_DIR
+set -euo pipefail
+tessera=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_fail() {  # expect_fail CODE PATTERN -- command...
+  local code=$1 pattern=$2; shift 3
+  set +e; out=$("$@" 2>&1); rc=$?; set -e
+  [ "$rc" = "$code" ] || fail "expected exit $code, got $rc from: $* -- $out"
+  grep -q -- "$pattern" <<<"$out" || fail "expected '$pattern' in: $out"
+}
+
+cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
+"$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckpt" --set training.epochs=2 \
+  --log "$work/metrics.jsonl" > "$work/train.txt"
+[ -f "$work/ckpt/model.safetensors" ] || fail "no checkpoint written"
+[ "$(wc -l < "$work/metrics.jsonl")" = 2 ] || fail "expected 2 metric lines"
+grep -q '"accuracy"' "$work/metrics.jsonl" || fail "metrics log lacks accuracy"
+
+out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/ckpt" --split train)
+grep -q "accuracy" <<<"$out" || fail "eval printed no accuracy: $out"
+
+# predict: inputs from a .npy written by python's struct (no numpy needed).
+python3 - "$work/x.npy" <<'PY'
+import struct, sys
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 8), }"
+header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack("<32f", *[0.1 * i for i in range(32)]))
+PY
+"$tessera" predict "$work/run.yaml" --checkpoint "$work/ckpt" --input "$work/x.npy" --output "$work/y.csv" > /dev/null
+[ "$(wc -l < "$work/y.csv")" = 4 ] || fail "expected 4 prediction rows"
+[ "$(head -1 "$work/y.csv" | tr ',' '\n' | wc -l)" = 3 ] || fail "expected 3 outputs per row"
+
+# Resume continues from the checkpoint's epoch.
+out=$("$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckpt" --set training.epochs=3 \
+  --resume "$work/ckpt")
+grep -q "Epoch 3/3" <<<"$out" || fail "resume did not run epoch 3: $out"
+grep -q "Epoch 1/3" <<<"$out" && fail "resume trained epoch 1 again"
+
+# Bad input: clear messages, exit code 3, nothing overwritten.
+expect_fail 3 "unknown key 'epoch' (did you mean 'epochs'?)" -- "$tessera" train "$work/run.yaml" --set training.epoch=2
+sed 's/units: 16/unit: 16/' "$work/run.yaml" > "$work/typo.yaml"
+expect_fail 3 "typo.yaml:9:.*unknown key 'unit' (did you mean 'units'?)" -- "$tessera" inspect "$work/typo.yaml"
+expect_fail 3 "cannot open" -- "$tessera" train "$work/run.yaml" --set data.train="{type: idx, images: missing.gz, labels: missing.gz}"
+expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" --set training.optimizer=adamm
+before=$(md5sum "$work/ckpt/model.safetensors")
+expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train
+[ "$before" = "$(md5sum "$work/ckpt/model.safetensors")" ] || fail "a failed load changed the checkpoint"
+echo "cli_test: ok"
