@@ -11,8 +11,8 @@ constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
     "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
     "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
     "layer_norm_backward", "embedding", "embedding_backward", "one_hot", "cast", "random_uniform",
-    "random_normal", "dropout", "sgd_update", "adam_update"};
-static_assert(kKernelNames.back() == "adam_update", "update kKernelNames with Kernel");
+    "random_normal", "dropout", "sgd_update", "adam_update", "concat", "slice"};
+static_assert(kKernelNames.back() == "slice", "update kKernelNames with Kernel");
 
 // Operand checks shared by every backend. `op` names the kernel in messages.
 class Check {
@@ -275,6 +275,39 @@ void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Te
   run_embedding_backward(ids, dout, dtable);
 }
 
+void Backend::concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) {
+  Check c(*this, "concat");
+  if (inputs.empty()) throw ShapeError("concat: no inputs");
+  int a = out.shape().normalize_axis(axis);
+  std::int64_t total = 0;
+  for (const Tensor& in : inputs) {
+    c.on_device({{"input", &in}}).same_dtype({{"input", &in}, {"out", &out}});
+    if (in.rank() != out.rank()) throw ShapeError("concat: input " + in.describe() + " and out " + out.describe() + " differ in rank");
+    for (int i = 0; i < out.rank(); ++i)
+      if (i != a && in.shape()[i] != out.shape()[i])
+        throw ShapeError("concat: input " + in.describe() + " differs from out " + out.describe() +
+                         " in axis " + std::to_string(i) + " (only axis " + std::to_string(a) + " may differ)");
+    total += in.shape()[a];
+  }
+  c.on_device({{"out", &out}});
+  if (total != out.shape()[a])
+    throw ShapeError("concat: inputs add up to " + std::to_string(total) + " along axis " + std::to_string(a) +
+                     ", out " + out.describe() + " has " + std::to_string(out.shape()[a]));
+  run_concat(inputs, out, a);
+}
+
+void Backend::slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) {
+  Check c(*this, "slice");
+  c.on_device({{"x", &x}, {"out", &out}}).same_dtype({{"x", &x}, {"out", &out}});
+  int a = x.shape().normalize_axis(axis);
+  bool ok = out.rank() == x.rank() && start >= 0 && start + out.shape()[a] <= x.shape()[a];
+  for (int i = 0; ok && i < x.rank(); ++i) ok = i == a || x.shape()[i] == out.shape()[i];
+  if (!ok)
+    throw ShapeError("slice: out " + out.describe() + " is not a slice of x " + x.describe() + " at " +
+                     std::to_string(start) + " along axis " + std::to_string(a));
+  run_slice(x, out, a, start);
+}
+
 void Backend::one_hot(const Tensor& ids, const Tensor& out) {
   Check c(*this, "one_hot");
   c.on_device({{"ids", &ids}, {"out", &out}}).floating("out", out);
@@ -363,6 +396,8 @@ void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor
 void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding); }
 void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding_backward); }
 void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(Kernel::one_hot); }
+void Backend::run_concat(const std::vector<Tensor>&, const Tensor&, int) { unsupported(Kernel::concat); }
+void Backend::run_slice(const Tensor&, const Tensor&, int, std::int64_t) { unsupported(Kernel::slice); }
 void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast); }
 void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
 void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }

@@ -32,9 +32,10 @@ enum class Kernel : std::uint8_t {
   copy, fill, matmul, conv2d_forward, conv2d_backward_data, conv2d_backward_weights,
   pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
   transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding,
-  embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update
+  embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update,
+  concat, slice
 };
-inline constexpr int kKernelCount = 27;
+inline constexpr int kKernelCount = 29;
 std::string_view name(Kernel kernel);
 
 class Backend {
@@ -108,6 +109,11 @@ class Backend {
   // dtable[ids[...], :] += dout[..., :] (scatter-add; dtable is not cleared).
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
 
+  // out = the inputs joined along `axis` (every other extent equal).
+  void concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis);
+  // out = x[..., start : start + out.shape[axis], ...] along `axis`.
+  void slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start);
+
   // out[..., c] = 1 where c == ids[...], else 0; out is [..., classes], floating.
   // An id outside [0, classes) is a ShapeError naming it (a label out of range).
   void one_hot(const Tensor& ids, const Tensor& out);
@@ -167,6 +173,8 @@ class Backend {
                                        const Tensor& dgamma, const Tensor& dbeta);
   virtual void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out);
   virtual void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+  virtual void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis);
+  virtual void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start);
   virtual void run_one_hot(const Tensor& ids, const Tensor& out);
   virtual void run_cast(const Tensor& x, const Tensor& out);
   virtual void run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,

@@ -51,8 +51,9 @@ std::unique_ptr<Layer> make_dropout(ConfigNode args, const std::string& name);
 std::unique_ptr<Layer> make_multi_head_attention(ConfigNode args, const std::string& name);
 std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string& name);
 
-// merge.cpp: Add()
+// merge.cpp: Add(), Concatenate(axis=-1)
 std::unique_ptr<Layer> make_add(ConfigNode args, const std::string& name);
+std::unique_ptr<Layer> make_concatenate(ConfigNode args, const std::string& name);
 
 // Shared argument parsing: an int or a [h, w] pair; padding "valid" (false)
 // or "same" (true), default valid.

@@ -22,7 +22,27 @@ class Add final : public Layer {
   }
 };
 
+// Concatenate(axis=-1): joins two or more inputs along an axis.
+class Concatenate final : public Layer {
+ public:
+  Concatenate(const std::string& name, int axis) : Layer("Concatenate", name), axis_(axis) {}
+  int arity() const override { return -1; }
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    return ctx.graph.concat(inputs, axis_);
+  }
+
+ private:
+  int axis_;
+};
+
 }  // namespace
+
+std::unique_ptr<Layer> make_concatenate(ConfigNode args, const std::string& name) {
+  args.expect_keys({"type", "name", "inputs", "axis"});
+  int axis = args.get<int>("axis", -1);
+  if (axis == 0) args["axis"].fail("axis 0 is the batch axis; concatenate along a feature axis");
+  return std::make_unique<Concatenate>(name, axis);
+}
 
 std::unique_ptr<Layer> make_add(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs"});

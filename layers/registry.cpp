@@ -60,6 +60,7 @@ void register_builtin_layers() {
     r.add("MultiHeadAttention", make_multi_head_attention);
     r.add("TransformerBlock", make_transformer_block);
     r.add("Add", make_add);
+    r.add("Concatenate", make_concatenate);
   });
 }
 

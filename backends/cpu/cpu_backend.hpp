@@ -101,6 +101,8 @@ class CpuBackend final : public Backend {
   void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) override;
   void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) override;
+  void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) override;
   void run_one_hot(const Tensor& ids, const Tensor& out) override;
   void run_cast(const Tensor& x, const Tensor& out) override;
   void run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float low,

@@ -132,6 +132,48 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
   }
 }
 
+namespace {
+
+// Copies, for every index of the axes before `axis`, a block of `bytes` bytes
+// from `src` (rows `src_row` bytes apart) to `dst` (rows `dst_row` apart).
+void copy_blocks(const char* src, std::size_t src_row, char* dst, std::size_t dst_row, std::size_t bytes,
+                 std::int64_t rows) {
+#pragma omp parallel for schedule(static) if (rows * static_cast<std::int64_t>(bytes) > (1 << 20))
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + static_cast<std::size_t>(r) * dst_row, src + static_cast<std::size_t>(r) * src_row, bytes);
+}
+
+// Elements per index of the axes before `axis` (for x of `shape`).
+std::int64_t outer(const Shape& shape, int axis) {
+  std::int64_t n = 1;
+  for (int i = 0; i < axis; ++i) n *= shape[i];
+  return n;
+}
+
+}  // namespace
+
+void CpuBackend::run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) {
+  ThreadShare share(threads());
+  std::int64_t rows = outer(out.shape(), axis);
+  std::size_t out_row = rows == 0 ? 0 : out.nbytes() / static_cast<std::size_t>(rows), offset = 0;
+  for (const Tensor& in : inputs) {
+    std::size_t in_row = rows == 0 ? 0 : in.nbytes() / static_cast<std::size_t>(rows);
+    copy_blocks(static_cast<const char*>(in.raw_data()), in_row, static_cast<char*>(out.raw_data()) + offset,
+                out_row, in_row, rows);
+    offset += in_row;
+  }
+}
+
+void CpuBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) {
+  ThreadShare share(threads());
+  std::int64_t rows = outer(x.shape(), axis);
+  if (rows == 0) return;
+  std::size_t x_row = x.nbytes() / static_cast<std::size_t>(rows), out_row = out.nbytes() / static_cast<std::size_t>(rows);
+  std::size_t begin = x.shape()[axis] == 0 ? 0 : x_row / static_cast<std::size_t>(x.shape()[axis]) * static_cast<std::size_t>(start);
+  copy_blocks(static_cast<const char*>(x.raw_data()) + begin, x_row, static_cast<char*>(out.raw_data()), out_row,
+              out_row, rows);
+}
+
 void CpuBackend::run_broadcast_to(const Tensor& x, const Tensor& out) {
   ThreadShare share(threads());
   strided_copy_any(x, out, broadcast_strides(x.shape(), out.shape()));

@@ -143,6 +143,32 @@ std::vector<ValueId> node_grads(Graph& g, const Node& n, const std::vector<Value
     }
     case OpKind::cast:
       return {g.cast(dy, g.dtype(in(0)))};
+    case OpKind::concat: {
+      std::vector<ValueId> grads;
+      std::int64_t start = 0;
+      for (ValueId x : n.inputs) {
+        std::int64_t length = g.shape(x)[at.axis];
+        grads.push_back(g.slice(dy, at.axis, start, length));
+        start += length;
+      }
+      return grads;
+    }
+    case OpKind::slice: {
+      // The adjoint places dy back between zeros.
+      Shape full = g.shape(in(0));
+      auto start = static_cast<std::int64_t>(at.scalar);
+      std::vector<ValueId> parts;
+      auto zeros = [&](std::int64_t length) {
+        Shape z = full;
+        z[at.axis] = length;
+        return g.fill(z, 0.0, g.dtype(dy));
+      };
+      if (start > 0) parts.push_back(zeros(start));
+      parts.push_back(dy);
+      std::int64_t after = full[at.axis] - start - g.shape(dy)[at.axis];
+      if (after > 0) parts.push_back(zeros(after));
+      return {g.concat(parts, at.axis)};
+    }
     case OpKind::dropout:
       return {emit(g, OpKind::dropout, {dy}, at, g.shape(dy), g.dtype(dy))};  // same mask
     case OpKind::one_hot:

@@ -139,6 +139,13 @@ void Executor::run_node(const Node& node) {
       return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));
     case OpKind::one_hot:
       return b.one_hot(in(node, 0), out(node, 0));
+    case OpKind::concat: {
+      std::vector<Tensor> inputs;  // a small vector of handles; no tensor data moves
+      for (ValueId v : node.inputs) inputs.push_back(tensors_[v]);
+      return b.concat(inputs, out(node, 0), at.axis);
+    }
+    case OpKind::slice:
+      return b.slice(in(node, 0), out(node, 0), at.axis, static_cast<std::int64_t>(at.scalar));
     case OpKind::dropout: {
       // Each step reads its own window of the mask stream: 2^40 positions a step.
       std::uint64_t step = static_cast<std::uint64_t>(update_step_ > 0 ? update_step_ : runs_ + 1);

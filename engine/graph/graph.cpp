@@ -158,6 +158,43 @@ ValueId Graph::dropout(ValueId x, float rate, std::uint64_t seed) {
   return single(OpKind::dropout, {x}, attrs, shape(x), dtype(x));
 }
 
+ValueId Graph::concat(const std::vector<ValueId>& xs, int axis) {
+  if (xs.empty()) throw ShapeError("concat: no inputs");
+  if (xs.size() == 1) return xs[0];
+  Shape first = shape(xs[0]);
+  int a = first.normalize_axis(axis);
+  auto dims = first.dims();
+  dims[a] = 0;
+  for (ValueId x : xs) {
+    check_same_dtype("concat", xs[0], x);
+    Shape s = shape(x);
+    bool ok = s.rank() == first.rank();
+    for (int i = 0; ok && i < s.rank(); ++i) ok = i == a || s[i] == first[i];
+    if (!ok)
+      throw ShapeError("concat: " + describe(xs[0]) + " and " + describe(x) + " differ outside axis " + std::to_string(a));
+    dims[a] += s[a];
+  }
+  OpAttrs attrs;
+  attrs.axis = a;
+  return single(OpKind::concat, xs, attrs, Shape(dims), dtype(xs[0]));
+}
+
+ValueId Graph::slice(ValueId x, int axis, std::int64_t start, std::int64_t length) {
+  Shape s = shape(x);
+  int a = s.normalize_axis(axis);
+  if (start < 0 || length < 0 || start + length > s[a])
+    throw ShapeError("slice: [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                     ") is outside axis " + std::to_string(a) + " of " + describe(x));
+  if (start == 0 && length == s[a]) return x;
+  auto dims = s.dims();
+  dims[a] = length;
+  OpAttrs attrs;
+  attrs.axis = a;
+  attrs.scalar = static_cast<double>(start);
+  attrs.shape = Shape(dims);
+  return single(OpKind::slice, {x}, attrs, attrs.shape, dtype(x));
+}
+
 ValueId Graph::cast(ValueId x, DType to) {
   if (dtype(x) == to) return x;
   OpAttrs attrs;

@@ -78,6 +78,10 @@ class Graph {
   ValueId cast(ValueId x, DType dtype);
   // Inverted dropout for training; each run (optimizer step) draws a new mask.
   ValueId dropout(ValueId x, float rate, std::uint64_t seed);
+  // Joins values along `axis`; the other extents must agree.
+  ValueId concat(const std::vector<ValueId>& xs, int axis);
+  // x[start : start + length] along `axis`.
+  ValueId slice(ValueId x, int axis, std::int64_t start, std::int64_t length);
 
   // Optimizer updates (side effects on variables; no outputs).
   NodeId sgd_update(ValueId param, ValueId grad, ValueId velocity, const SgdArgs& args);

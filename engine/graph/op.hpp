@@ -41,12 +41,14 @@ enum class OpKind : std::uint8_t {
   embedding_grad,     // (ids, dy) -> dtable of shape attrs.shape (scatter-add into zeros)
   one_hot,            // (ids) -> [..., attrs.shape[-1]] of 0/1 in attrs.dtype (no gradient)
   cast,               // (x) -> x as attrs.dtype
+  concat,             // (x0, x1, ...) -> joined along attrs.axis
+  slice,              // (x) -> x[attrs.scalar : + attrs.shape[axis]] along attrs.axis
   dropout,            // (x) -> x masked at rate attrs.scalar, mask from (attrs.seed, step);
                       // its gradient is the same op on dy
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
 };
-inline constexpr int kOpKindCount = 27;
+inline constexpr int kOpKindCount = 29;
 
 std::string_view name(OpKind kind);
 

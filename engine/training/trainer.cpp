@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
@@ -60,6 +62,14 @@ struct Trainer::Program {
   Graph graph;
   ValueId input = -1, target = -1, loss = -1, output = -1;
   std::unique_ptr<Executor> exec;
+};
+
+struct Trainer::NonFiniteLoss : Error {
+  NonFiniteLoss(std::string value, std::int64_t step)
+      : Error("training stopped: the loss is " + value + " at step " + std::to_string(step) +
+              "; lower the learning rate or clip gradients"),
+        loss(std::move(value)) {}
+  std::string loss;  // as printed: nan, inf, -inf
 };
 
 Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device)
@@ -209,19 +219,21 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
     for (std::int64_t b = skip; batches.next(batch); ++b) {
-      Program& p = program(batch.size, /*training=*/true, /*with_loss=*/true);
-      p.exec->bind(p.input, batch.inputs);
-      p.exec->bind(p.target, batch.targets);
-      p.exec->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
-      p.exec->run();
-      ++step_;
+      Evaluation step;
+      try {
+        step = train_step(batch.inputs, batch.targets);
+      } catch (const NonFiniteLoss& e) {
+        batches_done_ = b + 1;
+        throw Error("training stopped: the loss is " + e.loss + " at epoch " + std::to_string(epoch) +
+                    ", batch " + std::to_string(b + 1) + " (step " + std::to_string(step_) +
+                    "); lower the learning rate or clip gradients");
+      }
       batches_done_ = b + 1;
-      float loss = p.exec->output(p.loss).to_vector<float>()[0];
-      if (!std::isfinite(loss))
-        throw Error("training stopped: the loss is " + std::to_string(loss) + " at epoch " +
-                    std::to_string(epoch) + ", batch " + std::to_string(b + 1) + " (step " +
-                    std::to_string(step_) + "); lower the learning rate or clip gradients");
-      accumulate(log.train, p, p.exec->output(p.output), batch.targets, batch.size);
+      // Back to sums over samples; divided by the epoch's samples below.
+      const auto n = static_cast<double>(step.samples);
+      log.train.loss += step.loss * n;
+      for (const auto& [name, value] : step.metrics) log.train.metrics[name] += value * n;
+      log.train.samples += step.samples;
       if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, log.train);
     }
     log.train.loss /= static_cast<double>(log.train.samples);
@@ -262,16 +274,40 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
   return total;
 }
 
+Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) {
+  Tensor inputs = as_model_input(raw_inputs, "train_step inputs");
+  const std::int64_t n = inputs.shape()[0];
+  Program& p = program(n, /*training=*/true, /*with_loss=*/true);
+  p.exec->bind(p.input, inputs);
+  p.exec->bind(p.target, targets);
+  p.exec->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
+  p.exec->run();
+  ++step_;
+  float loss = p.exec->output(p.loss).to_vector<float>()[0];
+  if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
+  Evaluation result;
+  accumulate(result, p, p.exec->output(p.output), targets, n);
+  // accumulate() sums over samples; one batch reports its means.
+  result.loss /= static_cast<double>(n);
+  for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);
+  return result;
+}
+
+Tensor Trainer::forward(const Tensor& raw_inputs) {
+  Tensor inputs = as_model_input(raw_inputs, "forward inputs");
+  Program& p = program(inputs.shape()[0], /*training=*/false, /*with_loss=*/false);
+  p.exec->bind(p.input, inputs);
+  p.exec->run();
+  return p.exec->output(p.output);
+}
+
 Tensor Trainer::predict(const Tensor& raw_inputs) {
   Tensor inputs = as_model_input(raw_inputs, "predict inputs");
   std::int64_t n = inputs.shape()[0];
   Tensor result;
   for (std::int64_t start = 0; start < n; start += spec_.batch_size) {
     std::int64_t size = std::min(spec_.batch_size, n - start);
-    Program& p = program(size, /*training=*/false, /*with_loss=*/false);
-    p.exec->bind(p.input, inputs.rows(start, size));
-    p.exec->run();
-    Tensor out = p.exec->output(p.output);
+    Tensor out = forward(inputs.rows(start, size));
     if (!result.defined()) {
       auto out_dims = out.shape().dims();
       out_dims[0] = n;

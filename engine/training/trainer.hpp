@@ -92,6 +92,22 @@ class Trainer {
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
   Tensor predict(const Tensor& inputs);
 
+  // One optimizer step on one batch, as fit() takes each of its batches:
+  // forward, loss, backward and update with the learning rate of step() (a
+  // cosine schedule decays over the last fit()'s steps; before any fit() it
+  // reaches its end right after warm-up), then step() + 1. `inputs` are
+  // [N, ...] (viewed in the model's input shape, as fit views its data),
+  // `targets` what the loss takes for N samples. Returns the batch's loss and
+  // metrics (means over its N samples; samples == N). Throws Error when the
+  // loss is not finite, after the update. The first call for a batch size
+  // traces its program; later ones allocate nothing, so a benchmark can time
+  // steps on a fixed batch.
+  Evaluation train_step(const Tensor& inputs, const Tensor& targets);
+  // The model's outputs for one batch of inputs [N, ...] in inference mode
+  // (no loss, no gradients): a view into the program's memory, valid until the
+  // next forward() or predict() with the same N. predict() runs this per batch.
+  Tensor forward(const Tensor& inputs);
+
   std::int64_t step() const { return step_; }
   // Accumulates per-op times of every program into `sink` (see Executor).
   void enable_profiling(std::map<std::string, Executor::OpTime>* sink);  // optimizer steps taken
@@ -107,6 +123,9 @@ class Trainer {
 
  private:
   struct Program;
+  // What train_step throws for a non-finite loss: an Error naming the step,
+  // which fit() re-throws naming the epoch and batch as well.
+  struct NonFiniteLoss;
   Program& program(std::int64_t batch, bool training, bool with_loss);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
   void accumulate(Evaluation& total, const Program& p, const Tensor& output, const Tensor& targets,

@@ -157,3 +157,16 @@ TEST_CASE("matmul alphas that print alike get primitives of their own") {
     check_close(out, expected, 1e-5, 1e-12);
   }
 }
+
+TEST_CASE("concat and slice move the right blocks and check their shapes") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}), b = Tensor::from_vector<float>({7, 8}, {2, 1});
+  Tensor out = Tensor::empty({2, 4}, DType::f32);
+  cpu.concat({a, b}, out, 1);
+  check_close(out, {1, 2, 3, 7, 4, 5, 6, 8});
+  Tensor part = Tensor::empty({2, 2}, DType::f32);
+  cpu.slice(out, part, 1, 2);
+  check_close(part, {3, 7, 6, 8});
+  CHECK_THROWS_AS(cpu.slice(out, part, 1, 3), ShapeError);
+  CHECK_THROWS_AS(cpu.concat({a, a}, out, 1), ShapeError);
+}

@@ -179,3 +179,12 @@ TEST_CASE("autodiff errors name the problem") {
   exec.run();  // a zero gradient needs no bound inputs
   check_close(exec.output(grads.at(unrelated)), {0.0f, 0.0f});
 }
+
+TEST_CASE("gradient: concat and slice") {
+  Graph g;
+  ValueId a = g.variable("a", {2, 3}), b = g.variable("b", {2, 2});
+  ValueId joined = g.concat({a, b, a}, 1);  // [2, 8]
+  CHECK(g.shape(joined) == Shape{2, 8});
+  ValueId y = g.mul(g.slice(joined, 1, 2, 5), g.slice(joined, 1, 1, 5));  // overlapping slices
+  check_gradients(g, y, {{a, random_tensor({2, 3}, 30)}, {b, random_tensor({2, 2}, 31)}});
+}

@@ -138,3 +138,19 @@ TEST_CASE("bad model configs are errors with file, line, column and a hint") {
   e = error_of("model:\n  inputs: [{shape: [4]}]\n  layers:\n    - {type: Dense, units: 3, name: d}\n    - {type: Dense, units: 3, name: d}\n");
   CHECK(e.find("duplicate layer name 'd'") != std::string::npos);
 }
+
+TEST_CASE("Concatenate joins branches along the feature axis") {
+  Model m = parse_model(R"(
+model:
+  inputs: [{name: x, shape: [4]}]
+  layers:
+    - {type: Dense, units: 3, name: left, inputs: [x]}
+    - {type: Dense, units: 2, name: right, inputs: [x]}
+    - {type: Concatenate, inputs: [left, right, x]}
+)");
+  VariableStore store;
+  Graph g;
+  CHECK(g.shape(m.trace(g, 6, false, store, 0).output) == Shape{6, 9});
+  CHECK(error_of("model:\n  inputs: [{name: x, shape: [4]}]\n  layers:\n    - {type: Concatenate, axis: 0, inputs: [x, x]}\n")
+            .find("batch axis") != std::string::npos);
+}
