@@ -36,58 +36,17 @@
 #include <omp.h>
 
 #include "backends/registry.hpp"
+#include "bench/cpu_use.hpp"
 
 namespace {
 
 using namespace tessera;
+using bench::CpuUse;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// CPU time used since construction, in cores (CPU seconds per second), by
-// this process and by the rest of the machine. `self` shows how many threads
-// oneDNN really ran; `others` flags a busy neighbour, which on a shared machine
-// skews the 2-thread figures far more than the 1-thread ones (OpenMP splits the
-// work evenly and waits for the slowest thread).
-class CpuUse {
- public:
-  CpuUse() : start_(Clock::now()), machine_(machine_ticks()), self_(self_ticks()) {}
-  double self() const { return per_second(self_ticks() - self_); }
-  double others() const {
-    return std::max(0.0, per_second((machine_ticks() - machine_) - (self_ticks() - self_)));
-  }
-
- private:
-  double per_second(long long ticks) const {
-    double s = seconds_since(start_);
-    return s > 0 ? static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK)) / s : 0.0;
-  }
-  // Busy ticks of all CPUs: user nice system idle iowait irq softirq steal...
-  static long long machine_ticks() {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    long long v[8] = {};
-    in >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
-    return v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-  }
-  // utime + stime of this process (fields 14 and 15 of /proc/self/stat).
-  static long long self_ticks() {
-    std::ifstream in("/proc/self/stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream rest(text.substr(text.rfind(')') + 2));
-    std::string field;
-    long long utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14) utime = std::stoll(field);
-      if (i == 15) stime = std::stoll(field);
-    }
-    return utime + stime;
-  }
-  Clock::time_point start_;
-  long long machine_, self_;
-};
 
 const char* dnnl_isa_name(dnnl::cpu_isa isa) {
   switch (isa) {

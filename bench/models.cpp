@@ -1,0 +1,640 @@
+// bench_models: training and inference steps of the three reference models
+// (shared/REFERENCE_MODELS.md; the zoo's models/mlp.yaml, cnn.yaml, gpt.yaml)
+// in Tessera against PyTorch, both measured in the same run.
+//
+// Per row (model x mode x thread count) both sides time steps on one fixed
+// random batch reused every step: classifier inputs N(0, 1) and labels
+// uniform in [0, 10), GPT tokens and targets uniform in [0, 256). A training
+// step is forward, mean cross-entropy, backward and the reference optimizer's
+// update (MLP Adam, CNN SGD with momentum, GPT AdamW); inference is a forward
+// pass. --warmup untimed steps, then --steps timed ones; min/median/max ms.
+//
+// The sides alternate, Tessera, PyTorch, Tessera, PyTorch... (--rounds each),
+// and each keeps its round with the best median, so both see the same machine
+// state (2-thread figures move by up to 30% with how the vCPUs are placed).
+// The ratio is Tessera's median over PyTorch's; the target is <= 1.0.
+//
+// PyTorch runs as a subprocess, bench/torch_models.py, one per round, with
+// Debian's /usr/bin/python3, LD_LIBRARY_PATH at the openblas-openmp folder of
+// libopenblas0-openmp (found with dpkg -L) and OPENBLAS_CORETYPE /
+// OPENBLAS_L2_SIZE unset (they halve OpenBLAS' speed): see
+// shared/REFERENCE_MODELS.md. Its optimizer step runs the faster of PyTorch's
+// for-loop and foreach implementations. Without the peer Tessera's rows print
+// alone ("peer: unavailable", with how to install it).
+//
+//   bench_models                                   # table
+//   bench_models --models gpt --modes train --threads 1
+//   bench_models --csv  |  bench_models --json     # machine-readable
+//   bench_models --profile                         # + Tessera's heaviest ops per row
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include "bench/cpu_use.hpp"
+#include "engine/tessera.hpp"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace tessera;
+using bench::CpuUse;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// The reference models
+// ---------------------------------------------------------------------------
+
+struct ModelSpec {
+  std::string name;           // zoo file models/<name>.yaml
+  std::int64_t batch;
+  std::int64_t classes;       // labels / tokens are uniform in [0, classes)
+  std::string optimizer;      // training.optimizer, YAML
+  std::int64_t reference_params;
+};
+
+const std::vector<ModelSpec>& reference_models() {
+  static const std::vector<ModelSpec> models{
+      {"mlp", 128, 10, "{type: adam, learning_rate: 1.0e-3, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8}",
+       1'863'690},
+      {"cnn", 64, 10, "{type: sgd, learning_rate: 0.01, momentum: 0.9}", 1'199'882},
+      {"gpt", 8, 256,
+       "{type: adamw, learning_rate: 3.0e-4, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8, "
+       "weight_decay: 0.01}",
+       3'323'392},
+  };
+  return models;
+}
+
+const ModelSpec& model_spec(const std::string& name) {
+  for (const auto& m : reference_models())
+    if (m.name == name) return m;
+  throw Error("unknown model '" + name + "' (known: mlp, cnn, gpt)");
+}
+
+// ---------------------------------------------------------------------------
+// Step statistics
+// ---------------------------------------------------------------------------
+
+struct Stats {
+  double min_ms = 0, median_ms = 0, max_ms = 0;
+  int steps = 0;
+  double busy = 0;  // other processes' CPU use meanwhile, in cores
+  double cores = 0; // this side's CPU use meanwhile, in cores (Tessera only)
+  bool valid() const { return steps > 0; }
+};
+
+Stats summarize(std::vector<double> times) {
+  Stats s;
+  if (times.empty()) return s;
+  std::sort(times.begin(), times.end());
+  std::size_t n = times.size();
+  s.steps = static_cast<int>(n);
+  s.min_ms = times.front();
+  s.max_ms = times.back();
+  s.median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return s;
+}
+
+// Keeps the round with the lower median.
+void keep_best(Stats& best, const Stats& round) {
+  if (round.valid() && (!best.valid() || round.median_ms < best.median_ms)) best = round;
+}
+
+// ---------------------------------------------------------------------------
+// Tessera side
+// ---------------------------------------------------------------------------
+
+// A zoo model with its store, a trainer and one fixed random batch. Not
+// movable: the trainer refers to the model and the store.
+struct TesseraCase {
+  explicit TesseraCase(const ModelSpec& spec, const std::filesystem::path& source_dir)
+      : model(Model::from_config(
+            ConfigNode::load_file(source_dir / "models" / (spec.name + ".yaml"))["model"])) {
+    TrainingSpec training = parse_training(ConfigNode::parse(
+        "training:\n"
+        "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
+        "  optimizer: " + spec.optimizer + "\n"
+        "  batch_size: " + std::to_string(spec.batch) + "\n"
+        "  seed: 0\n",
+        "bench_models")["training"]);
+    model.build(store, training.seed);
+    params = store.parameter_count();  // before the optimizer adds its slots
+    trainer = std::make_unique<Trainer>(model, training, store);
+
+    // Inputs: N(0, 1) floats, or tokens uniform in [0, classes); targets one
+    // label per sample, or per position for a token model.
+    const ModelInput& in = model.inputs().at(0);
+    auto dims = in.shape.dims();
+    dims.insert(dims.begin(), spec.batch);
+    inputs = Tensor::empty(Shape(dims), in.dtype);
+    std::mt19937_64 rng(0);
+    std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(spec.classes) - 1);
+    if (in.dtype == DType::f32) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      float* x = inputs.data<float>();
+      for (std::int64_t i = 0; i < inputs.numel(); ++i) x[i] = normal(rng);
+      targets = Tensor::empty(Shape({spec.batch}), DType::i32);
+    } else {
+      std::int32_t* x = inputs.data<std::int32_t>();
+      for (std::int64_t i = 0; i < inputs.numel(); ++i) x[i] = label(rng);
+      targets = Tensor::empty(inputs.shape(), DType::i32);
+    }
+    std::int32_t* y = targets.data<std::int32_t>();
+    for (std::int64_t i = 0; i < targets.numel(); ++i) y[i] = label(rng);
+  }
+  TesseraCase(const TesseraCase&) = delete;
+  TesseraCase& operator=(const TesseraCase&) = delete;
+
+  Model model;
+  VariableStore store;
+  std::unique_ptr<Trainer> trainer;
+  Tensor inputs, targets;
+  std::int64_t params = 0;
+};
+
+Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
+  Backend& backend = backend_for(Device::cpu());
+  auto step = [&] {
+    if (train)
+      c.trainer->train_step(c.inputs, c.targets);
+    else
+      c.trainer->forward(c.inputs);
+    backend.synchronize();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  times.reserve(static_cast<std::size_t>(steps));
+  CpuUse load;
+  for (int i = 0; i < steps; ++i) {
+    auto start = Clock::now();
+    step();
+    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  Stats s = summarize(std::move(times));
+  s.busy = load.others();
+  s.cores = load.self();
+  return s;
+}
+
+// Tessera's time per op over `steps` more steps (after the timed rounds, so
+// the per-op clock reads do not touch the figures): op -> ms per step.
+std::vector<std::pair<std::string, double>> profile_tessera(TesseraCase& c, bool train, int steps) {
+  std::map<std::string, Executor::OpTime> sink;
+  c.trainer->enable_profiling(&sink);
+  for (int i = 0; i < steps; ++i) {
+    if (train)
+      c.trainer->train_step(c.inputs, c.targets);
+    else
+      c.trainer->forward(c.inputs);
+  }
+  c.trainer->enable_profiling(nullptr);
+  std::vector<std::pair<std::string, double>> ops;
+  for (const auto& [op, t] : sink) ops.emplace_back(op, t.seconds * 1e3 / steps);
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return ops;
+}
+
+// ---------------------------------------------------------------------------
+// PyTorch side
+// ---------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+// Runs `command` through the shell; its output (stdout and stderr) and exit status.
+std::pair<std::string, int> run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {"cannot start: " + command, -1};
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  int status = pclose(pipe);
+  return {output, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    if (!line.empty() && line.front() == '{') {
+      json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  std::size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// The openblas-openmp folder that libopenblas0-openmp installs, or "".
+std::string openblas_openmp_dir() {
+  auto [listing, status] = run_command("dpkg -L libopenblas0-openmp");
+  if (status != 0) return "";
+  std::size_t pos = 0;
+  while (pos < listing.size()) {
+    std::size_t end = listing.find('\n', pos);
+    if (end == std::string::npos) end = listing.size();
+    std::filesystem::path file = listing.substr(pos, end - pos);
+    pos = end + 1;
+    std::string name = file.filename().string();
+    if (file.parent_path().filename() == "openblas-openmp" &&
+        (name.rfind("libblas.so", 0) == 0 || name.rfind("libopenblas", 0) == 0))
+      return file.parent_path().string();
+  }
+  return "";
+}
+
+struct Peer {
+  bool available = false;
+  std::string command;  // env ... python3 torch_models.py
+  std::string why;      // when unavailable
+  std::string torch_version, blas;
+};
+
+constexpr const char* kInstallHint = "apt-get install python3-torch libopenblas0-openmp";
+
+Peer find_peer(const std::string& python, const std::filesystem::path& source_dir) {
+  Peer peer;
+  std::filesystem::path script = source_dir / "bench" / "torch_models.py";
+  if (!std::filesystem::exists(script)) {
+    peer.why = script.string() + " not found (set --source-dir)";
+    return peer;
+  }
+  if (access(python.c_str(), X_OK) != 0) {
+    peer.why = python + " not found; install PyTorch with: " + kInstallHint;
+    return peer;
+  }
+  std::string blas_dir = openblas_openmp_dir();
+  if (blas_dir.empty()) {
+    peer.why = "libopenblas0-openmp is not installed (without it Debian's torch runs the reference "
+               "BLAS, 25-40x slower); install with: " + std::string(kInstallHint);
+    return peer;
+  }
+  std::string library_path = blas_dir;
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
+    library_path += std::string(":") + old;
+  peer.command = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH=" + shell_quote(library_path) +
+                 " " + shell_quote(python) + " " + shell_quote(script.string());
+  auto [output, status] = run_command(peer.command + " --check");
+  auto lines = json_lines(output);
+  if (status != 0 || lines.empty()) {
+    std::string said = last_line(output);
+    peer.why = python + ": " + (said.empty() ? "cannot import torch" : said) + "; install with: " + kInstallHint;
+    return peer;
+  }
+  peer.torch_version = lines[0].value("torch", "?");
+  for (const auto& lib : lines[0].value("blas", std::vector<std::string>{}))
+    peer.blas += (peer.blas.empty() ? "" : ", ") + lib;
+  if (peer.blas.find("openblas") == std::string::npos) {
+    peer.why = "torch did not load OpenBLAS from " + blas_dir + " (BLAS: " + peer.blas +
+               "), so it would run the reference BLAS; check libopenblas0-openmp";
+    return peer;
+  }
+  peer.available = true;
+  return peer;
+}
+
+struct PeerRound {
+  Stats stats;
+  std::int64_t params = 0;
+  std::string optimizer;  // "foreach" or "for-loop" (train), "" (infer)
+  std::string error;
+};
+
+PeerRound time_torch(const Peer& peer, const std::string& model, const std::string& mode, int threads,
+                     int warmup, int steps) {
+  PeerRound r;
+  CpuUse load;
+  auto [output, status] = run_command(fmt::format("{} --models {} --modes {} --threads {} --warmup {} --steps {}",
+                                                  peer.command, model, mode, threads, warmup, steps));
+  double busy = load.others();
+  auto lines = json_lines(output);
+  if (status != 0 || lines.empty()) {
+    r.error = fmt::format("torch_models.py failed (status {}): {}", status, last_line(output));
+    return r;
+  }
+  const json& j = lines.back();
+  r.params = j.value("params", std::int64_t{0});
+  if (j.contains("foreach") && j["foreach"].is_boolean())
+    r.optimizer = j["foreach"].get<bool>() ? "foreach" : "for-loop";
+  r.stats.min_ms = j.value("min_ms", 0.0);
+  r.stats.median_ms = j.value("median_ms", 0.0);
+  r.stats.max_ms = j.value("max_ms", 0.0);
+  r.stats.steps = j.value("steps", 0);
+  r.stats.busy = busy;  // over the whole subprocess, start-up included
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Rows and output
+// ---------------------------------------------------------------------------
+
+struct Row {
+  std::string model, mode;
+  int threads = 0;
+  std::int64_t batch = 0;
+  std::int64_t reference_params = 0, tessera_params = 0, torch_params = 0;
+  Stats tessera, torch;
+  std::string torch_optimizer;  // the PyTorch optimizer implementation of the kept round
+  std::string peer_error;
+  std::vector<std::pair<std::string, double>> ops;  // --profile: Tessera ms per step by op
+  std::optional<double> ratio() const {
+    if (!tessera.valid() || !torch.valid() || torch.median_ms <= 0) return std::nullopt;
+    return tessera.median_ms / torch.median_ms;
+  }
+};
+
+std::string with_commas(std::int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::vector<std::string> param_warnings(const Row& r, bool peer_available) {
+  std::vector<std::string> w;
+  if (r.tessera_params != r.reference_params)
+    w.push_back(fmt::format("{}: Tessera has {} parameters, the reference model {}", r.model,
+                            with_commas(r.tessera_params), with_commas(r.reference_params)));
+  if (peer_available && r.torch_params != 0 && r.torch_params != r.tessera_params)
+    w.push_back(fmt::format("{}: parameter counts differ: Tessera {}, PyTorch {}", r.model,
+                            with_commas(r.tessera_params), with_commas(r.torch_params)));
+  return w;
+}
+
+std::string first_line_of(const char* path, const std::string& prefix = "") {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (prefix.empty() || line.rfind(prefix, 0) == 0) return line;
+  return "?";
+}
+
+std::string cpu_model() {
+  std::string model = first_line_of("/proc/cpuinfo", "model name");
+  return model.substr(std::min(model.size(), model.find(':') + 2));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera's reference models (MLP, CNN, GPT) against PyTorch, step by step"};
+  std::vector<std::string> models{"mlp", "cnn", "gpt"};
+  std::vector<std::string> modes{"train", "infer"};
+  std::vector<int> thread_counts{1, 2};
+  int steps = 30, warmup = 10, rounds = 2;
+  bool csv = false, as_json = false, profile = false;
+  std::string python = "/usr/bin/python3";
+  std::string source_dir = TESSERA_SOURCE_DIR;
+  app.add_option("--models", models, "Models, comma-separated: mlp,cnn,gpt")
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
+  app.add_option("--modes", modes, "Modes, comma-separated: train,infer")
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"train", "infer"}));
+  app.add_option("--threads", thread_counts, "Thread counts, comma-separated")
+      ->delimiter(',')->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "Timed steps per round")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Untimed steps before each round")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", rounds, "Rounds per side, alternating; the best median is kept")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--csv", csv, "CSV instead of the table");
+  app.add_flag("--json", as_json, "JSON instead of the table");
+  app.add_flag("--profile", profile,
+               "Then time Tessera's ops over --steps more steps per row and list the heaviest");
+  app.add_option("--python", python, "The python3 that has torch (Debian's)")->capture_default_str();
+  app.add_option("--source-dir", source_dir, "Tessera's source tree (models/, bench/torch_models.py)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (csv && as_json) {
+    fmt::print(stderr, "bench_models: --csv and --json exclude each other\n");
+    return 2;
+  }
+  const bool table = !csv && !as_json;
+  const bool progress = isatty(STDERR_FILENO) != 0;
+
+  Peer peer = find_peer(python, source_dir);
+  auto dnnl_v = dnnl::version();
+  const std::string load_before = first_line_of("/proc/loadavg");
+  if (table) {
+    fmt::print("Tessera vs PyTorch: reference models, ms per step (oneDNN {}.{}.{})\n", dnnl_v->major,
+               dnnl_v->minor, dnnl_v->patch);
+    fmt::print("  CPU: {}; logical CPUs: {}; load average: {}\n", cpu_model(), omp_get_num_procs(), load_before);
+    if (peer.available)
+      fmt::print("  peer: PyTorch {} ({}), BLAS {}\n", peer.torch_version, python, peer.blas);
+    else
+      fmt::print("  peer: unavailable: {}\n", peer.why);
+    fmt::print("  {} warm-up + {} timed steps per round, {} round(s) per side alternating "
+               "(Tessera, PyTorch, ...); the best median of each side is kept\n",
+               warmup, steps, rounds);
+  }
+
+  std::vector<Row> rows;
+  int status = 0;
+  try {
+    for (const auto& name : models) {
+      const ModelSpec& spec = model_spec(name);
+      for (const auto& mode : modes)
+        for (int threads : thread_counts) {
+          Row row;
+          row.model = name;
+          row.mode = mode;
+          row.threads = threads;
+          row.batch = spec.batch;
+          row.reference_params = spec.reference_params;
+          // cpu:0 gets `threads`; a changed share drops the cached primitives.
+          set_cpu_device_count(1, threads);
+          TesseraCase tessera(spec, source_dir);
+          row.tessera_params = tessera.params;
+          for (int r = 0; r < rounds; ++r) {
+            if (progress)
+              fmt::print(stderr, "\r  {} {} {} thread(s): round {}/{} Tessera   ", name, mode, threads, r + 1,
+                         rounds);
+            keep_best(row.tessera, time_tessera(tessera, mode == "train", warmup, steps));
+            if (!peer.available || !row.peer_error.empty()) continue;
+            if (progress)
+              fmt::print(stderr, "\r  {} {} {} thread(s): round {}/{} PyTorch   ", name, mode, threads, r + 1,
+                         rounds);
+            PeerRound p = time_torch(peer, name, mode, threads, warmup, steps);
+            if (!p.error.empty()) {
+              row.peer_error = p.error;
+              continue;
+            }
+            row.torch_params = p.params;
+            if (!row.torch.valid() || p.stats.median_ms < row.torch.median_ms) row.torch_optimizer = p.optimizer;
+            keep_best(row.torch, p.stats);
+          }
+          if (profile) row.ops = profile_tessera(tessera, mode == "train", steps);
+          if (progress) fmt::print(stderr, "\r{:60}\r", "");
+          if (!param_warnings(row, peer.available).empty()) status = 1;
+          rows.push_back(std::move(row));
+        }
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "bench_models: {}\n", e.what());
+    return 2;
+  }
+
+  const int cpus = omp_get_num_procs();
+  // A little background (this shell, the VM's agent) is normal; a fifth of a
+  // core beyond the CPUs is not.
+  auto contended = [&](const Stats& s, int threads) { return s.valid() && threads + s.busy > cpus + 0.2; };
+
+  if (csv) {
+    fmt::print("model,mode,threads,batch,params_tessera,params_torch,tessera_min_ms,tessera_median_ms,"
+               "tessera_max_ms,torch_min_ms,torch_median_ms,torch_max_ms,ratio,target_met,tessera_cores,"
+               "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer\n");
+    for (const auto& r : rows) {
+      auto ratio = r.ratio();
+      std::string peer_state = peer.available ? (r.peer_error.empty() ? "ok" : "failed") : "unavailable";
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{}\n", r.model,
+                 r.mode, r.threads, r.batch, r.tessera_params, r.torch.valid() ? std::to_string(r.torch_params) : "",
+                 r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms,
+                 r.torch.valid() ? fmt::format("{:.3f}", r.torch.min_ms) : "",
+                 r.torch.valid() ? fmt::format("{:.3f}", r.torch.median_ms) : "",
+                 r.torch.valid() ? fmt::format("{:.3f}", r.torch.max_ms) : "",
+                 ratio ? fmt::format("{:.3f}", *ratio) : "", ratio ? (*ratio <= 1.0 ? "1" : "0") : "",
+                 r.tessera.cores, r.tessera.busy, r.torch.valid() ? fmt::format("{:.2f}", r.torch.busy) : "",
+                 r.torch_optimizer, steps, warmup, rounds, peer_state);
+    }
+    for (const auto& r : rows)
+      for (const auto& w : param_warnings(r, peer.available)) fmt::print("# warning: {}\n", w);
+    if (!peer.available) fmt::print("# peer: unavailable: {}\n", peer.why);
+    return status;
+  }
+
+  if (as_json) {
+    json out;
+    out["cpu"] = cpu_model();
+    out["logical_cpus"] = cpus;
+    out["load_average"] = load_before;
+    out["onednn"] = fmt::format("{}.{}.{}", dnnl_v->major, dnnl_v->minor, dnnl_v->patch);
+    out["peer"] = peer.available ? json{{"torch", peer.torch_version}, {"python", python}, {"blas", peer.blas}}
+                                 : json{{"unavailable", peer.why}};
+    out["steps"] = steps;
+    out["warmup"] = warmup;
+    out["rounds"] = rounds;
+    out["rows"] = json::array();
+    for (const auto& r : rows) {
+      auto stats = [](const Stats& s) {
+        return json{{"min_ms", s.min_ms}, {"median_ms", s.median_ms}, {"max_ms", s.max_ms}, {"busy", s.busy}};
+      };
+      json j{{"model", r.model}, {"mode", r.mode}, {"threads", r.threads}, {"batch", r.batch},
+             {"params", {{"reference", r.reference_params}, {"tessera", r.tessera_params}}},
+             {"tessera", stats(r.tessera)}};
+      j["tessera"]["cores"] = r.tessera.cores;
+      if (r.torch.valid()) {
+        j["params"]["torch"] = r.torch_params;
+        j["torch"] = stats(r.torch);
+        if (!r.torch_optimizer.empty()) j["torch"]["optimizer"] = r.torch_optimizer;
+      }
+      if (!r.peer_error.empty()) j["peer_error"] = r.peer_error;
+      if (!r.ops.empty()) {
+        j["tessera_ops_ms"] = json::object();
+        for (const auto& [op, ms] : r.ops) j["tessera_ops_ms"][op] = ms;
+      }
+      if (auto ratio = r.ratio()) {
+        j["ratio"] = *ratio;
+        j["target_met"] = *ratio <= 1.0;
+      }
+      auto warnings = param_warnings(r, peer.available);
+      if (!warnings.empty()) j["warnings"] = warnings;
+      out["rows"].push_back(std::move(j));
+    }
+    fmt::print("{}\n", out.dump(2));
+    return status;
+  }
+
+  fmt::print("\n  {:<5} {:<5} {:>7}  {:^29}  {:>9}\n", "", "", "", "---------- Tessera ----------", "PyTorch");
+  fmt::print("  {:<5} {:<5} {:>7}  {:>9} {:>9} {:>9}  {:>9}  {:>6} {:>6}  {:>5}\n", "model", "mode", "threads",
+             "min ms", "median ms", "max ms", "median ms", "ratio", "target", "busy");
+  bool any_contended = false;
+  int met = 0, compared = 0;
+  for (const auto& r : rows) {
+    auto ratio = r.ratio();
+    double busy = std::max(r.tessera.busy, r.torch.valid() ? r.torch.busy : 0.0);
+    bool c = contended(r.tessera, r.threads) || contended(r.torch, r.threads);
+    any_contended = any_contended || c;
+    std::string peer_cell = r.torch.valid() ? fmt::format("{:9.2f}", r.torch.median_ms)
+                                            : fmt::format("{:>9}", peer.available ? "failed" : "-");
+    std::string ratio_cell = ratio ? fmt::format("{:6.2f}", *ratio) : fmt::format("{:>6}", "-");
+    std::string target_cell = ratio ? (*ratio <= 1.0 ? "✓" : "✗") : "-";
+    if (ratio) {
+      ++compared;
+      met += *ratio <= 1.0;
+    }
+    fmt::print("  {:<5} {:<5} {:>7}  {:9.2f} {:9.2f} {:9.2f}  {}  {} {:>6}  {:5.2f}{}\n", r.model, r.mode,
+               r.threads, r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms, peer_cell, ratio_cell,
+               target_cell, busy, c ? "*" : "");
+    for (const auto& w : param_warnings(r, peer.available)) fmt::print("  ! warning: {}\n", w);
+    if (!r.peer_error.empty()) fmt::print("  ! peer: {}\n", r.peer_error);
+  }
+  fmt::print("\n  ratio: Tessera median / PyTorch median (target <= 1.0). busy: other processes' CPU use\n"
+             "  during the kept rounds, in cores.\n");
+  std::string optimizers;
+  for (const auto& r : rows)
+    if (!r.torch_optimizer.empty())
+      optimizers += fmt::format("{}{}/{}t {}", optimizers.empty() ? "" : ", ", r.model, r.threads,
+                                r.torch_optimizer);
+  if (!optimizers.empty())
+    fmt::print("  PyTorch's optimizer step runs the faster of its for-loop and foreach implementations,\n"
+               "  timed briefly per round: {}.\n",
+               optimizers);
+  if (any_contended)
+    fmt::print("  * threads + busy > {} CPUs (+0.2): other processes competed for the cores, so that row\n"
+               "    is unreliable (rerun on an idle machine).\n",
+               cpus);
+  if (!peer.available)
+    fmt::print("  peer: unavailable (see above): Tessera's rows only.\n");
+  else
+    fmt::print("  {} of {} rows meet the target.\n", met, compared);
+
+  if (profile) {
+    fmt::print("\nTessera's heaviest ops, ms per step (--profile; {} extra steps per row)\n", steps);
+    for (const auto& r : rows) {
+      double total = 0;
+      for (const auto& [op, ms] : r.ops) total += ms;
+      std::string line;
+      for (std::size_t i = 0; i < r.ops.size() && i < 5; ++i)
+        line += fmt::format("{}{} {:.2f} ({:.0f}%)", i ? ", " : "", r.ops[i].first, r.ops[i].second,
+                            total > 0 ? 100 * r.ops[i].second / total : 0.0);
+      fmt::print("  {:<5} {:<5} {}t  total {:7.2f}: {}\n", r.model, r.mode, r.threads, total, line);
+    }
+  }
+  return status;
+}
