@@ -11,8 +11,8 @@ constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
     "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
     "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
     "layer_norm_backward", "embedding", "embedding_backward", "one_hot", "cast", "random_uniform",
-    "random_normal", "dropout", "sgd_update", "adam_update", "concat", "slice"};
-static_assert(kKernelNames.back() == "slice", "update kKernelNames with Kernel");
+    "random_normal", "dropout", "sgd_update", "adam_update", "concat", "slice", "moving_average"};
+static_assert(kKernelNames.back() == "moving_average", "update kKernelNames with Kernel");
 
 // Operand checks shared by every backend. `op` names the kernel in messages.
 class Check {
@@ -349,6 +349,13 @@ void Backend::dropout(const Tensor& x, const Tensor& out, float rate, std::uint6
   run_dropout(x, out, rate, seed, offset);
 }
 
+void Backend::moving_average(const Tensor& state, const Tensor& value, float momentum) {
+  Check c(*this, "moving_average");
+  c.on_device({{"state", &state}, {"value", &value}}).dtype(DType::f32, {{"state", &state}, {"value", &value}});
+  c.shape("value", value, state.shape());
+  run_moving_average(state, value, momentum);
+}
+
 void Backend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                          const SgdArgs& args) {
   Check c(*this, "sgd_update");
@@ -402,6 +409,7 @@ void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast)
 void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
 void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }
 void Backend::run_dropout(const Tensor&, const Tensor&, float, std::uint64_t, std::uint64_t) { unsupported(Kernel::dropout); }
+void Backend::run_moving_average(const Tensor&, const Tensor&, float) { unsupported(Kernel::moving_average); }
 void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(Kernel::sgd_update); }
 void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(Kernel::adam_update); }
 

@@ -33,9 +33,9 @@ enum class Kernel : std::uint8_t {
   pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
   transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding,
   embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update,
-  concat, slice
+  concat, slice, moving_average
 };
-inline constexpr int kKernelCount = 29;
+inline constexpr int kKernelCount = 30;
 std::string_view name(Kernel kernel);
 
 class Backend {
@@ -134,6 +134,10 @@ class Backend {
   // same call on dy: nothing is kept between the two.
   void dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed, std::uint64_t offset);
 
+  // state = momentum * state + (1 - momentum) * value, in place (the moving
+  // statistics of batch normalisation).
+  void moving_average(const Tensor& state, const Tensor& value, float momentum);
+
   // Fused optimizer updates, in place on param and its state.
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                   const SgdArgs& args);
@@ -183,6 +187,7 @@ class Backend {
                                  float mean, float stddev);
   virtual void run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
                            std::uint64_t offset);
+  virtual void run_moving_average(const Tensor& state, const Tensor& value, float momentum);
   virtual void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                               const SgdArgs& args);
   virtual void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,

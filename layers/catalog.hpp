@@ -33,6 +33,8 @@ std::unique_ptr<Layer> make_global_average_pooling2d(ConfigNode args, const std:
 
 // normalization.cpp: LayerNormalization(epsilon=1e-3, center=true, scale=true)
 std::unique_ptr<Layer> make_layer_normalization(ConfigNode args, const std::string& name);
+// normalization.cpp: BatchNormalization(momentum=0.99, epsilon=1e-3, center, scale)
+std::unique_ptr<Layer> make_batch_normalization(ConfigNode args, const std::string& name);
 
 // embedding.cpp: Embedding(input_dim, output_dim, embeddings_initializer=uniform ±0.05)
 std::unique_ptr<Layer> make_embedding(ConfigNode args, const std::string& name);

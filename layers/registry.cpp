@@ -54,6 +54,7 @@ void register_builtin_layers() {
     r.add("AveragePooling2D", make_average_pooling2d);
     r.add("GlobalAveragePooling2D", make_global_average_pooling2d);
     r.add("LayerNormalization", make_layer_normalization);
+    r.add("BatchNormalization", make_batch_normalization);
     r.add("Embedding", make_embedding);
     r.add("PositionEmbedding", make_position_embedding);
     r.add("Dropout", make_dropout);

@@ -54,6 +54,12 @@ void CpuBackend::run_sgd_update(const Tensor& param, const Tensor& grad, const T
   }
 }
 
+void CpuBackend::run_moving_average(const Tensor& state, const Tensor& value, float momentum) {
+  float* __restrict s = state.data<float>();
+  const float* __restrict v = value.data<float>();
+  for (std::int64_t i = 0, n = state.numel(); i < n; ++i) s[i] = momentum * s[i] + (1.0f - momentum) * v[i];
+}
+
 void CpuBackend::run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                                  const Tensor& v, const AdamArgs& args) {
   float* __restrict p = param.data<float>();

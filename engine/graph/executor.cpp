@@ -158,6 +158,8 @@ void Executor::run_node(const Node& node) {
       if (learning_rate_ > 0) args.learning_rate = learning_rate_;
       return b.sgd_update(in(node, 0), in(node, 1), in(node, 2), args);
     }
+    case OpKind::moving_average:
+      return b.moving_average(in(node, 0), in(node, 1), static_cast<float>(at.scalar));
     case OpKind::adam_update: {
       AdamArgs args = at.adam;
       args.step = update_step_ > 0 ? update_step_ : args.step + runs_;  // advances every run

@@ -211,6 +211,14 @@ NodeId Graph::sgd_update(ValueId param, ValueId grad, ValueId velocity, const Sg
   return add_node(OpKind::sgd_update, {param, grad, velocity}, attrs, {});
 }
 
+NodeId Graph::moving_average(ValueId state, ValueId value, float momentum) {
+  if (shape(value) != shape(state))
+    throw ShapeError("moving_average: value " + describe(value) + " must have the shape of state " + describe(state));
+  OpAttrs attrs;
+  attrs.scalar = momentum;
+  return add_node(OpKind::moving_average, {state, value}, attrs, {});
+}
+
 NodeId Graph::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const AdamArgs& args) {
   if (shape(grad) != shape(param) || shape(m) != shape(param) || shape(v) != shape(param))
     throw ShapeError("adam_update: param " + describe(param) + ", grad " + describe(grad) +

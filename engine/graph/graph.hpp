@@ -85,6 +85,8 @@ class Graph {
 
   // Optimizer updates (side effects on variables; no outputs).
   NodeId sgd_update(ValueId param, ValueId grad, ValueId velocity, const SgdArgs& args);
+  // A side effect on a (non-trainable) variable, like the updates above.
+  NodeId moving_average(ValueId state, ValueId value, float momentum);
   NodeId adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const AdamArgs& args);
 
   // Used by autodiff and tests: append a node whose outputs have the given types.

@@ -7,7 +7,9 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-bool is_update(OpKind kind) { return kind == OpKind::sgd_update || kind == OpKind::adam_update; }
+bool is_update(OpKind kind) {
+  return kind == OpKind::sgd_update || kind == OpKind::adam_update || kind == OpKind::moving_average;
+}
 bool is_external(OpKind kind) { return kind == OpKind::input || kind == OpKind::variable; }
 
 std::size_t aligned_bytes(const Value& v) {

@@ -47,8 +47,9 @@ enum class OpKind : std::uint8_t {
                       // its gradient is the same op on dy
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
+  moving_average,     // (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
 };
-inline constexpr int kOpKindCount = 29;
+inline constexpr int kOpKindCount = 30;
 
 std::string_view name(OpKind kind);
 

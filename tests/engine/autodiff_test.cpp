@@ -188,3 +188,14 @@ TEST_CASE("gradient: concat and slice") {
   ValueId y = g.mul(g.slice(joined, 1, 2, 5), g.slice(joined, 1, 1, 5));  // overlapping slices
   check_gradients(g, y, {{a, random_tensor({2, 3}, 30)}, {b, random_tensor({2, 2}, 31)}});
 }
+
+TEST_CASE("gradient: batch normalisation built from primitive ops (training mode)") {
+  Graph g;
+  ValueId x = g.variable("x", {6, 3});
+  std::vector<int> axes{0};
+  ValueId mean = g.reduce(ReduceOp::mean, x, axes, true);
+  ValueId centered = g.sub(x, mean);
+  ValueId variance = g.reduce(ReduceOp::mean, g.mul(centered, centered), axes, true);
+  ValueId y = g.mul(centered, g.unary(UnaryOp::rsqrt, g.add(variance, g.fill({}, 1e-3))));
+  check_gradients(g, y, {{x, random_tensor({6, 3}, 40, -2.0f, 2.0f)}});
+}

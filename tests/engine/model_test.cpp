@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/config/config.hpp"
+#include "engine/graph/executor.hpp"
 #include "engine/model.hpp"
 #include "tests/test_util.hpp"
 
@@ -153,4 +154,26 @@ model:
   CHECK(g.shape(m.trace(g, 6, false, store, 0).output) == Shape{6, 9});
   CHECK(error_of("model:\n  inputs: [{name: x, shape: [4]}]\n  layers:\n    - {type: Concatenate, axis: 0, inputs: [x, x]}\n")
             .find("batch axis") != std::string::npos);
+}
+
+TEST_CASE("BatchNormalization normalises with batch statistics and moves its moving ones") {
+  Model m = parse_model(R"(
+model:
+  inputs: [{name: x, shape: [2]}]
+  layers:
+    - {type: BatchNormalization, momentum: 0.5}
+)");
+  VariableStore store;
+  Graph g;
+  auto traced = m.trace(g, 4, /*training=*/true, store, 0);
+  Executor exec(g, {traced.output});
+  exec.bind(traced.inputs[0], Tensor::from_vector<float>({1, 10, 3, 10, 5, 10, 7, 10}, {4, 2}));
+  for (auto& [path, id] : traced.variables) exec.bind(id, store.find(path)->value);
+  exec.run();
+  // Column 0: mean 4, variance 5; column 1 is constant (variance 0).
+  float s = 1.0f / std::sqrt(5.0f + 1e-3f);
+  tessera::test::check_close(exec.output(traced.output), {-3 * s, 0, -1 * s, 0, 1 * s, 0, 3 * s, 0}, 1e-5, 1e-5);
+  tessera::test::check_close(store.find("sequential/batch_normalization/moving_mean")->value, {2.0f, 5.0f});
+  tessera::test::check_close(store.find("sequential/batch_normalization/moving_variance")->value, {3.0f, 0.5f});
+  CHECK_FALSE(store.find("sequential/batch_normalization/moving_mean")->trainable);
 }
