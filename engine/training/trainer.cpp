@@ -17,6 +17,18 @@ namespace {
 
 const std::vector<std::string> kMetrics = {"accuracy", "top_5_accuracy"};
 
+// k of "accuracy" (1) or "top_<k>_accuracy" (k >= 1); 0 for other names.
+int metric_k(const std::string& name) {
+  if (name == "accuracy") return 1;
+  constexpr std::string_view prefix = "top_", suffix = "_accuracy";
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return 0;
+  std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoi(digits);
+}
+
 }  // namespace
 
 TrainingSpec parse_training(ConfigNode node) {
@@ -27,12 +39,12 @@ TrainingSpec parse_training(ConfigNode node) {
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
   for (std::size_t i = 0; i < spec.metrics.size(); ++i)
-    if (std::find(kMetrics.begin(), kMetrics.end(), spec.metrics[i]) == kMetrics.end()) {
+    if (metric_k(spec.metrics[i]) < 1) {
       std::string hint = did_you_mean(spec.metrics[i], kMetrics);
       throw ConfigError(node["metrics"].at(i).location() + ": " + node["metrics"].at(i).path() +
                         ": unknown metric '" + spec.metrics[i] + "'" +
                         (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                        "; known: accuracy, top_5_accuracy");
+                        "; known: accuracy, top_<k>_accuracy (e.g. top_5_accuracy)");
     }
   spec.epochs = node.get<std::int64_t>("epochs", 1);
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
@@ -170,7 +182,7 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
   std::int64_t rows = output.numel() / classes;
   const float* scores = output.data<float>();
   for (const auto& metric : spec_.metrics) {
-    int k = metric == "top_5_accuracy" ? 5 : 1;
+    int k = metric_k(metric);
     std::int64_t hits = 0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = scores + r * classes;

@@ -44,7 +44,7 @@ struct CheckpointSpec {
 struct TrainingSpec {
   LossSpec loss;
   OptimizerSpec optimizer;
-  std::vector<std::string> metrics;  // accuracy, top_5_accuracy
+  std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy
   std::int64_t epochs = 1;
   std::int64_t batch_size = 32;
   std::uint64_t seed = 0;

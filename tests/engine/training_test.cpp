@@ -178,3 +178,17 @@ TEST_CASE("bad training configs are errors with a hint") {
   CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, beta_1: 0.9}}").find("unknown key 'beta_1'") != std::string::npos);
   CHECK(error_of("training: {loss: mse, epochs: 0}").find("run.yaml:1:") != std::string::npos);
 }
+
+TEST_CASE("top-k accuracy counts a label among the k highest scores") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 9);
+  TrainingSpec s = spec();
+  s.metrics = {"accuracy", "top_2_accuracy", "top_3_accuracy"};
+  VariableStore store;
+  Trainer trainer(model, s, store);
+  Evaluation e = trainer.evaluate(data);
+  CHECK(e.metrics.at("top_3_accuracy") == doctest::Approx(1.0));  // 3 classes: always among the top 3
+  CHECK(e.metrics.at("top_2_accuracy") >= e.metrics.at("accuracy"));
+  CHECK(e.metrics.at("top_2_accuracy") < 1.0);
+  CHECK_THROWS_AS(parse_training(ConfigNode::parse("training: {loss: mse, metrics: [top_x_accuracy]}")["training"]), ConfigError);
+}
