@@ -27,6 +27,24 @@ using namespace tessera;
 
 enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kBadInput = 3, kUnsupported = 4 };
 
+// The one place that maps engine errors to a label and an exit code: bad input
+// (config, data, checkpoint, shapes, dtypes, devices) is 3, a missing feature 4.
+template <typename T>
+bool is(const std::exception& e) {
+  return dynamic_cast<const T*>(&e) != nullptr;
+}
+
+std::pair<const char*, int> classify(const std::exception& e) {
+  if (is<ConfigError>(e)) return {"config error", kBadInput};
+  if (is<DataError>(e)) return {"data error", kBadInput};
+  if (is<CheckpointError>(e)) return {"checkpoint error", kBadInput};
+  if (is<ShapeError>(e)) return {"shape error", kBadInput};
+  if (is<DTypeError>(e)) return {"dtype error", kBadInput};
+  if (is<DeviceError>(e)) return {"device error", kBadInput};
+  if (is<UnsupportedError>(e)) return {"unsupported", kUnsupported};
+  return {"error", kFailed};
+}
+
 int devices(int cpu_devices) {
   set_cpu_device_count(cpu_devices);
   fmt::print("CUDA backend compiled: {}\n", cuda_compiled() ? "yes" : "no");
@@ -262,30 +280,10 @@ int main(int argc, char** argv) {
     if (*eval_cmd) return eval(config, overrides, checkpoint, split);
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
-  } catch (const tessera::ConfigError& e) {
-    std::cerr << "tessera: config error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::DataError& e) {
-    std::cerr << "tessera: data error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::CheckpointError& e) {
-    std::cerr << "tessera: checkpoint error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::ShapeError& e) {
-    std::cerr << "tessera: shape error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::DTypeError& e) {
-    std::cerr << "tessera: dtype error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::DeviceError& e) {
-    std::cerr << "tessera: device error: " << e.what() << "\n";
-    return kBadInput;
-  } catch (const tessera::UnsupportedError& e) {
-    std::cerr << "tessera: unsupported: " << e.what() << "\n";
-    return kUnsupported;
   } catch (const std::exception& e) {
-    std::cerr << "tessera: error: " << e.what() << "\n";
-    return kFailed;
+    auto [label, code] = classify(e);
+    std::cerr << "tessera: " << label << ": " << e.what() << "\n";
+    return code;
   }
   return kUsage;
 }

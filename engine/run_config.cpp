@@ -83,9 +83,7 @@ Dataset load_dataset(ConfigNode spec) {
                                     spec["classes"].as<std::int64_t>(),
                                     static_cast<std::uint64_t>(spec.get<std::int64_t>("seed", 0)));
   }
-  std::string hint = did_you_mean(type, kDataTypes);
-  config_error(spec["type"], "unknown data type '" + type + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                                 "; known: idx, csv, npz, text, synthetic");
+  spec["type"].fail_unknown("data type", type, kDataTypes);
 }
 
 }  // namespace tessera

@@ -46,13 +46,7 @@ Initializer parse_initializer(const ConfigNode& node) {
   }
   std::vector<std::string> known(kNames.begin(), kNames.end());
   auto it = std::find(known.begin(), known.end(), type);
-  if (it == known.end()) {
-    std::string hint = did_you_mean(type, known);
-    std::string list;
-    for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    throw ConfigError(node.location() + ": " + node.path() + ": unknown initializer '" + type + "'" +
-                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
-  }
+  if (it == known.end()) node.fail_unknown("initializer", type, known);
   init.kind = static_cast<InitializerKind>(it - known.begin());
   if (!node.is_scalar()) {
     init.value = spec.get<float>("value", init.value);

@@ -37,11 +37,7 @@ std::uint64_t LayerContext::layer_seed() const {
 
 void check_activation(const ConfigNode& node, const std::string& activation) {
   if (std::find(kActivations.begin(), kActivations.end(), activation) != kActivations.end()) return;
-  std::string hint = did_you_mean(activation, kActivations);
-  std::string list;
-  for (auto& a : kActivations) list += (list.empty() ? "" : ", ") + a;
-  throw ConfigError(node.location() + ": " + node.path() + ": unknown activation '" + activation +
-                    "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
+  node.fail_unknown("activation", activation, kActivations);
 }
 
 ValueId apply_activation(Graph& g, ValueId x, const std::string& activation) {

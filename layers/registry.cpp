@@ -33,12 +33,7 @@ std::unique_ptr<Layer> LayerRegistry::create(const std::string& type, const Conf
                                              const std::string& name) const {
   for (auto& [known, factory] : factories_)
     if (known == type) return factory(args, name);
-  auto known = types();
-  std::string hint = did_you_mean(type, known);
-  std::string list;
-  for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
-  throw ConfigError(args.location() + ": " + args.path() + ": unknown layer type '" + type + "'" +
-                    (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
+  args.fail_unknown("layer type", type, types());
 }
 
 void register_builtin_layers() {

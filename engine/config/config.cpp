@@ -416,6 +416,14 @@ void ConfigNode::set(const std::string& key, const ConfigNode& value) {
 
 void ConfigNode::fail(const std::string& what) const { throw_at(*state_, what); }
 
+void ConfigNode::fail_unknown(const std::string& what, const std::string& value,
+                              const std::vector<std::string>& known) const {
+  std::string hint = did_you_mean(value, known), list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  fail("unknown " + what + " '" + value + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+       "; known: " + list);
+}
+
 #define TESSERA_CONFIG_VALUE(T)                                                      \
   template T ConfigNode::as<T>() const;                                              \
   template T ConfigNode::get<T>(const std::string&, const T&) const;                 \

@@ -119,6 +119,10 @@ class ConfigNode {
   // Throws ConfigError "location: path: what", for the checks a reader makes
   // itself ("epochs must be >= 1").
   [[noreturn]] void fail(const std::string& what) const;
+  // Throws "location: path: unknown <what> '<value>' (did you mean '...'?);
+  // known: a, b, c" — the one message for every misspelt name in a config.
+  [[noreturn]] void fail_unknown(const std::string& what, const std::string& value,
+                                 const std::vector<std::string>& known) const;
 
  private:
   explicit ConfigNode(std::shared_ptr<const detail::ConfigNodeState> state)

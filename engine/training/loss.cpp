@@ -33,12 +33,8 @@ LossSpec parse_loss(ConfigNode node) {
     spec.from_logits = node.get<bool>("from_logits", false);
   }
   if (spec.type == "mean_squared_error") spec.type = "mse";
-  if (std::find(kLosses.begin(), kLosses.end(), spec.type) == kLosses.end()) {
-    std::string hint = did_you_mean(spec.type, kLosses), list;
-    for (auto& l : kLosses) list += (list.empty() ? "" : ", ") + l;
-    throw ConfigError(node.location() + ": " + node.path() + ": unknown loss '" + spec.type + "'" +
-                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
-  }
+  if (std::find(kLosses.begin(), kLosses.end(), spec.type) == kLosses.end())
+    node.fail_unknown("loss", spec.type, kLosses);
   return spec;
 }
 

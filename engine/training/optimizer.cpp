@@ -11,19 +11,11 @@ namespace {
 
 const std::vector<std::string> kOptimizers = {"sgd", "adam", "adamw"};
 
-[[noreturn]] void unknown(const ConfigNode& node, const std::string& what, const std::string& value,
-                          const std::vector<std::string>& known) {
-  std::string hint = did_you_mean(value, known), list;
-  for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
-  throw ConfigError(node.location() + ": " + node.path() + ": unknown " + what + " '" + value + "'" +
-                    (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; known: " + list);
-}
-
 ScheduleSpec parse_schedule(ConfigNode node) {
   ScheduleSpec s;
   node.expect_keys({"type", "warmup_steps", "decay_steps", "min_ratio"});
   s.type = node.get<std::string>("type", "constant");
-  if (s.type != "constant" && s.type != "cosine") unknown(node["type"], "schedule", s.type, {"constant", "cosine"});
+  if (s.type != "constant" && s.type != "cosine") node["type"].fail_unknown("schedule", s.type, {"constant", "cosine"});
   s.warmup_steps = node.get<std::int64_t>("warmup_steps", 0);
   s.decay_steps = node.get<std::int64_t>("decay_steps", 0);
   s.min_ratio = node.get<double>("min_ratio", 0.0);
@@ -37,14 +29,14 @@ OptimizerSpec parse_optimizer(ConfigNode node) {
   if (node.is_scalar()) {
     spec.type = node.as<std::string>();
     if (std::find(kOptimizers.begin(), kOptimizers.end(), spec.type) == kOptimizers.end())
-      unknown(node, "optimizer", spec.type, kOptimizers);
+      node.fail_unknown("optimizer", spec.type, kOptimizers);
     if (spec.type == "sgd") spec.learning_rate = 0.01f;
     if (spec.type == "adamw") spec.weight_decay = 0.004f;
     return spec;
   }
   spec.type = node["type"].as<std::string>();
   if (std::find(kOptimizers.begin(), kOptimizers.end(), spec.type) == kOptimizers.end())
-    unknown(node["type"], "optimizer", spec.type, kOptimizers);
+    node["type"].fail_unknown("optimizer", spec.type, kOptimizers);
   std::vector<std::string> keys = {"type", "learning_rate", "global_clipnorm", "schedule"};
   if (spec.type == "sgd") {
     keys.insert(keys.end(), {"momentum", "nesterov", "weight_decay"});

@@ -15,7 +15,7 @@ namespace tessera {
 
 namespace {
 
-const std::vector<std::string> kMetrics = {"accuracy", "top_5_accuracy"};
+const std::vector<std::string> kMetrics = {"accuracy", "top_<k>_accuracy"};
 
 // k of "accuracy" (1) or "top_<k>_accuracy" (k >= 1); 0 for other names.
 int metric_k(const std::string& name) {
@@ -39,13 +39,7 @@ TrainingSpec parse_training(ConfigNode node) {
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
   for (std::size_t i = 0; i < spec.metrics.size(); ++i)
-    if (metric_k(spec.metrics[i]) < 1) {
-      std::string hint = did_you_mean(spec.metrics[i], kMetrics);
-      throw ConfigError(node["metrics"].at(i).location() + ": " + node["metrics"].at(i).path() +
-                        ": unknown metric '" + spec.metrics[i] + "'" +
-                        (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                        "; known: accuracy, top_<k>_accuracy (e.g. top_5_accuracy)");
-    }
+    if (metric_k(spec.metrics[i]) < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], kMetrics);
   spec.epochs = node.get<std::int64_t>("epochs", 1);
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
   spec.seed = static_cast<std::uint64_t>(node.get<std::int64_t>("seed", 0));
