@@ -40,6 +40,14 @@ class UnsupportedError : public Error {
   using Error::Error;
 };
 
+// A sharding that cannot apply: a layout that does not fit its tensor or mesh,
+// or a layout map whose keys are ambiguous for a variable. Messages name the
+// variable path, the dimension, the sizes and the mesh axis.
+class LayoutError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A graph that is malformed (a value used before it is defined, a cycle, ...).
 class GraphError : public Error {
  public:

@@ -23,6 +23,11 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   ConfigNode root = ConfigNode::load_file(file);
   for (const auto& o : overrides) apply_override(root, o);
   root.expect_keys({"model", "training", "data", "distribution"});
+  // Accepted as a key so the message can say what is missing, rather than
+  // "unknown key": sharded execution is not built yet, and silently running
+  // on one device would not be what the user asked for.
+  if (auto distribution = root.find("distribution"))
+    distribution->fail("sharded execution (distribution:) is not implemented yet; remove the section to run on one device");
   // `model: ../models/mlp.yaml` takes the `model:` of another file (the zoo);
   // errors in it then name that file.
   ConfigNode model = root["model"];

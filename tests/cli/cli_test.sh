@@ -53,4 +53,5 @@ expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" -
 before=$(md5sum "$work/ckpt/model.safetensors")
 expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train
 [ "$before" = "$(md5sum "$work/ckpt/model.safetensors")" ] || fail "a failed load changed the checkpoint"
+expect_fail 3 "distribution: sharded execution (distribution:) is not implemented yet" -- "$tessera" train "$work/run.yaml" --set "distribution={type: data_parallel}"
 echo "cli_test: ok"

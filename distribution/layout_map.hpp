@@ -1,0 +1,39 @@
+// LayoutMap: variable paths to TensorLayouts, with Keras' lookup rules
+// (keras.distribution.LayoutMap): an exact key match first; otherwise every
+// key is a regular expression searched in the path (Python's re.search); two
+// matching keys are an error naming both; no match means replicated.
+//
+//   LayoutMap map;
+//   map.add("dense.*kernel", TensorLayout({std::nullopt, "model"}));
+//   map.add("dense.*bias", TensorLayout({"model"}));
+//   map.lookup("sequential/dense_1/kernel");   // [None, model]
+#pragma once
+
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "distribution/tensor_layout.hpp"
+
+namespace tessera {
+
+class LayoutMap {
+ public:
+  // Throws LayoutError for a duplicate key or a key that is not a valid regex.
+  void add(const std::string& key, TensorLayout layout);
+  // The layout for `path`, or nullopt (replicated); throws LayoutError when two
+  // keys match by regex and neither matches exactly.
+  std::optional<TensorLayout> lookup(const std::string& path) const;
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string key;
+    std::regex pattern;
+    TensorLayout layout;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace tessera
