@@ -48,6 +48,7 @@
 #include <omp.h>
 
 #include "bench/cpu_use.hpp"
+#include "bench/machine_info.hpp"
 #include "engine/tessera.hpp"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -398,16 +399,8 @@ std::vector<std::string> param_warnings(const Row& r, bool peer_available) {
   return w;
 }
 
-std::string first_line_of(const char* path, const std::string& prefix = "") {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (prefix.empty() || line.rfind(prefix, 0) == 0) return line;
-  return "?";
-}
-
 std::string cpu_model() {
-  std::string model = first_line_of("/proc/cpuinfo", "model name");
+  std::string model = bench::first_line_of("/proc/cpuinfo", "model name");
   return model.substr(std::min(model.size(), model.find(':') + 2));
 }
 
@@ -450,7 +443,7 @@ int main(int argc, char** argv) {
 
   Peer peer = find_peer(python, source_dir);
   auto dnnl_v = dnnl::version();
-  const std::string load_before = first_line_of("/proc/loadavg");
+  const std::string load_before = bench::first_line_of("/proc/loadavg");
   if (table) {
     fmt::print("Tessera vs PyTorch: reference models, ms per step (oneDNN {}.{}.{})\n", dnnl_v->major,
                dnnl_v->minor, dnnl_v->patch);

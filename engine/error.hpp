@@ -48,6 +48,14 @@ class LayoutError : public Error {
   using Error::Error;
 };
 
+// A collective that could not complete: a member missing after the timeout,
+// an aborted communicator, or mismatched calls; names the collective, the
+// group's mesh axes and the ranks concerned.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A graph that is malformed (a value used before it is defined, a cycle, ...).
 class GraphError : public Error {
  public:
