@@ -28,7 +28,7 @@ class Check {
     for (auto [label, t] : operands) {
       if (t == nullptr) continue;
       if (!t->defined()) throw Error(prefix() + label + " is an undefined tensor");
-      if (t->device() != backend_.device())
+      if (!shares_memory(t->device(), backend_.device()))
         throw DeviceError(prefix() + label + " is " + t->describe() + " but the kernel runs on " +
                           backend_.device().str() + " (" + list(operands) + ")");
     }

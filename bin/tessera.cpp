@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.hpp"
+#include "bin/distribution_report.hpp"
 #include "bin/progress.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
@@ -41,6 +42,8 @@ std::pair<const char*, int> classify(const std::exception& e) {
   if (is<ShapeError>(e)) return {"shape error", kBadInput};
   if (is<DTypeError>(e)) return {"dtype error", kBadInput};
   if (is<DeviceError>(e)) return {"device error", kBadInput};
+  if (is<LayoutError>(e)) return {"layout error", kBadInput};
+  if (is<CollectiveError>(e)) return {"collective error", kFailed};
   if (is<UnsupportedError>(e)) return {"unsupported", kUnsupported};
   return {"error", kFailed};
 }
@@ -52,7 +55,8 @@ int devices(int cpu_devices) {
   return kOk;
 }
 
-int inspect(const std::string& file, const std::vector<std::string>& overrides, bool resolved) {
+int inspect(const std::string& file, const std::vector<std::string>& overrides, bool resolved,
+            const std::string& visualize) {
   RunConfig run = load_run_config(file, overrides);
   VariableStore store;
   fmt::print("{}", run.model.summary(store, run.training.seed));
@@ -64,6 +68,16 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
     bytes += static_cast<std::int64_t>(v.value.nbytes());
   }
   fmt::print("Total: {} parameters, {} bytes\n", store.parameter_count(), bytes);
+  if (run.distribution) {
+    // The training program of one batch, partitioned (not run): what each device holds and sends.
+    auto trainer = make_trainer(run, store);
+    const SpmdProgram& program = *trainer->sharded_program(run.training.batch_size);
+    const Distribution& distribution = *run.distribution->distribution;
+    print_sharding(distribution, program, run.model.output_paths());
+    if (!visualize.empty()) print_blocks(distribution, program, visualize);
+  } else if (!visualize.empty()) {
+    throw ConfigError(file + ": --visualize shows how a distribution splits a tensor; the config has no distribution:");
+  }
   if (resolved) fmt::print("\nResolved config:\n{}\n", run.root.dump());
   return kOk;
 }
@@ -78,7 +92,8 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (run.validation_data) validation = load_dataset(*run.validation_data);
   VariableStore store;
   run.model.build(store, run.training.seed);
-  Trainer trainer(run.model, run.training, store);
+  std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
+  Trainer& trainer = *trainer_owner;
   if (!resume_dir.empty()) {
     // Everything is checked before the store changes: a checkpoint of another
     // model fails here, naming the variable.
@@ -94,6 +109,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   }
   fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
              store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
+  if (run.distribution) fmt::print("Distribution: {}\n", run.distribution->distribution->str());
   std::ofstream log;
   if (!log_path.empty()) {
     log.open(log_path, std::ios::app);
@@ -110,6 +126,11 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     if (l.validation.samples > 0) {
       j["val_loss"] = l.validation.loss;
       for (const auto& [k, v] : l.validation.metrics) j["val_" + k] = v;
+    }
+    if (const Communicator* comm = trainer.communicator()) {  // totals over devices, since the start
+      for (const auto& [key, stats] : comm->accounting().total())
+        j["collectives"][std::string(name(key.first)) + " " + key.second] = {
+            {"calls", stats.calls}, {"bytes", stats.bytes}, {"seconds", stats.seconds}};
     }
     log << j.dump() << "\n" << std::flush;
   };
@@ -128,6 +149,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     for (const auto& [op, t] : rows)
       fmt::print("{:<32} {:>10.3f} {:>7.1f}% {:>10}\n", op, t.seconds, 100 * t.seconds / total, t.calls);
   }
+  if (const Communicator* comm = trainer.communicator()) print_collectives(comm->accounting());
   return kOk;
 }
 
@@ -146,7 +168,8 @@ int eval(const std::string& file, const std::vector<std::string>& overrides, con
   Dataset dataset = load_dataset(*data);
   VariableStore store;
   load_weights(run, store, checkpoint);
-  Trainer trainer(run.model, run.training, store);
+  std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
+  Trainer& trainer = *trainer_owner;
   fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(trainer.evaluate(dataset)));
   return kOk;
 }
@@ -168,7 +191,8 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
     throw DataError("predict: cannot write '" + output + "': expected a .npy or .csv file name");
   VariableStore store;
   load_weights(run, store, checkpoint);
-  Trainer trainer(run.model, run.training, store);
+  std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
+  Trainer& trainer = *trainer_owner;
   Tensor outputs = trainer.predict(inputs);
   if (extension(output) == ".npy") {
     save_npy(output, outputs);
@@ -267,6 +291,8 @@ int main(int argc, char** argv) {
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
   inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
+  std::string visualize;
+  inspect_cmd->add_option("--visualize", visualize, "Draw which device holds which block of this variable (a path)");
   train_cmd->add_option("--log", log_path, "Append one JSON line of metrics per epoch to this file");
   train_cmd->add_option("--resume", resume_dir,
                         "Continue from this checkpoint directory (training.checkpoint.dir of an earlier run)");
@@ -276,7 +302,7 @@ int main(int argc, char** argv) {
   try {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
-    if (*inspect_cmd) return inspect(config, overrides, resolved);
+    if (*inspect_cmd) return inspect(config, overrides, resolved, visualize);
     if (*eval_cmd) return eval(config, overrides, checkpoint, split);
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);

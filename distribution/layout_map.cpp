@@ -15,8 +15,14 @@ void LayoutMap::add(const std::string& key, TensorLayout layout) {
 }
 
 std::optional<TensorLayout> LayoutMap::lookup(const std::string& path) const {
+  auto found = match(path);
+  if (!found) return std::nullopt;
+  return found->layout;
+}
+
+std::optional<LayoutMap::Match> LayoutMap::match(const std::string& path) const {
   for (const auto& e : entries_)
-    if (e.key == path) return e.layout;
+    if (e.key == path) return Match{e.key, e.layout};
   const Entry* found = nullptr;
   for (const auto& e : entries_) {
     if (!std::regex_search(path, e.pattern)) continue;
@@ -26,7 +32,13 @@ std::optional<TensorLayout> LayoutMap::lookup(const std::string& path) const {
     found = &e;
   }
   if (found == nullptr) return std::nullopt;
-  return found->layout;
+  return Match{found->key, found->layout};
+}
+
+std::vector<std::string> LayoutMap::keys() const {
+  std::vector<std::string> keys;
+  for (const auto& e : entries_) keys.push_back(e.key);
+  return keys;
 }
 
 }  // namespace tessera

@@ -25,6 +25,13 @@ class LayoutMap {
   // The layout for `path`, or nullopt (replicated); throws LayoutError when two
   // keys match by regex and neither matches exactly.
   std::optional<TensorLayout> lookup(const std::string& path) const;
+  // The key that decided, with its layout (lookup() without the key).
+  struct Match {
+    std::string key;
+    TensorLayout layout;
+  };
+  std::optional<Match> match(const std::string& path) const;
+  std::vector<std::string> keys() const;  // in insertion order
   std::size_t size() const { return entries_.size(); }
 
  private:

@@ -26,4 +26,8 @@ struct Device {
 
 std::string_view device_kind_name(DeviceKind kind);
 
+// Whether a kernel on `a` can read a tensor of `b` directly: the same device,
+// or two logical CPU devices (they share the host's memory).
+inline bool shares_memory(Device a, Device b) { return a == b || (a.kind == DeviceKind::cpu && b.kind == DeviceKind::cpu); }
+
 }  // namespace tessera

@@ -207,4 +207,10 @@ std::string Model::summary(VariableStore& store, std::uint64_t seed) const {
   return out;
 }
 
+std::vector<std::string> Model::output_paths() const {
+  std::vector<std::string> paths;
+  for (const auto& node : nodes_) paths.push_back((sequential_ ? name_ + "/" : "") + node.layer->name() + "/output");
+  return paths;
+}
+
 }  // namespace tessera

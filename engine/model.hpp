@@ -57,6 +57,9 @@ class Model {
   const std::string& name() const { return name_; }
   bool sequential() const { return sequential_; }
   const std::vector<ModelInput>& inputs() const { return inputs_; }
+  // Keras' "<layer path>/output" of every layer ("sequential/dense_1/output"),
+  // the paths a layout map can give activation layouts by.
+  std::vector<std::string> output_paths() const;
   // Creates (and initialises) every variable in `store`, as Keras' build().
   void build(VariableStore& store, std::uint64_t seed) const;
   // Keras-style summary: layer (type), output shape, parameters; then totals.

@@ -1,5 +1,7 @@
 #include "engine/run_config.hpp"
 
+#include "distribution/distribution_config.hpp"
+
 #include <algorithm>
 
 #include "engine/data/csv.hpp"
@@ -23,11 +25,6 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   ConfigNode root = ConfigNode::load_file(file);
   for (const auto& o : overrides) apply_override(root, o);
   root.expect_keys({"model", "training", "data", "distribution"});
-  // Accepted as a key so the message can say what is missing, rather than
-  // "unknown key": sharded execution is not built yet, and silently running
-  // on one device would not be what the user asked for.
-  if (auto distribution = root.find("distribution"))
-    distribution->fail("sharded execution (distribution:) is not implemented yet; remove the section to run on one device");
   // `model: ../models/mlp.yaml` takes the `model:` of another file (the zoo);
   // errors in it then name that file.
   ConfigNode model = root["model"];
@@ -36,7 +33,8 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
     zoo.expect_keys({"model"});
     model = zoo["model"];
   }
-  RunConfig run{root, Model::from_config(model), {}, root.has("training"), {}, {}};
+  RunConfig run{root, Model::from_config(model), {}, root.has("training"), {}, {}, {}};
+  if (auto distribution = root.find("distribution")) run.distribution = parse_distribution(*distribution);
   if (run.has_training) run.training = parse_training(root["training"]);
   if (root["model"].is_scalar()) root.set("model", model);  // the resolved config shows it whole
   if (auto data = root.find("data")) {
@@ -89,6 +87,29 @@ Dataset load_dataset(ConfigNode spec) {
                                     static_cast<std::uint64_t>(spec.get<std::int64_t>("seed", 0)));
   }
   spec["type"].fail_unknown("data type", type, kDataTypes);
+}
+
+std::unique_ptr<Trainer> make_trainer(const RunConfig& run, VariableStore& store) {
+  if (!run.distribution) return std::make_unique<Trainer>(run.model, run.training, store);
+  // Every variable's layout is checked now, so that an error points at its layout-map entry.
+  const Distribution& d = *run.distribution->distribution;
+  run.model.build(store, run.training.seed);
+  for (const auto& v : store.variables()) {
+    try {
+      d.variable_layout(v.path, v.value.shape());
+    } catch (const LayoutError& e) {
+      // At the entry that matched, or at the map when two entries match.
+      std::string where = run.distribution->map_location;
+      try {
+        if (auto match = d.layout_map().match(v.path)) where = run.distribution->key_locations.at(match->key);
+      } catch (const LayoutError&) {
+      }
+      throw ConfigError(where + ": " + e.what());
+    }
+  }
+  auto trainer = std::make_unique<Trainer>(run.model, run.training, store, *run.distribution->distribution);
+  trainer->set_collective_timeout(run.distribution->collective_timeout);
+  return trainer;
 }
 
 }  // namespace tessera

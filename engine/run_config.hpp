@@ -1,5 +1,5 @@
-// A run config: one YAML file with `model:`, `training:`, `data:` (and, in a
-// coming issue, `distribution:`), loaded with `--set` overrides applied and
+// A run config: one YAML file with `model:`, `training:`, `data:` and `distribution:`
+// (distribution/distribution_config.hpp), loaded with `--set` overrides applied and
 // every section validated. `model:` may name a zoo file instead
 // (`model: ../models/mlp.yaml`), whose own `model:` is used.
 //
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "distribution/distribution_config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/model.hpp"
@@ -31,7 +32,13 @@ struct RunConfig {
   TrainingSpec training;      // defaults when the file has no `training:` (a zoo model)
   bool has_training = false;
   std::optional<ConfigNode> train_data, validation_data;
+  std::optional<DistributionConfig> distribution;  // `distribution:`; none: one device
 };
+
+// A trainer for the run: over the distribution's mesh when the config has one
+// (builds the model's variables in `store` and checks each against the layout
+// map: a ConfigError at the entry that does not fit).
+std::unique_ptr<Trainer> make_trainer(const RunConfig& run, VariableStore& store);
 
 // Loads and validates a run config; `overrides` are "a.b=c" assignments.
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

@@ -33,6 +33,8 @@
 
 #include "backends/backend.hpp"
 #include "backends/registry.hpp"
+#include "distribution/distribution.hpp"
+#include "distribution/shard_copy.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/data/synthetic.hpp"

@@ -1,9 +1,11 @@
 #include "engine/graph/executor.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "backends/registry.hpp"
+#include "distribution/spmd_context.hpp"
 
 namespace tessera {
 
@@ -27,7 +29,7 @@ void Executor::bind(ValueId leaf, const Tensor& tensor) {
   if (tensor.dtype() != v.dtype)
     throw DTypeError("bind: " + label + " expects dtype " + std::string(dtype_name(v.dtype)) +
                      ", got " + tensor.describe());
-  if (tensor.device() != backend_.device())
+  if (!shares_memory(tensor.device(), backend_.device()))
     throw DeviceError("bind: " + label + " must live on " + backend_.device().str() + ", got " +
                       tensor.describe());
   tensors_[leaf] = tensor;
@@ -83,6 +85,13 @@ Tensor Executor::output(ValueId value) const {
                      " is not an output of this executor (intermediate values are not kept)");
   if (runs_ == 0) throw Error("output: the executor has not run yet");
   return tensors_[value];
+}
+
+const SpmdContext& Executor::spmd(const Node& node) const {
+  if (spmd_ == nullptr)
+    throw GraphError("op '" + std::string(name(node.kind)) +
+                     "' belongs to a partitioned graph; run it with set_spmd (one executor per device)");
+  return *spmd_;
 }
 
 void Executor::run_node(const Node& node) {
@@ -165,6 +174,18 @@ void Executor::run_node(const Node& node) {
       args.step = update_step_ > 0 ? update_step_ : args.step + runs_;  // advances every run
       if (learning_rate_ > 0) args.learning_rate = learning_rate_;
       return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
+    }
+    case OpKind::all_reduce:
+      return spmd(node).comm().all_reduce(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0));
+    case OpKind::all_gather:
+      return spmd(node).comm().all_gather(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0), at.axis);
+    case OpKind::reduce_scatter:
+      return spmd(node).comm().reduce_scatter(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
+                                              at.axis);
+    case OpKind::shard_slice: {
+      int mesh_axis = std::countr_zero(at.mesh_axes);
+      std::int64_t block = out(node, 0).shape()[at.axis];
+      return b.slice(in(node, 0), out(node, 0), at.axis, spmd(node).coordinate(mesh_axis) * block);
     }
   }
 }

@@ -23,6 +23,8 @@
 
 namespace tessera {
 
+class SpmdContext;
+
 class Executor {
  public:
   Executor(const Graph& graph, std::vector<ValueId> outputs, Device device = Device::cpu());
@@ -48,12 +50,17 @@ class Executor {
   };
   void enable_profiling(std::map<std::string, OpTime>* sink) { profile_ = sink; }
 
+  // For a partitioned graph: the communicator and rank its collective ops use
+  // (owned by the caller, outliving the executor).
+  void set_spmd(const SpmdContext* context) { spmd_ = context; }
+
   const MemoryPlan& plan() const { return plan_; }
   std::int64_t runs() const { return runs_; }
 
  private:
   void allocate_arena();
   void run_node(const Node& node);
+  const SpmdContext& spmd(const Node& node) const;
   const Tensor& in(const Node& node, int i) const { return tensors_[node.inputs[static_cast<std::size_t>(i)]]; }
   const Tensor& out(const Node& node, int i) const { return tensors_[node.outputs[static_cast<std::size_t>(i)]]; }
 
@@ -65,6 +72,7 @@ class Executor {
   std::shared_ptr<Buffer> arena_;
   std::int64_t runs_ = 0;
   std::map<std::string, OpTime>* profile_ = nullptr;
+  const SpmdContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
 };

@@ -9,8 +9,9 @@ constexpr std::array<std::string_view, kOpKindCount> kOpNames = {
     "input", "variable", "fill", "matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
     "pool2d", "pool2d_grad", "unary", "unary_grad", "binary", "reduce", "broadcast_to",
     "reshape", "transpose", "softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
-    "embedding", "embedding_grad", "one_hot", "cast", "concat", "slice", "dropout", "sgd_update", "adam_update", "moving_average"};
-static_assert(kOpNames.back() == "moving_average", "update kOpNames with OpKind");
+    "embedding", "embedding_grad", "one_hot", "cast", "concat", "slice", "dropout", "sgd_update", "adam_update", "moving_average",
+    "all_reduce", "all_gather", "reduce_scatter", "shard_slice"};
+static_assert(kOpNames.back() == "shard_slice", "update kOpNames with OpKind");
 
 }  // namespace
 

@@ -48,8 +48,14 @@ enum class OpKind : std::uint8_t {
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
   moving_average,     // (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
+  // Collectives of a partitioned (per-device) graph, over the devices that
+  // differ only along the mesh axes in attrs.mesh_axes (see distribution/partitioner.hpp).
+  all_reduce,         // (x) -> sum of x over the group
+  all_gather,         // (x) -> the group's blocks joined along attrs.axis
+  reduce_scatter,     // (x) -> this device's block along attrs.axis of the group's sum
+  shard_slice,        // (x) -> this device's block along attrs.axis (a local copy, no communication)
 };
-inline constexpr int kOpKindCount = 30;
+inline constexpr int kOpKindCount = 34;
 
 std::string_view name(OpKind kind);
 
@@ -71,6 +77,7 @@ struct OpAttrs {
   std::uint64_t seed = 0;    // dropout: the mask stream (the step selects its window)
   SgdArgs sgd;
   AdamArgs adam;
+  std::uint32_t mesh_axes = 0;  // collectives: bit a set = mesh axis a (attrs.axis: the tensor dimension)
 };
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
 #include "engine/graph/autodiff.hpp"
@@ -67,7 +68,18 @@ TrainingSpec parse_training(ConfigNode node) {
 struct Trainer::Program {
   Graph graph;
   ValueId input = -1, target = -1, loss = -1, output = -1;
-  std::unique_ptr<Executor> exec;
+  std::unique_ptr<Executor> exec;     // one device
+  std::unique_ptr<SpmdProgram> spmd;  // or a distribution's mesh
+
+  void bind(ValueId leaf, const Tensor& t) { spmd ? spmd->bind(leaf, t) : exec->bind(leaf, t); }
+  void run() { spmd ? spmd->run() : exec->run(); }
+  Tensor result(ValueId v) const { return spmd ? spmd->output(v) : exec->output(v); }
+  void set_update_step(std::int64_t step, float lr) {
+    spmd ? spmd->set_update_step(step, lr) : exec->set_update_step(step, lr);
+  }
+  void enable_profiling(std::map<std::string, Executor::OpTime>* sink) {
+    spmd ? spmd->enable_profiling(sink) : exec->enable_profiling(sink);
+  }
 };
 
 struct Trainer::NonFiniteLoss : Error {
@@ -85,11 +97,33 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, De
                            std::to_string(model_.inputs().size()));
 }
 
+Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution)
+    : Trainer(model, std::move(spec), store, distribution.mesh().devices()[0]) {
+  distribution_ = std::make_unique<Distribution>(distribution);
+  runtime_ = std::make_unique<SpmdRuntime>(*distribution_);
+  sharded_ = std::make_unique<ShardedVariables>(distribution_->mesh(), store_);
+}
+
 Trainer::~Trainer() = default;
+
+void Trainer::sync_store() {
+  if (sharded_) sharded_->write_back();
+}
+
+const Communicator* Trainer::communicator() const { return runtime_ ? &runtime_->comm() : nullptr; }
+
+const SpmdProgram* Trainer::sharded_program(std::int64_t batch) {
+  if (!distribution_) return nullptr;
+  return program(batch, /*training=*/true, /*with_loss=*/true).spmd.get();
+}
+
+void Trainer::set_collective_timeout(std::chrono::milliseconds timeout) {
+  if (runtime_) runtime_->comm().set_timeout(timeout);
+}
 
 void Trainer::enable_profiling(std::map<std::string, Executor::OpTime>* sink) {
   profile_ = sink;
-  for (auto& [key, p] : programs_) p->exec->enable_profiling(sink);
+  for (auto& [key, p] : programs_) p->enable_profiling(sink);
 }
 
 void Trainer::resume(const TrainingState& state) {
@@ -101,6 +135,7 @@ void Trainer::resume(const TrainingState& state) {
   if (state.step < 0 || state.epoch < 0 || state.batch < 0)
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
+  if (sharded_) sharded_->reload();  // the store holds the checkpoint's values now
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;
@@ -139,12 +174,39 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
     auto grads = append_gradients(g, p->loss, wrt);
     append_updates(g, spec_.optimizer, params, grads, store_, leaves);
   }
-  p->exec = std::make_unique<Executor>(g, outputs, device_);
-  p->exec->enable_profiling(profile_);
-  for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
-  for (const auto& [id, value] : traced.constants) p->exec->bind(id, value);
+  if (distribution_) {
+    distribute(*p, traced, leaves, outputs);
+  } else {
+    p->exec = std::make_unique<Executor>(g, outputs, device_);
+    for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
+  }
+  p->enable_profiling(profile_);
+  for (const auto& [id, value] : traced.constants) p->bind(id, value);
   slot = std::move(p);
   return *slot;
+}
+
+void Trainer::distribute(Program& p, const Model::Traced& traced,
+                         const std::vector<std::pair<std::string, ValueId>>& leaves, const std::vector<ValueId>& outputs) {
+  const Graph& g = p.graph;
+  const DeviceMesh& mesh = distribution_->mesh();
+  std::map<ValueId, Sharding> shardings, constraints;
+  for (const auto& [path, id] : traced.variables)
+    shardings[id] = Sharding::from_layout(distribution_->variable_layout(path, g.shape(id)).layout, mesh);
+  // Batches split along the batch axis when it divides them (a last partial batch may not).
+  const std::int64_t batch_devices = mesh.axis_size(distribution_->batch_dim_name());
+  for (ValueId data : {p.input, p.target}) {
+    if (data < 0) continue;
+    const Shape shape = g.shape(data);
+    if (shape.rank() > 0 && shape[0] % batch_devices == 0)
+      shardings[data] = Sharding::from_layout(distribution_->data_layout(shape.rank()), mesh);
+  }
+  const std::vector<std::string> output_paths = model_.output_paths();
+  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
+    if (auto layout = distribution_->tensor_layout(output_paths[i], g.shape(traced.layer_outputs[i].second)))
+      constraints[traced.layer_outputs[i].second] = Sharding::from_layout(*layout, mesh);
+  p.spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints);
+  for (const auto& [path, id] : leaves) p.spmd->bind_blocks(id, sharded_->blocks(path, p.spmd->sharding(id)));
 }
 
 Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {
@@ -166,7 +228,7 @@ Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) 
 void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& output,
                          const Tensor& targets, std::int64_t batch) const {
   if (p.loss >= 0) {
-    float loss = p.exec->output(p.loss).to_vector<float>()[0];
+    float loss = p.result(p.loss).to_vector<float>()[0];
     total.loss += static_cast<double>(loss) * static_cast<double>(batch);
   }
   total.samples += batch;
@@ -253,10 +315,12 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
       TrainingState now = state();
+      sync_store();
       save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
   }
+  sync_store();
   return logs;
 }
 
@@ -268,10 +332,10 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
   Batch batch;
   while (batches.next(batch)) {
     Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
-    p.exec->bind(p.input, batch.inputs);
-    p.exec->bind(p.target, batch.targets);
-    p.exec->run();
-    accumulate(total, p, p.exec->output(p.output), batch.targets, batch.size);
+    p.bind(p.input, batch.inputs);
+    p.bind(p.target, batch.targets);
+    p.run();
+    accumulate(total, p, p.result(p.output), batch.targets, batch.size);
   }
   if (total.samples > 0) {
     total.loss /= static_cast<double>(total.samples);
@@ -284,15 +348,15 @@ Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) 
   Tensor inputs = as_model_input(raw_inputs, "train_step inputs");
   const std::int64_t n = inputs.shape()[0];
   Program& p = program(n, /*training=*/true, /*with_loss=*/true);
-  p.exec->bind(p.input, inputs);
-  p.exec->bind(p.target, targets);
-  p.exec->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
-  p.exec->run();
+  p.bind(p.input, inputs);
+  p.bind(p.target, targets);
+  p.set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
+  p.run();
   ++step_;
-  float loss = p.exec->output(p.loss).to_vector<float>()[0];
+  float loss = p.result(p.loss).to_vector<float>()[0];
   if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, p.exec->output(p.output), targets, n);
+  accumulate(result, p, p.result(p.output), targets, n);
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);
@@ -302,9 +366,9 @@ Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) 
 Tensor Trainer::forward(const Tensor& raw_inputs) {
   Tensor inputs = as_model_input(raw_inputs, "forward inputs");
   Program& p = program(inputs.shape()[0], /*training=*/false, /*with_loss=*/false);
-  p.exec->bind(p.input, inputs);
-  p.exec->run();
-  return p.exec->output(p.output);
+  p.bind(p.input, inputs);
+  p.run();
+  return p.result(p.output);
 }
 
 Tensor Trainer::predict(const Tensor& raw_inputs) {

@@ -13,6 +13,7 @@
 // says why that state suffices).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -29,7 +30,12 @@
 
 namespace tessera {
 
+class Communicator;
 class ConfigNode;
+class Distribution;
+class ShardedVariables;
+class SpmdProgram;
+class SpmdRuntime;
 
 // `training.checkpoint: {dir: runs/x, every_epochs: 1}`: save to `dir` after
 // every `every_epochs`-th epoch and after the last, each save replacing the one before.
@@ -80,7 +86,26 @@ struct FitCallbacks {
 class Trainer {
  public:
   Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device = Device::cpu());
+  // Runs every program over the distribution's mesh (one worker per device):
+  // variables split as its layout map says, batches along its batch axis.
+  // Losses, metrics and the weights sync_store() writes back are the
+  // single-device run's, up to float rounding. A batch the batch axis does not
+  // divide runs replicated.
+  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution);
   ~Trainer();
+
+  // Sharded runs keep the variables on the devices; this copies them into the
+  // store. fit() does so at its end and before each checkpoint.
+  void sync_store();
+  // The distribution's communicator (its accounting: bytes and time per
+  // collective kind and mesh axis); null without a distribution.
+  const Communicator* communicator() const;
+  // The partitioned training program for batches of `batch` (traced and
+  // partitioned now if it was not yet, without running); null without a
+  // distribution. For `tessera inspect`.
+  const SpmdProgram* sharded_program(std::int64_t batch);
+  // How long a device waits for its peers in a collective before that is an error.
+  void set_collective_timeout(std::chrono::milliseconds timeout);
 
   // Trains up to epoch spec.epochs: from epoch 1, or from where resume() said.
   // Returns the logs of the epochs it ran, numbered as in the whole run (3, 4
@@ -127,6 +152,9 @@ class Trainer {
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
   Program& program(std::int64_t batch, bool training, bool with_loss);
+  // Partitions a traced program over the distribution's mesh and binds the devices' variable blocks.
+  void distribute(Program& p, const Model::Traced& traced, const std::vector<std::pair<std::string, ValueId>>& leaves,
+                  const std::vector<ValueId>& outputs);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
   void accumulate(Evaluation& total, const Program& p, const Tensor& output, const Tensor& targets,
                   std::int64_t batch) const;
@@ -137,6 +165,9 @@ class Trainer {
   Device device_;
   std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
   std::map<std::string, Executor::OpTime>* profile_ = nullptr;
+  std::unique_ptr<Distribution> distribution_;  // null: one device
+  std::unique_ptr<SpmdRuntime> runtime_;
+  std::unique_ptr<ShardedVariables> sharded_;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)

@@ -1,0 +1,155 @@
+#include "bin/distribution_report.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+namespace tessera {
+namespace {
+
+std::string mib(std::int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+std::int64_t shard_bytes(const Value& v, const Sharding& s, const DeviceMesh& mesh) {
+  return s.local_shape(v.shape, mesh).numel() * static_cast<std::int64_t>(dtype_size(v.dtype));
+}
+
+// "optimizer/<param>/<slot>" -> "<param>"; "" for other paths.
+std::string parameter_of_state(const std::string& path) {
+  const std::string prefix = "optimizer/";
+  if (path.rfind(prefix, 0) != 0) return "";
+  return path.substr(prefix.size(), path.rfind('/') - prefix.size());
+}
+
+}  // namespace
+
+void print_sharding(const Distribution& distribution, const SpmdProgram& program,
+                    const std::vector<std::string>& output_paths) {
+  const DeviceMesh& mesh = distribution.mesh();
+  const Graph& g = program.global();
+  fmt::print("\nDistribution: {}\n", distribution.str());
+  fmt::print("\n{:<44} {:<22} {:<16} {:<16} {:>12}  {}\n", "Variable", "Layout", "Global shape", "Device shape",
+             "Device bytes", "Decided by");
+  std::int64_t params = 0, state = 0;
+  std::set<std::string> used_keys;
+  for (ValueId v : g.variables()) {
+    const Value& value = g.value(v);
+    const Sharding& s = program.sharding(v);
+    std::string decided;
+    const std::string param = parameter_of_state(value.name);
+    if (!param.empty()) {
+      decided = "follows " + param;
+      state += shard_bytes(value, s, mesh);
+    } else {
+      auto match = distribution.layout_map().match(value.name);
+      if (match) used_keys.insert(match->key);
+      decided = match ? "key '" + match->key + "'" : "replicated, no key matched";
+      params += shard_bytes(value, s, mesh);
+    }
+    fmt::print("{:<44} {:<22} {:<16} {:<16} {:>12}  {}\n", value.name, s.str(mesh), value.shape.str(),
+               s.local_shape(value.shape, mesh).str(), shard_bytes(value, s, mesh), decided);
+  }
+  for (const auto& path : output_paths)
+    if (auto match = distribution.layout_map().match(path)) {
+      used_keys.insert(match->key);
+      fmt::print("{:<44} {:<22} (activation layout, key '{}')\n", path, match->layout.str(), match->key);
+    }
+  for (const auto& key : distribution.layout_map().keys())
+    if (!used_keys.contains(key))
+      fmt::print("warning: layout-map key '{}' matches no variable and no layer output (check the paths above)\n", key);
+
+  // Gradients are as large as the parameters' blocks once reduced; the
+  // workspace holds them with the activations and temporaries of one step.
+  std::int64_t workspace = 0;
+  for (std::int64_t r = 0; r < mesh.size(); ++r) workspace = std::max(workspace, program.workspace_bytes(static_cast<int>(r)));
+  fmt::print("\nPer device (largest): parameters {}, gradients {}, optimizer state {}, step workspace {} "
+             "(activations, gradients and temporaries of one training step)\n",
+             mib(params), mib(params), mib(state), mib(workspace));
+
+  std::map<std::pair<std::string, std::string>, std::pair<std::int64_t, std::int64_t>> collectives;
+  for (const auto& c : program.partition().collectives) {
+    auto& [count, bytes] = collectives[{std::string(name(c.kind)), axes_label(c.mesh_axes, mesh)}];
+    ++count;
+    bytes += c.bytes;
+  }
+  fmt::print("\nCollectives of one training step, per device:\n");
+  if (collectives.empty()) fmt::print("  none\n");
+  for (const auto& [key, value] : collectives)
+    fmt::print("  {:<16} over {:<14} {:>4} calls, {} of operands\n", key.first, key.second, value.first, mib(value.second));
+}
+
+void print_blocks(const Distribution& distribution, const SpmdProgram& program, const std::string& path) {
+  const DeviceMesh& mesh = distribution.mesh();
+  const Graph& g = program.global();
+  ValueId found = -1;
+  std::vector<std::string> names;
+  for (ValueId v : g.variables()) {
+    names.push_back(g.value(v).name);
+    if (g.value(v).name == path) found = v;
+  }
+  if (found < 0) {
+    std::string list;
+    for (const auto& n : names) list += "\n  " + n;
+    throw Error("--visualize: no variable '" + path + "'; the variables are:" + list);
+  }
+  const Value& value = g.value(found);
+  const Sharding& s = program.sharding(found);
+  const Shape block = s.local_shape(value.shape, mesh);
+  fmt::print("\n{} {} as {} on {}\n", path, value.shape.str(), s.str(mesh), mesh.str());
+  // Devices per block, blocks keyed by their start.
+  std::map<std::vector<std::int64_t>, std::string> holders;
+  for (std::int64_t r = 0; r < mesh.size(); ++r) {
+    auto& h = holders[s.block_start(value.shape, mesh, r)];
+    h += (h.empty() ? "" : " ") + mesh.devices()[static_cast<std::size_t>(r)].str();
+  }
+  auto range = [&](int d, std::int64_t start) { return fmt::format("{}:{}", start, start + block[d]); };
+  if (value.shape.rank() == 0) {
+    fmt::print("  [] on {}\n", holders.begin()->second);
+    return;
+  }
+  if (value.shape.rank() > 2) {
+    for (const auto& [start, devices] : holders) {
+      std::string index;
+      for (int d = 0; d < value.shape.rank(); ++d) index += (d ? ", " : "") + range(d, start[static_cast<std::size_t>(d)]);
+      fmt::print("  [{}] on {}\n", index, devices);
+    }
+    return;
+  }
+  // A grid: rows are blocks of dimension 0, columns blocks of dimension 1.
+  const int rank = value.shape.rank();
+  const std::int64_t rows = value.shape[0] / block[0], cols = rank == 2 ? value.shape[1] / block[1] : 1;
+  std::size_t width = 12;
+  for (const auto& [start, devices] : holders) width = std::max(width, devices.size() + 2);
+  fmt::print("{:<14}", "");
+  for (std::int64_t c = 0; c < cols; ++c) fmt::print("{:<{}}", rank == 2 ? "[:, " + range(1, c * block[1]) + "]" : "", width);
+  fmt::print("\n");
+  for (std::int64_t r = 0; r < rows; ++r) {
+    fmt::print("{:<14}", "[" + range(0, r * block[0]) + "]");
+    for (std::int64_t c = 0; c < cols; ++c) {
+      std::vector<std::int64_t> start{r * block[0]};
+      if (rank == 2) start.push_back(c * block[1]);
+      fmt::print("{:<{}}", holders[start], width);
+    }
+    fmt::print("\n");
+  }
+}
+
+void print_collectives(const CollectiveAccounting& accounting) {
+  auto total = accounting.total();
+  if (total.empty()) {
+    fmt::print("\nCollectives: none (every value stayed where it was computed)\n");
+    return;
+  }
+  fmt::print("\n{:<16} {:<14} {:>10} {:>14} {:>10}\n", "collective", "mesh axes", "calls", "MiB moved", "seconds");
+  for (const auto& [key, stats] : total)
+    fmt::print("{:<16} {:<14} {:>10} {:>14.2f} {:>10.3f}\n", name(key.first), key.second, stats.calls,
+               static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
+  fmt::print("(summed over devices; bytes are what each device sent, as NCCL's bus bytes)\n");
+}
+
+}  // namespace tessera

@@ -1,0 +1,25 @@
+// What the tessera program prints about a distribution: how each variable is
+// split (`tessera inspect`), which device holds which block of one tensor
+// (`inspect --visualize`), and the collectives of a run (bytes and time per
+// kind and mesh axis).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "distribution/collectives/communicator.hpp"
+#include "distribution/spmd_program.hpp"
+
+namespace tessera {
+
+// Per variable: layout, global and per-device shapes and bytes, the layout-map
+// key that decided (or "replicated, no key matched"); keys that matched
+// nothing; per-device memory of one training step; the step's collectives.
+void print_sharding(const Distribution& distribution, const SpmdProgram& program,
+                    const std::vector<std::string>& output_paths);
+// Which devices hold which block of variable `path` (a grid for rank <= 2).
+void print_blocks(const Distribution& distribution, const SpmdProgram& program, const std::string& path);
+// One row per (collective kind, mesh axes): calls, bytes and seconds summed over devices.
+void print_collectives(const CollectiveAccounting& accounting);
+
+}  // namespace tessera

@@ -1,0 +1,157 @@
+#include "distribution/distribution_config.hpp"
+
+#include <numeric>
+
+#include "backends/registry.hpp"
+#include "engine/config/config.hpp"
+
+namespace tessera {
+namespace {
+
+const std::vector<std::string> kTypes = {"data_parallel", "model_parallel"};
+
+// `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
+std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
+  if (!node) {
+    if (cuda_device_count() > 0) {
+      std::vector<Device> gpus;
+      for (int i = 0; i < cuda_device_count(); ++i) gpus.push_back(Device::cuda(i));
+      return gpus;
+    }
+    set_cpu_device_count(static_cast<int>(mesh_size));
+    return cpu_devices(static_cast<int>(mesh_size));
+  }
+  const auto text = node->as<std::string>();
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon), rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (kind == "cpu") {
+    int n = 0;
+    try {
+      n = rest.empty() ? 1 : std::stoi(rest);
+    } catch (const std::exception&) {
+    }
+    if (n < 1 || std::to_string(n) != (rest.empty() ? "1" : rest))
+      node->fail("'" + text + "' is not cpu:N with N >= 1 (the number of logical CPU devices)");
+    set_cpu_device_count(n);
+    return cpu_devices(n);
+  }
+  if (kind == "cuda") {
+    std::vector<Device> devices;
+    if (rest == "all") {
+      for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
+    } else {
+      std::size_t start = 0;
+      while (start <= rest.size()) {
+        std::size_t comma = rest.find(',', start);
+        std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+          node->fail("'" + text + "' is not cuda:all or cuda:I,J,... (GPU indices)");
+        devices.push_back(Device::cuda(std::stoi(item)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    std::string found;
+    for (const auto& d : available_devices()) found += (found.empty() ? "" : ", ") + d.str();
+    if (devices.empty())
+      node->fail("'" + text + "' asks for GPUs, but " +
+                 std::string(cuda_compiled() ? "none was found" : "this build has no CUDA backend") + "; devices: " + found);
+    for (const auto& d : devices)
+      if (d.index >= cuda_device_count()) node->fail(d.str() + " does not exist; devices: " + found);
+    return devices;
+  }
+  node->fail("'" + text + "' names no device kind: use cpu:N, cuda:all or cuda:0,1");
+}
+
+TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
+  if (!entry.is_sequence())
+    entry.fail("a layout is a list with one entry per tensor dimension: a mesh axis name or null");
+  std::vector<std::optional<std::string>> axes;
+  for (std::size_t i = 0; i < entry.size(); ++i) {
+    ConfigNode axis = entry.at(i);
+    if (axis.is_null()) {
+      axes.emplace_back();
+      continue;
+    }
+    auto name = axis.as<std::string>();
+    if (!mesh.has_axis(name)) axis.fail_unknown("mesh axis", name, mesh.axis_names());
+    for (const auto& earlier : axes)
+      if (earlier == name)
+        axis.fail("mesh axis '" + name + "' is used twice in one layout (a dimension can be split along an axis once)");
+    axes.emplace_back(name);
+  }
+  return TensorLayout(std::move(axes));
+}
+
+}  // namespace
+
+DistributionConfig parse_distribution(ConfigNode node) {
+  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s"});
+  DistributionConfig config;
+  const std::string type = node.get("type", "data_parallel");
+  if (type == "auto_tp" || type == "auto")
+    node["type"].fail("type '" + type + "' (automatic tensor parallelism) is not implemented yet; use data_parallel or "
+                      "model_parallel with a layout_map");
+  if (type != "data_parallel" && type != "model_parallel") node["type"].fail_unknown("distribution type", type, kTypes);
+
+  // The mesh first: without `devices`, its size says how many.
+  std::vector<std::int64_t> shape;
+  std::vector<std::string> names;
+  std::optional<ConfigNode> mesh_node = node.find("mesh");
+  if (mesh_node) {
+    mesh_node->expect_keys({"shape", "axis_names"});
+    shape = (*mesh_node)["shape"].as<std::vector<std::int64_t>>();
+    names = mesh_node->get<std::vector<std::string>>("axis_names", {});
+    if (names.empty() && shape.size() == 1) names = {"batch"};
+    if (names.empty() && shape.size() == 2) names = {"batch", "model"};
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      if (shape[i] < 1) (*mesh_node)["shape"].at(i).fail("mesh extents must be >= 1, got " + std::to_string(shape[i]));
+  } else if (type == "model_parallel") {
+    node.fail("model_parallel needs a mesh: {shape: [B, M], axis_names: [batch, model]}");
+  }
+  const std::int64_t mesh_size = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  std::vector<Device> devices = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
+  if (!mesh_node) {
+    shape = {static_cast<std::int64_t>(devices.size())};
+    names = {"batch"};
+  }
+  if (mesh_node && mesh_size != static_cast<std::int64_t>(devices.size())) {
+    std::string dims;
+    for (auto d : shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    (*mesh_node)["shape"].fail("the mesh " + dims + " has " + std::to_string(mesh_size) + " positions but there are " +
+                               std::to_string(devices.size()) + " devices (" + devices.front().str() + " .. " +
+                               devices.back().str() + ")");
+  }
+  std::optional<DeviceMesh> mesh;
+  try {
+    mesh.emplace(shape, names, devices);
+  } catch (const Error& e) {
+    (mesh_node ? *mesh_node : node).fail(e.what());
+  }
+
+  LayoutMap map;
+  if (auto layout_map = node.find("layout_map")) {
+    config.map_location = layout_map->location() + ": " + layout_map->path();
+    if (type == "data_parallel")
+      layout_map->fail("data_parallel replicates every variable; a layout_map needs type: model_parallel");
+    for (const auto& key : layout_map->keys()) {
+      ConfigNode entry = (*layout_map)[key];
+      config.key_locations[key] = entry.location() + ": " + entry.path();
+      try {
+        map.add(key, parse_layout(entry, *mesh));
+      } catch (const LayoutError& e) {
+        entry.fail(e.what());
+      }
+    }
+  }
+  std::string batch = node.get("batch_dim_name", mesh->axis_names()[0]);
+  if (!mesh->has_axis(batch)) node["batch_dim_name"].fail_unknown("mesh axis", batch, mesh->axis_names());
+  if (type == "data_parallel") config.distribution = std::make_unique<DataParallel>(*mesh);
+  else config.distribution = std::make_unique<ModelParallel>(*mesh, map, batch);
+  double timeout = node.get<double>("collective_timeout_s", 60.0);
+  if (!(timeout > 0)) node["collective_timeout_s"].fail("collective_timeout_s must be > 0");
+  config.collective_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
+  return config;
+}
+
+}  // namespace tessera

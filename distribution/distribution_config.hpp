@@ -1,0 +1,40 @@
+// The `distribution:` section of a run config, read into a Distribution:
+//
+//   distribution:
+//     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1
+//     mesh: {shape: [2, 4], axis_names: [batch, model]}
+//     type: model_parallel      # data_parallel | model_parallel
+//     batch_dim_name: batch     # default: the mesh's first axis
+//     layout_map:
+//       'dense.*kernel': [null, model]
+//       'dense_1/output': [batch, null]   # an activation, as Keras' "<layer path>/output"
+//     collective_timeout_s: 60  # a device missing from a collective this long is an error
+//
+// Without `devices`, the GPUs when there are some, else as many logical CPU
+// devices as the mesh has. `data_parallel` without a mesh is a 1-D mesh named
+// `batch` over all the devices. Every error is a ConfigError at the offending
+// entry (file:line:column), naming the axis, the sizes or the key.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "distribution/distribution.hpp"
+
+namespace tessera {
+
+class ConfigNode;
+
+struct DistributionConfig {
+  std::unique_ptr<Distribution> distribution;
+  std::chrono::milliseconds collective_timeout{60000};
+  std::map<std::string, std::string> key_locations;  // layout-map key -> "file:line:column: path"
+  std::string map_location;                          // of the layout_map itself
+};
+
+// Reads the section; asks the device registry for the logical CPU devices it names.
+DistributionConfig parse_distribution(ConfigNode node);
+
+}  // namespace tessera

@@ -1,0 +1,584 @@
+#include "distribution/partitioner.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "engine/error.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr int kNone = Sharding::kNone;
+using Mask = std::uint32_t;
+Mask bit(int axis) { return axis == kNone ? 0u : 1u << axis; }
+
+// What a rule decides for one node: the shardings its operands must have, the
+// shardings of its results.
+struct Decision {
+  std::vector<Sharding> operands;
+  std::vector<Sharding> results;
+  double rescale = 1.0;  // a mean over split dimensions: local means times this add up to the mean
+};
+
+// A dimension of an operand in a contraction-like op (matmul, convolution,
+// embedding): it becomes result dimension `index`, or is summed in pair
+// `index`, or must be whole on every device.
+struct Role {
+  enum Kind { result, summed, whole } kind;
+  int index = 0;
+};
+
+class Partitioner {
+ public:
+  Partitioner(const Graph& global, const DeviceMesh& mesh) : g_(global), mesh_(mesh) {
+    p_.local_of.assign(static_cast<std::size_t>(g_.value_count()), -1);
+    p_.sharding.resize(static_cast<std::size_t>(g_.value_count()));
+  }
+
+  Partition run(const std::vector<ValueId>& outputs, std::map<ValueId, Sharding> leaves,
+                const std::map<ValueId, Sharding>& constraints) {
+    follow_parameters(leaves);
+    for (NodeId n = 0; n < g_.node_count(); ++n) {
+      const Node& node = g_.node(n);
+      if (node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::fill) {
+        emit_leaf(node, leaves);
+      } else {
+        emit(node, decide(node));
+      }
+      for (ValueId v : node.outputs)
+        if (auto c = constraints.find(v); c != constraints.end()) {
+          Sharding want = clean(c->second);
+          check_fits(v, want);
+          p_.local_of[v] = redistribute(v, want);
+          p_.sharding[v] = want;
+        }
+    }
+    for (ValueId v : outputs) p_.outputs.push_back(redistribute(v, Sharding::replicated(g_.shape(v).rank())));
+    return std::move(p_);
+  }
+
+ private:
+  std::int64_t axis_size(int axis) const { return mesh_.shape()[static_cast<std::size_t>(axis)]; }
+  const Sharding& current(ValueId v) const { return p_.sharding[static_cast<std::size_t>(v)]; }
+  Shape local_shape(ValueId v, const Sharding& s) const { return s.local_shape(g_.shape(v), mesh_); }
+
+  // Axes of size 1 split nothing and sum nothing.
+  Sharding clean(Sharding s) const {
+    for (int& a : s.dims)
+      if (a != kNone && axis_size(a) == 1) a = kNone;
+    for (int a = 0; a < mesh_.rank(); ++a)
+      if (axis_size(a) == 1) s.partial &= ~bit(a);
+    return s;
+  }
+
+  std::string label(ValueId v) const {
+    const std::string& name = g_.value(v).name;
+    return name.empty() ? "value %" + std::to_string(v) : "'" + name + "'";
+  }
+
+  void check_fits(ValueId v, const Sharding& s) const {
+    const Shape shape = g_.shape(v);
+    if (s.rank() != shape.rank())
+      throw LayoutError(label(v) + " of shape " + shape.str() + " has rank " + std::to_string(shape.rank()) +
+                        " but its layout " + s.str(mesh_) + " has rank " + std::to_string(s.rank()));
+    Mask used = 0;
+    for (int d = 0; d < s.rank(); ++d) {
+      int a = s.dims[static_cast<std::size_t>(d)];
+      if (a == kNone) continue;
+      const std::string& axis = mesh_.axis_names()[static_cast<std::size_t>(a)];
+      if (used & bit(a)) throw LayoutError(label(v) + ": mesh axis '" + axis + "' is used twice in " + s.str(mesh_));
+      used |= bit(a);
+      if (shape[d] % axis_size(a) != 0)
+        throw LayoutError(label(v) + " of shape " + shape.str() + ": dimension " + std::to_string(d) + " of size " +
+                          std::to_string(shape[d]) + " does not divide over mesh axis '" + axis + "' of size " +
+                          std::to_string(axis_size(a)));
+    }
+  }
+
+  // An optimizer's state (velocity, moments) is split like its parameter
+  // unless the caller says otherwise.
+  void follow_parameters(std::map<ValueId, Sharding>& leaves) const {
+    for (NodeId n = 0; n < g_.node_count(); ++n) {
+      const Node& node = g_.node(n);
+      std::size_t first_state;
+      if (node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) first_state = 2;
+      else continue;
+      auto param = leaves.find(node.inputs[0]);
+      if (param == leaves.end()) continue;
+      for (std::size_t i = first_state; i < node.inputs.size(); ++i) leaves.try_emplace(node.inputs[i], param->second);
+    }
+  }
+
+  void emit_leaf(const Node& node, const std::map<ValueId, Sharding>& leaves) {
+    ValueId v = node.outputs[0];
+    const Value& value = g_.value(v);
+    Sharding s = Sharding::replicated(value.shape.rank());
+    if (auto it = leaves.find(v); it != leaves.end() && node.kind != OpKind::fill) s = clean(it->second);
+    check_fits(v, s);
+    Shape shape = local_shape(v, s);
+    ValueId local;
+    if (node.kind == OpKind::input) local = p_.local.input(value.name, shape, value.dtype);
+    else if (node.kind == OpKind::variable) local = p_.local.variable(value.name, shape, value.dtype);
+    else local = p_.local.fill(shape, node.attrs.scalar, value.dtype);
+    p_.local_of[v] = local;
+    p_.sharding[v] = s;
+  }
+
+  // ---- redistribution ---------------------------------------------------
+
+  ValueId collective(OpKind kind, ValueId local, Mask axes, int dim, const Shape& shape, DType dtype, ValueId global) {
+    OpAttrs attrs;
+    attrs.mesh_axes = axes;
+    attrs.axis = dim;
+    NodeId n = p_.local.add_node(kind, {local}, attrs, {{shape, dtype}});
+    ValueId out = p_.local.node(n).outputs[0];
+    if (kind != OpKind::shard_slice) {
+      ValueId counted = kind == OpKind::all_gather ? out : local;
+      auto bytes = static_cast<std::int64_t>(p_.local.shape(counted).numel()) * static_cast<std::int64_t>(dtype_size(dtype));
+      p_.collectives.push_back({kind, axes, bytes, global});
+    }
+    return out;
+  }
+
+  // The local value of global `v` with sharding `to`, inserting collectives
+  // after its producer's result as needed (cached: a weight gathered for the
+  // forward pass is not gathered again for the backward pass).
+  ValueId redistribute(ValueId v, const Sharding& to) {
+    Sharding from = current(v);
+    if (from == to) return p_.local_of[v];
+    auto key = std::make_pair(v, to.str(mesh_));
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (to.partial & ~from.partial)
+      throw GraphError("partitioner: " + label(v) + " cannot become a partial sum (" + from.str(mesh_) + " -> " +
+                       to.str(mesh_) + ")");
+    const DType dtype = g_.dtype(v);
+    const Node& producer = g_.node(g_.value(v).producer);
+    ValueId local = p_.local_of[v];
+    Sharding s = from;
+    // 1. Sum partial sums, scattering straight into a wanted split where one is free.
+    Mask reduce = from.partial & ~to.partial;
+    for (int a = 0; a < mesh_.rank(); ++a) {
+      if (!(reduce & bit(a))) continue;
+      int d = to.dim_of_axis(a);
+      if (d != kNone && s.dims[static_cast<std::size_t>(d)] == kNone && reduce == bit(a)) {
+        Sharding next = s;
+        next.dims[static_cast<std::size_t>(d)] = a;
+        next.partial &= ~bit(a);
+        local = collective(OpKind::reduce_scatter, local, bit(a), d, local_shape(v, next), dtype, v);
+        s = next;
+        reduce &= ~bit(a);
+      }
+    }
+    if (reduce != 0) {
+      s.partial &= ~reduce;
+      local = collective(OpKind::all_reduce, local, reduce, 0, local_shape(v, s), dtype, v);
+    }
+    // 2. Gather the splits that are not wanted.
+    for (int d = 0; d < s.rank(); ++d) {
+      int a = s.dims[static_cast<std::size_t>(d)];
+      if (a == kNone || a == to.dims[static_cast<std::size_t>(d)]) continue;
+      s.dims[static_cast<std::size_t>(d)] = kNone;
+      local = collective(OpKind::all_gather, local, bit(a), d, local_shape(v, s), dtype, v);
+    }
+    // 3. Take this device's block of the wanted splits (a fill is simply made smaller).
+    for (int d = 0; d < s.rank(); ++d) {
+      int a = to.dims[static_cast<std::size_t>(d)];
+      if (a == kNone || s.dims[static_cast<std::size_t>(d)] == a) continue;
+      s.dims[static_cast<std::size_t>(d)] = a;
+      if (producer.kind == OpKind::fill && s.partial == 0)
+        local = p_.local.fill(local_shape(v, s), producer.attrs.scalar, dtype);
+      else
+        local = collective(OpKind::shard_slice, local, bit(a), d, local_shape(v, s), dtype, v);
+    }
+    cache_.emplace(key, local);
+    return local;
+  }
+
+  // ---- rules --------------------------------------------------------------
+
+  // Shardings of the operands as produced, with partial sums resolved where
+  // the op is not linear in them: `linear[i]` says the op is linear in operand
+  // i alone (others fixed); `additive` that it is linear in all jointly (add,
+  // concat), which needs equal partial sums.
+  struct Operands {
+    std::vector<Sharding> in;
+    Mask partial = 0;  // the result's partial sums
+  };
+  Operands operand_shardings(const Node& node, const std::vector<bool>& linear, bool additive) const {
+    Mask result_partial = 0;
+    std::vector<Sharding> in;
+    for (ValueId v : node.inputs) in.push_back(current(v));
+    if (additive) {
+      bool same = std::all_of(in.begin(), in.end(), [&](const Sharding& s) { return s.partial == in[0].partial; });
+      if (same) result_partial = in[0].partial;
+      else
+        for (auto& s : in) s.partial = 0;
+      return {in, result_partial};
+    }
+    // Linear in one operand: at most one partial operand, in a linear slot.
+    int partial_operand = -1;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in[i].partial == 0) continue;
+      if (partial_operand < 0 && i < linear.size() && linear[i]) {
+        partial_operand = static_cast<int>(i);
+        result_partial = in[i].partial;
+      } else {
+        in[i].partial = 0;
+      }
+    }
+    return {in, result_partial};
+  }
+
+  // Elementwise with NumPy broadcasting: every result dimension is split the
+  // way the operands that have it agree on (the first operand's split wins;
+  // the others slice locally or gather). `whole` result dimensions are not split.
+  Decision elementwise(const Node& node, Operands operands, const std::vector<int>& whole = {}) const {
+    auto& in = operands.in;
+    const Mask partial = operands.partial;
+    const Shape out = g_.shape(node.outputs[0]);
+    const int r = out.rank();
+    Sharding result = Sharding::replicated(r);
+    result.partial = partial;
+    Mask used = partial;
+    auto member_dim = [&](std::size_t i, int j) {  // operand i's dimension behind result dimension j, or kNone
+      const Shape s = g_.shape(node.inputs[i]);
+      int d = j - (r - s.rank());
+      return d >= 0 && s[d] == out[j] ? d : kNone;
+    };
+    for (int j = 0; j < r; ++j) {
+      bool forced = std::find(whole.begin(), whole.end(), j) != whole.end();
+      // A split every operand having dimension j can take: it has it there already, or does not use the axis.
+      auto acceptable = [&](int a) {
+        if (used & bit(a)) return false;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+          int d = member_dim(i, j);
+          if (d != kNone && in[i].dims[static_cast<std::size_t>(d)] != a && (in[i].axes_used() & bit(a))) return false;
+        }
+        return true;
+      };
+      int chosen = kNone;
+      for (std::size_t i = 0; i < in.size() && chosen == kNone && !forced; ++i) {
+        int d = member_dim(i, j);
+        if (d == kNone) continue;
+        int a = in[i].dims[static_cast<std::size_t>(d)];
+        if (a != kNone && acceptable(a)) chosen = a;
+      }
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const Shape s = g_.shape(node.inputs[i]);
+        int d = j - (r - s.rank());
+        if (d < 0) continue;
+        // Broadcast along j (a size-1 dimension) is never split; the others take `chosen`.
+        in[i].dims[static_cast<std::size_t>(d)] = member_dim(i, j) == kNone ? kNone : chosen;
+      }
+      result.dims[static_cast<std::size_t>(j)] = chosen;
+      used |= bit(chosen);
+    }
+    return Decision{std::move(in), {result}};
+  }
+
+  // Contractions (matmul, convolution, embedding): dimensions of a and b that
+  // meet in one result dimension or one summed pair agree on a split; a split
+  // summed pair makes the result a partial sum over that axis.
+  Decision contraction(const Node& node, const std::vector<Role>& ra, const std::vector<Role>& rb, int summed,
+                       Operands operands) const {
+    auto& in = operands.in;
+    const Mask partial = operands.partial;
+    const Shape out = g_.shape(node.outputs[0]);
+    const std::vector<Role>* roles[2] = {&ra, &rb};
+    for (int k = 0; k < 2; ++k)
+      for (std::size_t d = 0; d < roles[k]->size(); ++d)
+        if ((*roles[k])[d].kind == Role::whole) in[static_cast<std::size_t>(k)].dims[d] = kNone;
+    // Each group: the operand dimensions of one result dimension or summed pair.
+    struct Member { int operand, dim; };
+    const int groups = out.rank() + summed;
+    std::vector<std::vector<Member>> members(static_cast<std::size_t>(groups));
+    for (int k = 0; k < 2; ++k)
+      for (std::size_t d = 0; d < roles[k]->size(); ++d) {
+        const Role& role = (*roles[k])[d];
+        if (role.kind == Role::whole) continue;
+        int group = role.kind == Role::result ? role.index : out.rank() + role.index;
+        members[static_cast<std::size_t>(group)].push_back({k, static_cast<int>(d)});
+      }
+    Mask used = partial;
+    Sharding result = Sharding::replicated(out.rank());
+    // Summed pairs first: a split contraction costs one reduction of the result,
+    // cheaper than gathering an operand.
+    std::vector<int> order;
+    for (int gi = out.rank(); gi < groups; ++gi) order.push_back(gi);
+    for (int gi = 0; gi < out.rank(); ++gi) order.push_back(gi);
+    for (int gi : order) {
+      const auto& group = members[static_cast<std::size_t>(gi)];
+      // A split every member can take: it has it there already, or does not use the axis.
+      auto acceptable = [&](int a) {
+        if (used & bit(a)) return false;
+        for (const Member& m : group) {
+          const Sharding& s = in[static_cast<std::size_t>(m.operand)];
+          if (s.dims[static_cast<std::size_t>(m.dim)] != a && (s.axes_used() & bit(a))) return false;
+        }
+        return true;
+      };
+      int chosen = kNone;
+      for (const Member& m : group) {
+        int a = in[static_cast<std::size_t>(m.operand)].dims[static_cast<std::size_t>(m.dim)];
+        if (a != kNone && acceptable(a)) {
+          chosen = a;
+          break;
+        }
+      }
+      for (const Member& m : group) in[static_cast<std::size_t>(m.operand)].dims[static_cast<std::size_t>(m.dim)] = chosen;
+      used |= bit(chosen);
+      if (gi < out.rank()) result.dims[static_cast<std::size_t>(gi)] = chosen;
+      else result.partial |= bit(chosen);
+    }
+    result.partial |= partial;
+    return Decision{std::move(in), {result}};
+  }
+
+  Decision matmul(const Node& node) const {
+    const Shape a = g_.shape(node.inputs[0]), b = g_.shape(node.inputs[1]);
+    const Shape out = g_.shape(node.outputs[0]);
+    const MatmulArgs& args = node.attrs.matmul;
+    const int r = out.rank();
+    auto roles = [&](const Shape& s, bool transposed, bool is_b) {
+      std::vector<Role> roles(static_cast<std::size_t>(s.rank()));
+      int shift = r - s.rank();
+      for (int d = 0; d < s.rank() - 2; ++d)
+        roles[static_cast<std::size_t>(d)] = s[d] == out[d + shift] ? Role{Role::result, d + shift} : Role{Role::whole, 0};
+      Role row = is_b ? Role{Role::summed, 0} : Role{Role::result, r - 2};
+      Role col = is_b ? Role{Role::result, r - 1} : Role{Role::summed, 0};
+      if (transposed) std::swap(row, col);
+      roles[static_cast<std::size_t>(s.rank() - 2)] = row;
+      roles[static_cast<std::size_t>(s.rank() - 1)] = col;
+      return roles;
+    };
+    return contraction(node, roles(a, args.transpose_a, false), roles(b, args.transpose_b, true), 1,
+                       operand_shardings(node, {true, true}, false));
+  }
+
+  Decision decide(const Node& node) const {
+    const OpKind kind = node.kind;
+    auto linear_in = [&](std::vector<bool> linear) { return operand_shardings(node, linear, false); };
+    auto additive = [&] { return operand_shardings(node, {}, true); };
+    const std::vector<int> spatial{1, 2};  // H and W of NHWC: no halo exchange, so never split
+    const Role whole{Role::whole, 0};
+    switch (kind) {
+      case OpKind::matmul:
+        return matmul(node);
+      case OpKind::conv2d:  // (x[N,H,W,C], w[KH,KW,C,F]) -> y[N,OH,OW,F]
+        return contraction(node, {{Role::result, 0}, whole, whole, {Role::summed, 0}},
+                           {whole, whole, {Role::summed, 0}, {Role::result, 3}}, 1, linear_in({true, true}));
+      case OpKind::conv2d_grad_input:  // (dy[N,OH,OW,F], w[KH,KW,C,F]) -> dx[N,H,W,C]
+        return contraction(node, {{Role::result, 0}, whole, whole, {Role::summed, 0}},
+                           {whole, whole, {Role::result, 3}, {Role::summed, 0}}, 1, linear_in({true, true}));
+      case OpKind::conv2d_grad_weight:  // (x[N,H,W,C], dy[N,OH,OW,F]) -> dw[KH,KW,C,F]
+        return contraction(node, {{Role::summed, 0}, whole, whole, {Role::result, 2}},
+                           {{Role::summed, 0}, whole, whole, {Role::result, 3}}, 1, linear_in({true, true}));
+      case OpKind::embedding: {  // (table[V,D], ids[...]) -> [..., D]
+        const int ids_rank = g_.shape(node.inputs[1]).rank();
+        std::vector<Role> ids;
+        for (int d = 0; d < ids_rank; ++d) ids.push_back({Role::result, d});
+        return contraction(node, {whole, {Role::result, ids_rank}}, ids, 0, linear_in({true, false}));
+      }
+      case OpKind::embedding_grad: {  // (ids[...], dy[..., D]) -> dtable[V, D]
+        const int ids_rank = g_.shape(node.inputs[0]).rank();
+        std::vector<Role> ids, dy;
+        for (int d = 0; d < ids_rank; ++d) {
+          ids.push_back({Role::summed, d});
+          dy.push_back({Role::summed, d});
+        }
+        dy.push_back({Role::result, 1});
+        return contraction(node, ids, dy, ids_rank, linear_in({false, true}));
+      }
+      case OpKind::unary:
+        return elementwise(node, linear_in({node.attrs.unary == UnaryOp::neg}));
+      case OpKind::unary_grad:  // dy * f'(x): linear in dy
+        return elementwise(node, linear_in({false, true}));
+      case OpKind::binary: {
+        BinaryOp op = node.attrs.binary;
+        if (op == BinaryOp::add || op == BinaryOp::sub) return elementwise(node, additive());
+        if (op == BinaryOp::mul) return elementwise(node, linear_in({true, true}));
+        if (op == BinaryOp::div) return elementwise(node, linear_in({true, false}));
+        return elementwise(node, linear_in({}));
+      }
+      case OpKind::cast:
+        return elementwise(node, linear_in({true}));
+      case OpKind::dropout: {
+        // Dropout draws its mask by global element index: it runs on whole values.
+        Operands operands = linear_in({true});
+        std::fill(operands.in[0].dims.begin(), operands.in[0].dims.end(), kNone);
+        return elementwise(node, operands);
+      }
+      case OpKind::softmax:
+        return elementwise(node, linear_in({}), {node.attrs.axis});
+      case OpKind::softmax_grad:  // (y, dy): linear in dy
+        return elementwise(node, linear_in({false, true}), {node.attrs.axis});
+      case OpKind::pool2d:
+        return elementwise(node, linear_in({node.attrs.pool.kind == PoolKind::avg}), spatial);
+      case OpKind::pool2d_grad:  // (x, dy) -> dx: linear in dy
+        return elementwise(node, linear_in({false, true}), spatial);
+      case OpKind::one_hot: {
+        Operands operands = linear_in({});
+        Sharding result = operands.in[0];
+        result.dims.push_back(kNone);
+        return Decision{operands.in, {result}};
+      }
+      case OpKind::concat:
+        return elementwise(node, additive(), {node.attrs.axis});
+      case OpKind::slice:
+        return elementwise(node, linear_in({true}), {node.attrs.axis});
+      case OpKind::reduce:
+        return reduce(node);
+      case OpKind::broadcast_to:
+        return elementwise(node, linear_in({true}));
+      case OpKind::reshape:
+        return reshape(node);
+      case OpKind::transpose: {
+        Operands operands = linear_in({true});
+        Sharding result = Sharding::replicated(operands.in[0].rank());
+        result.partial = operands.partial;
+        for (std::size_t i = 0; i < node.attrs.axes.size(); ++i)
+          result.dims[i] = operands.in[0].dims[static_cast<std::size_t>(node.attrs.axes[i])];
+        return Decision{operands.in, {result}};
+      }
+      case OpKind::layer_norm:
+      case OpKind::layer_norm_grad:
+        return layer_norm(node);
+      case OpKind::sgd_update:
+      case OpKind::adam_update:
+      case OpKind::moving_average: {
+        // Everything as the updated variable is split, summed.
+        Sharding target = current(node.inputs[0]);
+        return Decision{std::vector<Sharding>(node.inputs.size(), target), {}};
+      }
+      case OpKind::input:
+      case OpKind::variable:
+      case OpKind::fill:
+      case OpKind::all_reduce:
+      case OpKind::all_gather:
+      case OpKind::reduce_scatter:
+      case OpKind::shard_slice:
+        break;
+    }
+    throw GraphError("partitioner: op '" + std::string(name(kind)) + "' has no sharding rule");
+  }
+
+  // Sum and mean over split dimensions give partial sums (a mean rescaled by
+  // the split); max needs whole dimensions.
+  Decision reduce(const Node& node) const {
+    bool is_max = node.attrs.reduce == ReduceOp::max;
+    auto [in, partial] = operand_shardings(node, {!is_max}, false);
+    const Shape shape = g_.shape(node.inputs[0]);
+    Sharding result = in[0];
+    Decision decision;
+    for (int axis : node.attrs.axes) {
+      int d = shape.normalize_axis(axis);
+      int a = in[0].dims[static_cast<std::size_t>(d)];
+      if (a == kNone) continue;
+      if (is_max) {
+        in[0].dims[static_cast<std::size_t>(d)] = kNone;
+      } else {
+        partial |= bit(a);
+        if (node.attrs.reduce == ReduceOp::mean) decision.rescale /= static_cast<double>(axis_size(a));
+      }
+      result.dims[static_cast<std::size_t>(d)] = kNone;
+    }
+    result.partial = partial;
+    decision.operands = in;
+    decision.results = {result};
+    return decision;
+  }
+
+  // A split dimension carries through a reshape when it starts at the same
+  // element offset (the product of the dimensions before it) in both shapes and
+  // the new dimension divides by the axis: then every device's block is the
+  // same run of elements.
+  Decision reshape(const Node& node) const {
+    auto [in, partial] = operand_shardings(node, {true}, false);
+    const Shape from = g_.shape(node.inputs[0]), to = g_.shape(node.outputs[0]);
+    Sharding result = Sharding::replicated(to.rank());
+    result.partial = partial;
+    for (int d = 0; d < from.rank(); ++d) {
+      int a = in[0].dims[static_cast<std::size_t>(d)];
+      if (a == kNone) continue;
+      std::int64_t before = 1;
+      for (int i = 0; i < d; ++i) before *= from[i];
+      int target = kNone;
+      std::int64_t prefix = 1;
+      for (int e = 0; e < to.rank(); ++e) {
+        if (prefix == before && to[e] % axis_size(a) == 0 && to[e] > 1) {
+          target = e;
+          break;
+        }
+        prefix *= to[e];
+      }
+      if (target == kNone) in[0].dims[static_cast<std::size_t>(d)] = kNone;
+      else result.dims[static_cast<std::size_t>(target)] = a;
+    }
+    return Decision{in, {result}};
+  }
+
+  // Layer norm needs whole rows; rows may be split along the first dimension
+  // (then mean and rstd, one per row, are split alike). Its gradient is linear
+  // in dy; dgamma and dbeta sum over rows, so split rows make partial sums.
+  Decision layer_norm(const Node& node) const {
+    const bool grad = node.kind == OpKind::layer_norm_grad;
+    auto [in, partial] = operand_shardings(node, grad ? std::vector<bool>{false, false, false, false, true} : std::vector<bool>{},
+                                           false);
+    Sharding x = in[0];
+    const Shape xs = g_.shape(node.inputs[0]);
+    for (int d = xs.rank() >= 2 ? 1 : 0; d < xs.rank(); ++d) x.dims[static_cast<std::size_t>(d)] = kNone;
+    int rows_axis = xs.rank() >= 2 ? x.dims[0] : kNone;
+    Sharding rows = Sharding::replicated(1);
+    rows.dims[0] = rows_axis;
+    Sharding features = Sharding::replicated(1);
+    if (!grad) return Decision{{x, features, features}, {x, rows, rows}};
+    Sharding dy = x;
+    dy.partial = partial;
+    Sharding dx = dy;
+    Sharding dparams = features;
+    dparams.partial = partial | bit(rows_axis);
+    return Decision{{x, features, rows, rows, dy}, {dx, dparams, dparams}};
+  }
+
+  // ---- emission -------------------------------------------------------------
+
+  void emit(const Node& node, Decision decision) {
+    std::vector<ValueId> inputs;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      ValueId v = node.inputs[i];
+      inputs.push_back(redistribute(v, clean(decision.operands[i])));
+    }
+    OpAttrs attrs = node.attrs;
+    std::vector<std::pair<Shape, DType>> types;
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      decision.results[i] = clean(decision.results[i]);
+      types.emplace_back(local_shape(node.outputs[i], decision.results[i]), g_.dtype(node.outputs[i]));
+    }
+    // Attributes that state the result's shape state the local one.
+    if (!node.outputs.empty() && attrs.shape == g_.shape(node.outputs[0]) && attrs.shape.rank() > 0)
+      attrs.shape = types[0].first;
+    NodeId n = p_.local.add_node(node.kind, inputs, attrs, types);
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      ValueId out = p_.local.node(n).outputs[i];
+      if (i == 0 && decision.rescale != 1.0)
+        out = p_.local.mul(out, p_.local.fill(Shape{}, decision.rescale, types[0].second));
+      p_.local_of[node.outputs[i]] = out;
+      p_.sharding[node.outputs[i]] = decision.results[i];
+    }
+  }
+
+  const Graph& g_;
+  const DeviceMesh& mesh_;
+  Partition p_;
+  std::map<std::pair<ValueId, std::string>, ValueId> cache_;
+};
+
+}  // namespace
+
+Partition partition(const Graph& global, const std::vector<ValueId>& outputs, const DeviceMesh& mesh,
+                    const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints) {
+  return Partitioner(global, mesh).run(outputs, leaf_shardings, constraints);
+}
+
+}  // namespace tessera

@@ -1,0 +1,54 @@
+// Partitioner: turns the global training graph (forward, backward and
+// optimizer updates, as autodiff leaves it) into the one per-device graph that
+// every device of a mesh runs (SPMD), the GSPMD way.
+//
+// The caller gives inputs and variables their shardings (a layout map, the
+// batch split); the partitioner walks the nodes in order, asks each op's rule
+// which shardings of its operands it can compute on and what sharding its
+// results then have (a contracted dimension split on both sides gives a
+// partial sum, say), and inserts the collective that turns a value's sharding
+// into the one wanted (DESIGN.md's table):
+//
+//   partial -> replicated: all_reduce      split -> replicated: all_gather
+//   partial -> split:      reduce_scatter  replicated -> split: shard_slice (local)
+//
+// Data parallel's gradient all-reduce, Megatron's column/row-parallel matmuls
+// and FSDP's weight all-gather and gradient reduce-scatter all come out of
+// these rules; no collective needs a hand-written gradient.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "distribution/sharding.hpp"
+#include "engine/graph/graph.hpp"
+
+namespace tessera {
+
+// One collective of the per-device graph, for plans and accounting.
+struct PlannedCollective {
+  OpKind kind;               // all_reduce, all_gather or reduce_scatter
+  std::uint32_t mesh_axes;   // the group's axes
+  std::int64_t bytes;        // the per-device operand: input of all_reduce and reduce_scatter, output of all_gather
+  ValueId value;             // the global value it moves
+};
+
+struct Partition {
+  Graph local;                          // what every device runs
+  std::vector<ValueId> local_of;        // global value -> local value as produced (-1: none)
+  std::vector<Sharding> sharding;       // global value -> sharding as produced
+  std::vector<ValueId> outputs;         // local values of the requested outputs, replicated
+  std::vector<PlannedCollective> collectives;
+};
+
+// `leaf_shardings` gives inputs and variables their shardings (the rest are
+// replicated; an optimizer's state variables follow their parameter's);
+// `constraints` fixes the sharding of values right after they are produced
+// (Keras' "<layer>/output" activation layouts). Axes of size 1 are ignored.
+// Throws LayoutError when a given sharding does not fit its value.
+Partition partition(const Graph& global, const std::vector<ValueId>& outputs, const DeviceMesh& mesh,
+                    const std::map<ValueId, Sharding>& leaf_shardings,
+                    const std::map<ValueId, Sharding>& constraints = {});
+
+}  // namespace tessera

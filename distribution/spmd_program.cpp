@@ -1,0 +1,120 @@
+#include "distribution/spmd_program.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "distribution/collectives/shm_communicator.hpp"
+#include "distribution/shard_copy.hpp"
+
+namespace tessera {
+
+SpmdRuntime::SpmdRuntime(const Distribution& distribution)
+    : distribution_(distribution), comm_(std::make_unique<ShmCommunicator>(static_cast<int>(distribution.mesh().size()))) {
+  for (std::int64_t rank = 0; rank < mesh().size(); ++rank) contexts_.emplace_back(mesh(), *comm_, static_cast<int>(rank));
+  workers_ = std::make_unique<DeviceWorkers>(static_cast<int>(mesh().size()), comm_.get());
+}
+
+SpmdRuntime::~SpmdRuntime() = default;
+
+const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, const Sharding& sharding) {
+  auto it = entries_.find(path);
+  if (it != entries_.end()) {
+    if (!(it->second.sharding == sharding))
+      throw LayoutError("variable '" + path + "' is split as " + it->second.sharding.str(mesh_) +
+                        " by one program and as " + sharding.str(mesh_) + " by another");
+    return it->second.blocks;
+  }
+  const Variable* v = store_.find(path);
+  if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
+  Entry entry{sharding, {}};
+  for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
+    entry.blocks.push_back(extract_block(v->value, sharding, mesh_, static_cast<int>(rank),
+                                         mesh_.devices()[static_cast<std::size_t>(rank)]));
+  return entries_.emplace(path, std::move(entry)).first->second.blocks;
+}
+
+void ShardedVariables::write_back() const {
+  for (const auto& [path, entry] : entries_) {
+    const Variable* v = store_.find(path);
+    // Every block once: devices that differ only along unused axes hold copies.
+    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
+      insert_block(entry.blocks[static_cast<std::size_t>(rank)], v->value, entry.sharding, mesh_, static_cast<int>(rank));
+  }
+}
+
+void ShardedVariables::reload() {
+  for (auto& [path, entry] : entries_)
+    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank) {
+      const Tensor& block = entry.blocks[static_cast<std::size_t>(rank)];
+      Tensor fresh = extract_block(store_.find(path)->value, entry.sharding, mesh_, static_cast<int>(rank), block.device());
+      std::memcpy(block.raw_data(), fresh.raw_data(), block.nbytes());
+    }
+}
+
+std::int64_t ShardedVariables::bytes_on(int rank) const {
+  std::int64_t bytes = 0;
+  for (const auto& [path, entry] : entries_) bytes += static_cast<std::int64_t>(entry.blocks[static_cast<std::size_t>(rank)].nbytes());
+  return bytes;
+}
+
+SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
+                         const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints)
+    : global_(global), runtime_(runtime), partition_(tessera::partition(global, outputs, runtime.mesh(), leaf_shardings, constraints)), outputs_(outputs) {
+  const DeviceMesh& mesh = runtime.mesh();
+  for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
+    auto exec = std::make_unique<Executor>(partition_.local, partition_.outputs, mesh.devices()[static_cast<std::size_t>(rank)]);
+    exec->set_spmd(&runtime.context(static_cast<int>(rank)));
+    executors_.push_back(std::move(exec));
+  }
+}
+
+std::int64_t SpmdProgram::workspace_bytes(int rank) const {
+  return static_cast<std::int64_t>(executors_[static_cast<std::size_t>(rank)]->plan().arena_bytes);
+}
+
+ValueId SpmdProgram::local(ValueId global) const {
+  if (global < 0 || static_cast<std::size_t>(global) >= partition_.local_of.size() || partition_.local_of[static_cast<std::size_t>(global)] < 0)
+    throw GraphError("spmd program: value %" + std::to_string(global) + " is not in the partitioned graph");
+  return partition_.local_of[static_cast<std::size_t>(global)];
+}
+
+void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
+  const DeviceMesh& mesh = runtime_.mesh();
+  const Sharding& s = sharding(leaf);
+  const bool inner_split = s.rank() > 1 && std::any_of(s.dims.begin() + 1, s.dims.end(), [](int a) { return a != Sharding::kNone; });
+  for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
+    Executor& exec = *executors_[static_cast<std::size_t>(rank)];
+    if (inner_split) {
+      exec.bind(local(leaf), extract_block(whole, s, mesh, static_cast<int>(rank), mesh.devices()[static_cast<std::size_t>(rank)]));
+    } else if (s.rank() > 0 && s.dims[0] != Sharding::kNone) {
+      std::int64_t rows = s.local_shape(whole.shape(), mesh)[0];
+      exec.bind(local(leaf), whole.rows(s.block_start(whole.shape(), mesh, rank)[0], rows));
+    } else {
+      exec.bind(local(leaf), whole);
+    }
+  }
+}
+
+void SpmdProgram::bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks) {
+  if (blocks.size() != executors_.size())
+    throw Error("bind_blocks: " + std::to_string(blocks.size()) + " blocks for " + std::to_string(executors_.size()) + " devices");
+  for (std::size_t r = 0; r < blocks.size(); ++r) executors_[r]->bind(local(leaf), blocks[r]);
+}
+
+void SpmdProgram::run() {
+  runtime_.workers().run([this](int rank) { executors_[static_cast<std::size_t>(rank)]->run(); });
+}
+
+Tensor SpmdProgram::output(ValueId global) const {
+  auto it = std::find(outputs_.begin(), outputs_.end(), global);
+  if (it == outputs_.end()) throw GraphError("spmd program: value %" + std::to_string(global) + " is not an output");
+  return executors_[0]->output(partition_.outputs[static_cast<std::size_t>(it - outputs_.begin())]);
+}
+
+void SpmdProgram::set_update_step(std::int64_t step, float learning_rate) {
+  for (auto& e : executors_) e->set_update_step(step, learning_rate);
+}
+
+void SpmdProgram::enable_profiling(std::map<std::string, Executor::OpTime>* sink) { executors_[0]->enable_profiling(sink); }
+
+}  // namespace tessera

@@ -1,0 +1,107 @@
+// SpmdProgram: a global graph partitioned over a Distribution's mesh and run
+// by one executor per device, all at once (one worker thread each).
+//
+//   SpmdRuntime runtime(distribution);               // communicator, workers
+//   SpmdProgram program(graph, {loss}, runtime, leaf_shardings);
+//   program.bind(x, batch);                          // split as x's sharding says
+//   program.bind_blocks(w, blocks);                  // one block per device
+//   program.run();
+//   program.output(loss);                            // replicated: device 0's copy
+//
+// ShardedVariables holds the devices' blocks of a VariableStore's variables,
+// shared by every program of a trainer, and writes them back on request.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distribution/collectives/communicator.hpp"
+#include "distribution/device_workers.hpp"
+#include "distribution/distribution.hpp"
+#include "distribution/partitioner.hpp"
+#include "distribution/spmd_context.hpp"
+#include "engine/graph/executor.hpp"
+#include "engine/variable_store.hpp"
+
+namespace tessera {
+
+// What the programs of one distribution share: the communicator between its
+// devices, their worker threads and their collective contexts.
+class SpmdRuntime {
+ public:
+  explicit SpmdRuntime(const Distribution& distribution);
+  ~SpmdRuntime();
+
+  const Distribution& distribution() const { return distribution_; }
+  const DeviceMesh& mesh() const { return distribution_.mesh(); }
+  Communicator& comm() { return *comm_; }
+  DeviceWorkers& workers() { return *workers_; }
+  const SpmdContext& context(int rank) const { return contexts_[static_cast<std::size_t>(rank)]; }
+
+ private:
+  const Distribution& distribution_;
+  std::unique_ptr<Communicator> comm_;
+  std::vector<SpmdContext> contexts_;
+  std::unique_ptr<DeviceWorkers> workers_;
+};
+
+class ShardedVariables {
+ public:
+  ShardedVariables(const DeviceMesh& mesh, VariableStore& store) : mesh_(mesh), store_(store) {}
+  // Every device's block of variable `path` split as `sharding`, made from the
+  // store's value on first use. Throws LayoutError when asked for another sharding.
+  const std::vector<Tensor>& blocks(const std::string& path, const Sharding& sharding);
+  // Copies the blocks back into the store's tensors (for checkpoints, tests and the end of fit).
+  void write_back() const;
+  // Copies the store's values into the blocks (after a checkpoint load).
+  void reload();
+  // Bytes of variable blocks on device `rank`.
+  std::int64_t bytes_on(int rank) const;
+
+ private:
+  struct Entry {
+    Sharding sharding;
+    std::vector<Tensor> blocks;
+  };
+  const DeviceMesh& mesh_;
+  VariableStore& store_;
+  std::map<std::string, Entry> entries_;
+};
+
+class SpmdProgram {
+ public:
+  SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
+              const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints = {});
+
+  const Graph& global() const { return global_; }
+  const Partition& partition() const { return partition_; }
+  // Bytes of device `rank`'s step workspace (activations, gradients, temporaries: its memory plan's arena).
+  std::int64_t workspace_bytes(int rank) const;
+  const Sharding& sharding(ValueId global) const { return partition_.sharding[static_cast<std::size_t>(global)]; }
+
+  // Binds a whole tensor to a global input or variable: each device gets its
+  // block (a view when only the first dimension is split, as batches are).
+  void bind(ValueId leaf, const Tensor& whole);
+  // Binds each device's block (rank order) to a global input or variable.
+  void bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks);
+  void run();
+  // A requested output (replicated on every device): device 0's copy, valid until the next run.
+  Tensor output(ValueId global) const;
+
+  void set_update_step(std::int64_t step, float learning_rate);
+  // Per-op times of device 0 (each device runs the same ops).
+  void enable_profiling(std::map<std::string, Executor::OpTime>* sink);
+
+ private:
+  ValueId local(ValueId global) const;
+
+  const Graph& global_;
+  SpmdRuntime& runtime_;
+  Partition partition_;
+  std::vector<ValueId> outputs_;
+  std::vector<std::unique_ptr<Executor>> executors_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,97 @@
+// The partitioner's plans: which collectives each sharding needs. The
+// numerical equivalence of every plan with one device is
+// sharded_training_test.cpp's; these check that the plans are the ones the
+// layouts call for (no more communication than Megatron, FSDP or data
+// parallel need).
+#include <doctest/doctest.h>
+
+#include "backends/registry.hpp"
+#include "distribution/spmd_program.hpp"
+#include "engine/config/config.hpp"
+#include "engine/training/trainer.hpp"
+
+using namespace tessera;
+
+namespace {
+
+const std::optional<std::string> none;
+
+// "kind axes: count; ..." of the MLP's training step (batch 16, SGD) on `shape`.
+std::string mlp_plan(std::vector<std::int64_t> shape, const LayoutMap& map,
+                                    std::vector<std::string>* gathered = nullptr) {
+  const int devices = static_cast<int>(shape[0] * shape[1]);
+  set_cpu_device_count(devices, 1);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 16}")["training"]);
+  DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(devices));
+  ModelParallel distribution(mesh, map, "batch");
+  VariableStore store;
+  Trainer trainer(model, spec, store, distribution);
+  const SpmdProgram& program = *trainer.sharded_program(16);
+  std::map<std::string, int> counts;
+  for (const auto& c : program.partition().collectives) {
+    ++counts[std::string(name(c.kind)) + " " + axes_label(c.mesh_axes, mesh)];
+    if (gathered && c.kind == OpKind::all_gather) gathered->push_back(program.global().value(c.value).name);
+  }
+  set_cpu_device_count(1);
+  std::string text;
+  for (const auto& [key, n] : counts) text += (text.empty() ? "" : "; ") + key + ": " + std::to_string(n);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: one all-reduce per gradient, plus the loss and the gathered logits") {
+  CHECK(mlp_plan({4, 1}, {}) == "all_gather batch: 1; all_reduce batch: 7");
+}
+
+TEST_CASE("Megatron column- then row-parallel: one model-axis all-reduce, after the row-parallel matmul") {
+  LayoutMap map;
+  map.add("dense/kernel", TensorLayout({none, "model"}));
+  map.add("dense/bias", TensorLayout({"model"}));
+  map.add("dense_1/kernel", TensorLayout({"model", none}));
+  // The input needs no gradient, so the column-parallel layer's backward
+  // all-reduce (Megatron's f) is not needed either.
+  CHECK(mlp_plan({1, 2}, map) == "all_reduce model: 1");
+  // With a batch axis too: the gradients of the split variables are reduced
+  // over `batch` only; the replicated last layer's too.
+  CHECK(mlp_plan({2, 2}, map) == "all_gather batch: 1; all_reduce batch: 7; all_reduce model: 1");
+}
+
+TEST_CASE("fully sharded: weights all-gathered once per step, their gradients reduce-scattered") {
+  LayoutMap map;
+  map.add("dense(_1)?/kernel", TensorLayout({"batch", none}));
+  std::vector<std::string> gathered;
+  // Two kernels gathered and their gradients scattered; the biases', the
+  // last layer's and the loss reduced; the logits gathered.
+  CHECK(mlp_plan({4, 1}, map, &gathered) == "all_gather batch: 3; all_reduce batch: 5; reduce_scatter batch: 2");
+  // The forward's gathered weight is reused by the backward pass.
+  CHECK(std::count(gathered.begin(), gathered.end(), "mlp/dense/kernel") == 1);
+  CHECK(std::count(gathered.begin(), gathered.end(), "mlp/dense_1/kernel") == 1);
+}
+
+TEST_CASE("an activation layout redistributes the layer's output") {
+  LayoutMap map;
+  map.add("dense/kernel", TensorLayout({none, "model"}));
+  // Gather the column-parallel activations right after the layer (as
+  // jax.lax.with_sharding_constraint would); then nothing is row-parallel.
+  map.add("dense/output", TensorLayout({none, none}));
+  // The gradient then arrives whole and the kernel's gradient is sliced
+  // locally; the replicated bias's gradient, computed from the split
+  // pre-activations, is the one other gather.
+  CHECK(mlp_plan({1, 2}, map) == "all_gather model: 2");
+}
+
+TEST_CASE("a sharding that does not fit its value names the variable, dimension, sizes and axis") {
+  set_cpu_device_count(3, 1);
+  Graph g;
+  ValueId w = g.variable("dense/kernel", {8, 4});
+  DeviceMesh mesh({3}, {"model"}, cpu_devices(3));
+  Sharding bad = Sharding::replicated(2);
+  bad.dims[0] = 0;
+  CHECK_THROWS_WITH_AS(partition(g, {w}, mesh, {{w, bad}}),
+                       "'dense/kernel' of shape [8, 4]: dimension 0 of size 8 does not divide over mesh axis 'model' of size 3",
+                       LayoutError);
+  set_cpu_device_count(1);
+}

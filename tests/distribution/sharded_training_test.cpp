@@ -1,0 +1,214 @@
+// The equivalence matrix: the zoo's MLP, CNN and GPT, trained for three steps
+// on every mesh of cpu:8 (1x1 .. 8x1) with data-parallel, Megatron-style
+// (column- then row-parallel) and fully sharded layouts, give the
+// single-device run's losses and weights.
+//
+// Tolerance: sharded runs add partial sums in another order, so results
+// differ by float rounding only: losses within 1e-5 relative, weights (after
+// three SGD steps with momentum) within 2e-5 absolute plus 1e-4 relative.
+// Adam is checked apart, with weights within 2e-4: it divides each gradient
+// element by its own magnitude, so an element whose gradient is a nearly
+// cancelling sum (|g| near epsilon) turns the other summation order's
+// rounding into a visibly different step.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "backends/registry.hpp"
+#include "distribution/distribution.hpp"
+#include "engine/config/config.hpp"
+#include "engine/training/trainer.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+
+namespace {
+
+using Axes = std::vector<std::optional<std::string>>;
+using Layouts = std::vector<std::pair<std::string, Axes>>;
+
+struct ModelCase {
+  std::string file;
+  std::int64_t batch;
+  std::function<std::pair<Tensor, Tensor>(std::uint64_t seed)> batch_of;  // inputs, targets
+};
+
+const std::optional<std::string> none;
+const std::optional<std::string> batch_axis = "batch", model_axis = "model";
+
+Tensor random_labels(const Shape& shape, std::int64_t classes, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::i32);
+  std::uint64_t x = seed * 2654435761u + 12345;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t.data<std::int32_t>()[i] = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(classes));
+  }
+  return t;
+}
+
+ModelCase mlp_case() {
+  return {"mlp.yaml", 16, [](std::uint64_t s) {
+            return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), random_labels({16}, 10, s)};
+          }};
+}
+ModelCase cnn_case() {
+  return {"cnn.yaml", 8, [](std::uint64_t s) {
+            return std::pair{test::random_tensor({8, 28, 28, 1}, static_cast<unsigned>(s)), random_labels({8}, 10, s)};
+          }};
+}
+ModelCase gpt_case() {
+  return {"gpt.yaml", 8, [](std::uint64_t s) {
+            return std::pair{random_labels({8, 128}, 256, s), random_labels({8, 128}, 256, s + 100)};
+          }};
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::map<std::string, std::vector<float>> weights;
+};
+
+Model zoo_model(const std::string& file) {
+  return Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
+}
+
+TrainingSpec three_steps(std::int64_t batch, const std::string& optimizer) {
+  return parse_training(ConfigNode::parse("training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, "
+                                          "optimizer: " + optimizer + ", batch_size: " +
+                                          std::to_string(batch) + ", seed: 7}")["training"]);
+}
+
+// SGD with momentum: its velocity is optimizer state, split like its parameter.
+const std::string kSgd = "{type: sgd, learning_rate: 0.1, momentum: 0.9}";
+const std::string kAdam = "{type: adam, learning_rate: 1.0e-3}";
+
+RunResult train(const ModelCase& c, const Distribution* distribution, const std::string& optimizer = kSgd) {
+  Model model = zoo_model(c.file);
+  VariableStore store;
+  std::unique_ptr<Trainer> trainer = distribution ? std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, *distribution)
+                                                  : std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store);
+  RunResult result;
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    auto [inputs, targets] = c.batch_of(step + 1);
+    result.losses.push_back(static_cast<float>(trainer->train_step(inputs, targets).loss));
+  }
+  trainer->sync_store();
+  for (const auto& v : store.variables()) result.weights[v.path] = v.value.to_vector<float>();
+  return result;
+}
+
+const RunResult& single_device(const ModelCase& c) {
+  static std::map<std::string, RunResult> cache;
+  auto it = cache.find(c.file);
+  if (it == cache.end()) it = cache.emplace(c.file, train(c, nullptr)).first;
+  return it->second;
+}
+
+void check_same(const RunResult& expected, const RunResult& actual, const std::string& what, float weight_tolerance = 2e-5f) {
+  INFO(what);
+  for (std::size_t i = 0; i < expected.losses.size(); ++i) {
+    INFO("step " << i + 1 << ": loss " << actual.losses[i] << " vs single-device " << expected.losses[i]);
+    CHECK(std::abs(actual.losses[i] - expected.losses[i]) <= 1e-5f * std::abs(expected.losses[i]));
+  }
+  REQUIRE(actual.weights.size() == expected.weights.size());
+  for (const auto& [path, want] : expected.weights) {
+    const auto& got = actual.weights.at(path);
+    float worst = 0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      float excess = std::abs(got[i] - want[i]) - (weight_tolerance + 1e-4f * std::abs(want[i]));
+      if (excess > worst) worst = excess, at = i;
+    }
+    INFO(path << "[" << at << "] = " << got[at] << ", single-device " << want[at]);
+    CHECK(worst == 0.0f);
+  }
+}
+
+const std::vector<std::vector<std::int64_t>> kMeshes = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 2}, {2, 4}, {1, 8}, {8, 1}};
+
+// Runs `c` on every mesh with the layout map `layouts` (empty: data parallel)
+// and compares each with the single-device run.
+void check_matrix(const ModelCase& c, const std::function<Layouts(std::int64_t model_devices)>& layouts_for) {
+  set_cpu_device_count(8, 1);
+  const RunResult& expected = single_device(c);
+  for (const auto& shape : kMeshes) {
+    const std::int64_t devices = shape[0] * shape[1];
+    DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(static_cast<int>(devices)));
+    const Layouts layouts = layouts_for ? layouts_for(shape[1]) : Layouts{};
+    LayoutMap map;
+    for (const auto& [key, axes] : layouts) map.add(key, TensorLayout(axes));
+    std::unique_ptr<Distribution> distribution;
+    if (layouts.empty()) distribution = std::make_unique<DataParallel>(mesh);
+    else distribution = std::make_unique<ModelParallel>(mesh, map, "batch");
+    check_same(expected, train(c, distribution.get()), c.file + " on " + distribution->str());
+  }
+  set_cpu_device_count(1);
+}
+
+// Megatron: the first of each pair of dense layers splits its columns, the
+// second its rows; attention splits heads.
+const Layouts kMlpMegatron = {{"dense/kernel", {none, model_axis}},
+                              {"dense/bias", {model_axis}},
+                              {"dense_1/kernel", {model_axis, none}}};
+const Layouts kMlpFsdp = {{"dense(_1)?/kernel", {batch_axis, model_axis}}, {"dense_2/kernel", {batch_axis, none}}};
+
+const Layouts kCnnMegatron = {{"conv2d/kernel", {none, none, none, model_axis}},
+                              {"conv2d/bias", {model_axis}},
+                              {"conv2d_1/kernel", {none, none, model_axis, none}},
+                              {"dense/kernel", {none, model_axis}},
+                              {"dense/bias", {model_axis}},
+                              {"dense_1/kernel", {model_axis, none}}};
+const Layouts kCnnFsdp = {{"conv2d_1/kernel", {none, none, batch_axis, model_axis}},
+                          {"dense/kernel", {batch_axis, model_axis}},
+                          {"dense_1/kernel", {batch_axis, none}}};
+
+// Attention splits heads; where the model axis does not divide the 4 heads
+// (8 devices), the key dimension splits instead (the projection kernels are
+// then gathered: correct, but not Megatron).
+Layouts gpt_megatron(std::int64_t model_devices) {
+  bool heads = 4 % model_devices == 0;
+  return {{"(query|key|value)/kernel", heads ? Axes{none, model_axis, none} : Axes{none, none, model_axis}},
+          {"(query|key|value)/bias", heads ? Axes{model_axis, none} : Axes{none, model_axis}},
+          {"attention_output/kernel", heads ? Axes{model_axis, none, none} : Axes{none, model_axis, none}},
+          {"ffn_in/kernel", {none, model_axis}},
+          {"ffn_in/bias", {model_axis}},
+          {"ffn_out/kernel", {model_axis, none}},
+          {"token_embedding/embeddings", {none, model_axis}},
+          {"head/kernel", {none, model_axis}}};
+}
+Layouts gpt_fsdp(std::int64_t) {
+  return {{"(ffn_in|ffn_out|head)/kernel", {batch_axis, model_axis}},
+          {"(query|key|value)/kernel", {batch_axis, none, model_axis}},
+          {"attention_output/kernel", {none, model_axis, batch_axis}},
+          {"_embedding/embeddings", {batch_axis, model_axis}}};
+}
+
+auto fixed(const Layouts& layouts) {
+  return [layouts](std::int64_t) { return layouts; };
+}
+
+}  // namespace
+
+TEST_CASE("sharded training equals one device: MLP data parallel") { check_matrix(mlp_case(), nullptr); }
+TEST_CASE("sharded training equals one device: MLP Megatron column/row parallel") { check_matrix(mlp_case(), fixed(kMlpMegatron)); }
+TEST_CASE("sharded training equals one device: MLP fully sharded") { check_matrix(mlp_case(), fixed(kMlpFsdp)); }
+TEST_CASE("sharded training equals one device: CNN data parallel") { check_matrix(cnn_case(), nullptr); }
+TEST_CASE("sharded training equals one device: CNN Megatron column/row parallel") { check_matrix(cnn_case(), fixed(kCnnMegatron)); }
+TEST_CASE("sharded training equals one device: CNN fully sharded") { check_matrix(cnn_case(), fixed(kCnnFsdp)); }
+TEST_CASE("sharded training equals one device: GPT data parallel") { check_matrix(gpt_case(), nullptr); }
+TEST_CASE("sharded training equals one device: GPT Megatron column/row parallel") { check_matrix(gpt_case(), gpt_megatron); }
+TEST_CASE("sharded training equals one device: GPT fully sharded") { check_matrix(gpt_case(), gpt_fsdp); }
+
+TEST_CASE("sharded training equals one device: Adam state split like its parameters") {
+  set_cpu_device_count(8, 1);
+  ModelCase c = gpt_case();
+  RunResult expected = train(c, nullptr, kAdam);
+  for (const auto& shape : std::vector<std::vector<std::int64_t>>{{2, 2}, {1, 4}}) {
+    DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(static_cast<int>(shape[0] * shape[1])));
+    LayoutMap map;
+    for (const auto& [key, axes] : gpt_megatron(shape[1])) map.add(key, TensorLayout(axes));
+    ModelParallel distribution(mesh, map, "batch");
+    check_same(expected, train(c, &distribution, kAdam), "gpt.yaml with Adam on " + distribution.str(), 2e-4f);
+  }
+  set_cpu_device_count(1);
+}
