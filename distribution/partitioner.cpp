@@ -127,16 +127,19 @@ class Partitioner {
 
   // ---- redistribution ---------------------------------------------------
 
-  ValueId collective(OpKind kind, ValueId local, Mask axes, int dim, const Shape& shape, DType dtype, ValueId global) {
+  // `dim`: the dimension gathered, scattered or sliced; all_to_all also splits `split_dim`.
+  ValueId collective(OpKind kind, ValueId local, Mask axes, int dim, const Shape& shape, DType dtype, ValueId global,
+                     int split_dim = kNone) {
     OpAttrs attrs;
     attrs.mesh_axes = axes;
     attrs.axis = dim;
+    if (kind == OpKind::all_to_all) attrs.axes = {split_dim, dim};
     NodeId n = p_.local.add_node(kind, {local}, attrs, {{shape, dtype}});
     ValueId out = p_.local.node(n).outputs[0];
     if (kind != OpKind::shard_slice) {
       ValueId counted = kind == OpKind::all_gather ? out : local;
       auto bytes = static_cast<std::int64_t>(p_.local.shape(counted).numel()) * static_cast<std::int64_t>(dtype_size(dtype));
-      p_.collectives.push_back({kind, axes, bytes, global});
+      p_.collectives.push_back({kind, axes, bytes, global, out});
     }
     return out;
   }
@@ -174,12 +177,19 @@ class Partitioner {
       s.partial &= ~reduce;
       local = collective(OpKind::all_reduce, local, reduce, 0, local_shape(v, s), dtype, v);
     }
-    // 2. Gather the splits that are not wanted.
+    // 2. Gather the splits that are not wanted; a split that moves to another
+    // (whole) dimension is one all_to_all.
     for (int d = 0; d < s.rank(); ++d) {
       int a = s.dims[static_cast<std::size_t>(d)];
       if (a == kNone || a == to.dims[static_cast<std::size_t>(d)]) continue;
       s.dims[static_cast<std::size_t>(d)] = kNone;
-      local = collective(OpKind::all_gather, local, bit(a), d, local_shape(v, s), dtype, v);
+      int e = to.dim_of_axis(a);
+      if (e != kNone && s.dims[static_cast<std::size_t>(e)] == kNone && s.partial == 0) {
+        s.dims[static_cast<std::size_t>(e)] = a;
+        local = collective(OpKind::all_to_all, local, bit(a), d, local_shape(v, s), dtype, v, e);
+      } else {
+        local = collective(OpKind::all_gather, local, bit(a), d, local_shape(v, s), dtype, v);
+      }
     }
     // 3. Take this device's block of the wanted splits (a fill is simply made smaller).
     for (int d = 0; d < s.rank(); ++d) {
@@ -458,6 +468,7 @@ class Partitioner {
       case OpKind::all_gather:
       case OpKind::reduce_scatter:
       case OpKind::shard_slice:
+      case OpKind::all_to_all:
         break;
     }
     throw GraphError("partitioner: op '" + std::string(name(kind)) + "' has no sharding rule");

@@ -11,6 +11,7 @@
 //
 //   partial -> replicated: all_reduce      split -> replicated: all_gather
 //   partial -> split:      reduce_scatter  replicated -> split: shard_slice (local)
+//   split(d) -> split(e):  all_to_all
 //
 // Data parallel's gradient all-reduce, Megatron's column/row-parallel matmuls
 // and FSDP's weight all-gather and gradient reduce-scatter all come out of
@@ -28,10 +29,11 @@ namespace tessera {
 
 // One collective of the per-device graph, for plans and accounting.
 struct PlannedCollective {
-  OpKind kind;               // all_reduce, all_gather or reduce_scatter
+  OpKind kind;               // all_reduce, all_gather, reduce_scatter or all_to_all
   std::uint32_t mesh_axes;   // the group's axes
-  std::int64_t bytes;        // the per-device operand: input of all_reduce and reduce_scatter, output of all_gather
+  std::int64_t bytes;        // the per-device operand: output of all_gather, else the input
   ValueId value;             // the global value it moves
+  ValueId local;             // its result in the per-device graph
 };
 
 struct Partition {
@@ -39,7 +41,7 @@ struct Partition {
   std::vector<ValueId> local_of;        // global value -> local value as produced (-1: none)
   std::vector<Sharding> sharding;       // global value -> sharding as produced
   std::vector<ValueId> outputs;         // local values of the requested outputs, replicated
-  std::vector<PlannedCollective> collectives;
+  std::vector<PlannedCollective> collectives;  // in graph order, including any that feed no output
 };
 
 // `leaf_shardings` gives inputs and variables their shardings (the rest are

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "distribution/collectives/shm_communicator.hpp"
 #include "distribution/shard_copy.hpp"
@@ -66,6 +67,10 @@ SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& output
     exec->set_spmd(&runtime.context(static_cast<int>(rank)));
     executors_.push_back(std::move(exec));
   }
+  const auto& schedule = executors_[0]->plan().schedule;
+  std::set<NodeId> scheduled(schedule.begin(), schedule.end());
+  for (const auto& c : partition_.collectives)
+    if (scheduled.contains(partition_.local.value(c.local).producer)) live_collectives_.push_back(c);
 }
 
 std::int64_t SpmdProgram::workspace_bytes(int rank) const {

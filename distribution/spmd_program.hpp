@@ -77,6 +77,9 @@ class SpmdProgram {
 
   const Graph& global() const { return global_; }
   const Partition& partition() const { return partition_; }
+  // The collectives one run performs per device, in order (those feeding an
+  // output or an update; the partition may hold dead ones the executor skips).
+  const std::vector<PlannedCollective>& collectives() const { return live_collectives_; }
   // Bytes of device `rank`'s step workspace (activations, gradients, temporaries: its memory plan's arena).
   std::int64_t workspace_bytes(int rank) const;
   const Sharding& sharding(ValueId global) const { return partition_.sharding[static_cast<std::size_t>(global)]; }
@@ -102,6 +105,7 @@ class SpmdProgram {
   Partition partition_;
   std::vector<ValueId> outputs_;
   std::vector<std::unique_ptr<Executor>> executors_;
+  std::vector<PlannedCollective> live_collectives_;
 };
 
 }  // namespace tessera

@@ -182,6 +182,9 @@ void Executor::run_node(const Node& node) {
     case OpKind::reduce_scatter:
       return spmd(node).comm().reduce_scatter(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
                                               at.axis);
+    case OpKind::all_to_all:
+      return spmd(node).comm().all_to_all(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
+                                          at.axes[0], at.axes[1]);
     case OpKind::shard_slice: {
       int mesh_axis = std::countr_zero(at.mesh_axes);
       std::int64_t block = out(node, 0).shape()[at.axis];

@@ -54,8 +54,9 @@ enum class OpKind : std::uint8_t {
   all_gather,         // (x) -> the group's blocks joined along attrs.axis
   reduce_scatter,     // (x) -> this device's block along attrs.axis of the group's sum
   shard_slice,        // (x) -> this device's block along attrs.axis (a local copy, no communication)
+  all_to_all,         // (x) -> block j along attrs.axes[0] sent to member j, received blocks joined along attrs.axes[1]
 };
-inline constexpr int kOpKindCount = 34;
+inline constexpr int kOpKindCount = 35;
 
 std::string_view name(OpKind kind);
 

@@ -30,7 +30,7 @@ std::string mlp_plan(std::vector<std::int64_t> shape, const LayoutMap& map,
   Trainer trainer(model, spec, store, distribution);
   const SpmdProgram& program = *trainer.sharded_program(16);
   std::map<std::string, int> counts;
-  for (const auto& c : program.partition().collectives) {
+  for (const auto& c : program.collectives()) {
     ++counts[std::string(name(c.kind)) + " " + axes_label(c.mesh_axes, mesh)];
     if (gathered && c.kind == OpKind::all_gather) gathered->push_back(program.global().value(c.value).name);
   }
@@ -93,5 +93,31 @@ TEST_CASE("a sharding that does not fit its value names the variable, dimension,
   CHECK_THROWS_WITH_AS(partition(g, {w}, mesh, {{w, bad}}),
                        "'dense/kernel' of shape [8, 4]: dimension 0 of size 8 does not divide over mesh axis 'model' of size 3",
                        LayoutError);
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("a split that moves to another dimension is one all_to_all, and computes the same values") {
+  set_cpu_device_count(4, 1);
+  Graph g;
+  ValueId x = g.input("x", {8, 12});
+  ValueId y = g.unary(UnaryOp::square, x);
+  DeviceMesh mesh({4}, {"batch"}, cpu_devices(4));
+  DataParallel distribution(mesh);
+  SpmdRuntime runtime(distribution);
+  Sharding rows = Sharding::replicated(2), columns = Sharding::replicated(2);
+  rows.dims[0] = 0;
+  columns.dims[1] = 0;
+  SpmdProgram program(g, {y}, runtime, {{x, rows}}, {{y, columns}});
+  std::vector<std::string> kinds;
+  for (const auto& c : program.collectives()) kinds.emplace_back(name(c.kind));
+  // [rows split] -> [columns split] by all_to_all; the output is then gathered.
+  CHECK(kinds == std::vector<std::string>{"all_to_all", "all_gather"});
+  std::vector<float> values(96);
+  for (int i = 0; i < 96; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(i % 13) - 6.0f;
+  program.bind(x, Tensor::from_vector(values, {8, 12}));
+  program.run();
+  std::vector<float> expected;
+  for (float v : values) expected.push_back(v * v);
+  CHECK(program.output(y).to_vector<float>() == expected);
   set_cpu_device_count(1);
 }
