@@ -28,8 +28,13 @@ std::string parameter_of_state(const std::string& path) {
 
 }  // namespace
 
+void print_auto_tp(const AutoTpPlan& plan) {
+  fmt::print("\nAutoTP plan:\n{:<24} {:<22} {:<22} {}\n", "Layer", "Type", "Rule", "Why");
+  for (const auto& l : plan.layers) fmt::print("{:<24} {:<22} {:<22} {}\n", l.layer, l.type, l.rule, l.why);
+}
+
 void print_sharding(const Distribution& distribution, const SpmdProgram& program,
-                    const std::vector<std::string>& output_paths) {
+                    const std::vector<std::string>& output_paths, const AutoTpPlan* auto_tp) {
   const DeviceMesh& mesh = distribution.mesh();
   const Graph& g = program.global();
   fmt::print("\nDistribution: {}\n", distribution.str());
@@ -45,6 +50,9 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
     if (!param.empty()) {
       decided = "follows " + param;
       state += shard_bytes(value, s, mesh);
+    } else if (auto_tp != nullptr) {
+      decided = "AutoTP (the layer's rule above)";
+      params += shard_bytes(value, s, mesh);
     } else {
       auto match = distribution.layout_map().match(value.name);
       if (match) used_keys.insert(match->key);
@@ -60,7 +68,7 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
       fmt::print("{:<44} {:<22} (activation layout, key '{}')\n", path, match->layout.str(), match->key);
     }
   for (const auto& key : distribution.layout_map().keys())
-    if (!used_keys.contains(key))
+    if (auto_tp == nullptr && !used_keys.contains(key))
       fmt::print("warning: layout-map key '{}' matches no variable and no layer output (check the paths above)\n", key);
 
   // Gradients are as large as the parameters' blocks once reduced; the

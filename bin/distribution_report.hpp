@@ -7,16 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "distribution/auto_tp.hpp"
 #include "distribution/collectives/communicator.hpp"
 #include "distribution/spmd_program.hpp"
 
 namespace tessera {
 
+// AutoTP's rule for each layer, and why.
+void print_auto_tp(const AutoTpPlan& plan);
 // Per variable: layout, global and per-device shapes and bytes, the layout-map
 // key that decided (or "replicated, no key matched"); keys that matched
 // nothing; per-device memory of one training step; the step's collectives.
+// With `auto_tp`, variables are said to be decided by it rather than by a key.
 void print_sharding(const Distribution& distribution, const SpmdProgram& program,
-                    const std::vector<std::string>& output_paths);
+                    const std::vector<std::string>& output_paths, const AutoTpPlan* auto_tp = nullptr);
 // Which devices hold which block of variable `path` (a grid for rank <= 2).
 void print_blocks(const Distribution& distribution, const SpmdProgram& program, const std::string& path);
 // One row per (collective kind, mesh axes): calls, bytes and seconds summed over devices.

@@ -73,7 +73,9 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
     auto trainer = make_trainer(run, store);
     const SpmdProgram& program = *trainer->sharded_program(run.training.batch_size);
     const Distribution& distribution = *run.distribution->distribution;
-    print_sharding(distribution, program, run.model.output_paths());
+    const AutoTpPlan* auto_tp = run.distribution->auto_tp ? &*run.distribution->auto_tp : nullptr;
+    if (auto_tp != nullptr) print_auto_tp(*auto_tp);
+    print_sharding(distribution, program, run.model.output_paths(), auto_tp);
     if (!visualize.empty()) print_blocks(distribution, program, visualize);
   } else if (!visualize.empty()) {
     throw ConfigError(file + ": --visualize shows how a distribution splits a tensor; the config has no distribution:");

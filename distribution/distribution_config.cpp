@@ -1,5 +1,6 @@
 #include "distribution/distribution_config.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "backends/registry.hpp"
@@ -8,7 +9,7 @@
 namespace tessera {
 namespace {
 
-const std::vector<std::string> kTypes = {"data_parallel", "model_parallel"};
+const std::vector<std::string> kTypes = {"data_parallel", "model_parallel", "auto_tp"};
 
 // `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
 std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
@@ -89,10 +90,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
   node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s"});
   DistributionConfig config;
   const std::string type = node.get("type", "data_parallel");
-  if (type == "auto_tp" || type == "auto")
-    node["type"].fail("type '" + type + "' (automatic tensor parallelism) is not implemented yet; use data_parallel or "
-                      "model_parallel with a layout_map");
-  if (type != "data_parallel" && type != "model_parallel") node["type"].fail_unknown("distribution type", type, kTypes);
+  if (type == "auto")
+    node["type"].fail("type 'auto' (choosing the mesh shape too) is not implemented yet; use auto_tp with a mesh");
+  if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) node["type"].fail_unknown("distribution type", type, kTypes);
 
   // The mesh first: without `devices`, its size says how many.
   std::vector<std::int64_t> shape;
@@ -109,11 +109,13 @@ DistributionConfig parse_distribution(ConfigNode node) {
   } else if (type == "model_parallel") {
     node.fail("model_parallel needs a mesh: {shape: [B, M], axis_names: [batch, model]}");
   }
+  const bool auto_tp = type == "auto_tp";
   const std::int64_t mesh_size = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
   std::vector<Device> devices = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
-  if (!mesh_node) {
-    shape = {static_cast<std::int64_t>(devices.size())};
-    names = {"batch"};
+  if (!mesh_node) {  // data parallel over every device; auto_tp splits layers over them all
+    shape = auto_tp ? std::vector<std::int64_t>{1, static_cast<std::int64_t>(devices.size())}
+                    : std::vector<std::int64_t>{static_cast<std::int64_t>(devices.size())};
+    names = auto_tp ? std::vector<std::string>{"batch", "model"} : std::vector<std::string>{"batch"};
   }
   if (mesh_node && mesh_size != static_cast<std::int64_t>(devices.size())) {
     std::string dims;
@@ -132,8 +134,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
   LayoutMap map;
   if (auto layout_map = node.find("layout_map")) {
     config.map_location = layout_map->location() + ": " + layout_map->path();
-    if (type == "data_parallel")
-      layout_map->fail("data_parallel replicates every variable; a layout_map needs type: model_parallel");
+    if (type != "model_parallel")
+      layout_map->fail(type + (auto_tp ? " chooses the layouts itself" : " replicates every variable") +
+                       "; a layout_map needs type: model_parallel");
     for (const auto& key : layout_map->keys()) {
       ConfigNode entry = (*layout_map)[key];
       config.key_locations[key] = entry.location() + ": " + entry.path();
@@ -146,6 +149,15 @@ DistributionConfig parse_distribution(ConfigNode node) {
   }
   std::string batch = node.get("batch_dim_name", mesh->axis_names()[0]);
   if (!mesh->has_axis(batch)) node["batch_dim_name"].fail_unknown("mesh axis", batch, mesh->axis_names());
+  if (auto_tp) {
+    // The axis named `model`, else the last one that does not split batches.
+    const auto& axes = mesh->axis_names();
+    for (auto it = axes.rbegin(); it != axes.rend() && config.auto_tp_axis.empty(); ++it)
+      if (*it != batch) config.auto_tp_axis = *it;
+    if (mesh->has_axis("model") && batch != "model") config.auto_tp_axis = "model";
+    if (config.auto_tp_axis.empty())
+      (mesh_node ? *mesh_node : node).fail("auto_tp needs a mesh axis besides the batch axis '" + batch + "' to split layers over");
+  }
   if (type == "data_parallel") config.distribution = std::make_unique<DataParallel>(*mesh);
   else config.distribution = std::make_unique<ModelParallel>(*mesh, map, batch);
   double timeout = node.get<double>("collective_timeout_s", 60.0);

@@ -3,14 +3,16 @@
 //   distribution:
 //     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1
 //     mesh: {shape: [2, 4], axis_names: [batch, model]}
-//     type: model_parallel      # data_parallel | model_parallel
+//     type: model_parallel      # data_parallel | model_parallel | auto_tp
 //     batch_dim_name: batch     # default: the mesh's first axis
 //     layout_map:
 //       'dense.*kernel': [null, model]
 //       'dense_1/output': [batch, null]   # an activation, as Keras' "<layer path>/output"
 //     collective_timeout_s: 60  # a device missing from a collective this long is an error
 //
-// Without `devices`, the GPUs when there are some, else as many logical CPU
+// `auto_tp` chooses the layouts itself (distribution/auto_tp.hpp) over the
+// axis named `model` (else the last axis other than the batch axis); without a
+// mesh it is [1, N] (batch, model). Without `devices`, the GPUs when there are some, else as many logical CPU
 // devices as the mesh has. `data_parallel` without a mesh is a 1-D mesh named
 // `batch` over all the devices. Every error is a ConfigError at the offending
 // entry (file:line:column), naming the axis, the sizes or the key.
@@ -19,8 +21,10 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "distribution/auto_tp.hpp"
 #include "distribution/distribution.hpp"
 
 namespace tessera {
@@ -32,6 +36,8 @@ struct DistributionConfig {
   std::chrono::milliseconds collective_timeout{60000};
   std::map<std::string, std::string> key_locations;  // layout-map key -> "file:line:column: path"
   std::string map_location;                          // of the layout_map itself
+  std::string auto_tp_axis;  // type auto_tp: the axis to split layers over; the layouts come with the model
+  std::optional<AutoTpPlan> auto_tp;  // filled in by make_trainer (engine/run_config.hpp)
 };
 
 // Reads the section; asks the device registry for the logical CPU devices it names.

@@ -207,9 +207,17 @@ std::string Model::summary(VariableStore& store, std::uint64_t seed) const {
   return out;
 }
 
+std::vector<Model::LayerNode> Model::layer_graph() const {
+  std::vector<LayerNode> graph;
+  for (const auto& node : nodes_)
+    graph.push_back({node.layer->type(), node.layer->name(), (sequential_ ? name_ + "/" : "") + node.layer->name() + "/",
+                     node.sources});
+  return graph;
+}
+
 std::vector<std::string> Model::output_paths() const {
   std::vector<std::string> paths;
-  for (const auto& node : nodes_) paths.push_back((sequential_ ? name_ + "/" : "") + node.layer->name() + "/output");
+  for (const auto& node : layer_graph()) paths.push_back(node.prefix + "output");
   return paths;
 }
 

@@ -57,6 +57,15 @@ class Model {
   const std::string& name() const { return name_; }
   bool sequential() const { return sequential_; }
   const std::vector<ModelInput>& inputs() const { return inputs_; }
+  // The layer graph, for analyses such as automatic tensor parallelism: per
+  // layer in topological order, its type, its path prefix ("mlp/dense_1/",
+  // the prefix of its variables) and the layers it reads (index; -1 - i for
+  // model input i).
+  struct LayerNode {
+    std::string type, name, prefix;
+    std::vector<int> sources;
+  };
+  std::vector<LayerNode> layer_graph() const;
   // Keras' "<layer path>/output" of every layer ("sequential/dense_1/output"),
   // the paths a layout map can give activation layouts by.
   std::vector<std::string> output_paths() const;

@@ -89,11 +89,18 @@ Dataset load_dataset(ConfigNode spec) {
   spec["type"].fail_unknown("data type", type, kDataTypes);
 }
 
-std::unique_ptr<Trainer> make_trainer(const RunConfig& run, VariableStore& store) {
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
   if (!run.distribution) return std::make_unique<Trainer>(run.model, run.training, store);
-  // Every variable's layout is checked now, so that an error points at its layout-map entry.
-  const Distribution& d = *run.distribution->distribution;
   run.model.build(store, run.training.seed);
+  DistributionConfig& config = *run.distribution;
+  if (!config.auto_tp_axis.empty() && !config.auto_tp) {  // AutoTP: the layouts come from the layer graph
+    const Distribution& placeholder = *config.distribution;
+    config.auto_tp = plan_auto_tp(run.model, store, placeholder.mesh(), config.auto_tp_axis);
+    config.distribution = std::make_unique<ModelParallel>(placeholder.mesh(), config.auto_tp->layout_map(),
+                                                          placeholder.batch_dim_name());
+  }
+  // Every variable's layout is checked now, so that an error points at its layout-map entry.
+  const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {
     try {
       d.variable_layout(v.path, v.value.shape());

@@ -38,7 +38,8 @@ struct RunConfig {
 // A trainer for the run: over the distribution's mesh when the config has one
 // (builds the model's variables in `store` and checks each against the layout
 // map: a ConfigError at the entry that does not fit).
-std::unique_ptr<Trainer> make_trainer(const RunConfig& run, VariableStore& store);
+// With type auto_tp the plan is made here, into run.distribution.
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store);
 
 // Loads and validates a run config; `overrides` are "a.b=c" assignments.
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

@@ -78,6 +78,18 @@ for a, b in zip(single, sharded):
     assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["loss"], b["loss"])
 assert "all_reduce batch" in sharded[-1]["collectives"], sharded[-1]
 PY
+# AutoTP chooses the same column/row pair by itself, and says so.
+"$tessera" train "$work/run.yaml" --set training.epochs=2 --log "$work/auto.jsonl" \
+  --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}" > /dev/null
+python3 - "$work/single.jsonl" "$work/auto.jsonl" <<'PY' || fail "AutoTP losses differ from one device's"
+import json, sys
+single, auto = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+for a, b in zip(single, auto):
+    assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["loss"], b["loss"])
+assert "all_reduce model" in auto[-1]["collectives"], auto[-1]
+PY
+out=$("$tessera" inspect "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}")
+grep -q "dense_1 .*row-parallel" <<<"$out" || fail "inspect shows no AutoTP rule: $out"
 out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/sharded_ckpt" --split train)
 grep -q "accuracy" <<<"$out" || fail "a sharded checkpoint did not load on one device: $out"
 

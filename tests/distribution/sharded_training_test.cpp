@@ -16,7 +16,9 @@
 #include <functional>
 
 #include "backends/registry.hpp"
+#include "distribution/auto_tp.hpp"
 #include "distribution/distribution.hpp"
+#include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/training/trainer.hpp"
 #include "tests/test_util.hpp"
@@ -173,7 +175,7 @@ Layouts gpt_megatron(std::int64_t model_devices) {
           {"ffn_in/kernel", {none, model_axis}},
           {"ffn_in/bias", {model_axis}},
           {"ffn_out/kernel", {model_axis, none}},
-          {"token_embedding/embeddings", {none, model_axis}},
+          {"_embedding/embeddings", {none, model_axis}},
           {"head/kernel", {none, model_axis}}};
 }
 Layouts gpt_fsdp(std::int64_t) {
@@ -210,5 +212,80 @@ TEST_CASE("sharded training equals one device: Adam state split like its paramet
     ModelParallel distribution(mesh, map, "batch");
     check_same(expected, train(c, &distribution, kAdam), "gpt.yaml with Adam on " + distribution.str(), 2e-4f);
   }
+  set_cpu_device_count(1);
+}
+
+namespace {
+
+AutoTpPlan gpt_auto_tp(const DeviceMesh& mesh) {
+  Model model = zoo_model("gpt.yaml");
+  VariableStore store;
+  model.build(store, 7);
+  return plan_auto_tp(model, store, mesh, "model");
+}
+
+DeviceMesh mesh_of(std::int64_t batch, std::int64_t model) {
+  return DeviceMesh({batch, model}, {"batch", "model"}, cpu_devices(static_cast<int>(batch * model)));
+}
+
+}  // namespace
+
+TEST_CASE("AutoTP plans the GPT as Megatron does: heads, feed-forward pairs, embeddings, the head") {
+  set_cpu_device_count(8, 1);
+  for (std::int64_t model_devices : {2, 4}) {
+    DeviceMesh mesh = mesh_of(8 / model_devices, model_devices);
+    AutoTpPlan plan = gpt_auto_tp(mesh);
+    LayoutMap megatron;
+    for (const auto& [key, axes] : gpt_megatron(model_devices)) megatron.add(key, TensorLayout(axes));
+    for (const auto& [path, layout] : plan.variables) {
+      INFO(path << " on " << mesh.str());
+      auto expected = megatron.lookup(path);
+      CHECK(layout == (expected ? *expected : TensorLayout::replicated(layout.rank())));
+    }
+  }
+  // Four heads do not divide over eight devices: attention falls back to
+  // replicated, says so, and the feed-forward pairs still split.
+  AutoTpPlan plan = gpt_auto_tp(mesh_of(1, 8));
+  CHECK(plan.variables.at("block_0/attention/query/kernel").is_replicated());
+  CHECK(plan.variables.at("block_0/ffn_in/kernel") == TensorLayout({none, model_axis}));
+  auto block = std::find_if(plan.layers.begin(), plan.layers.end(), [](const auto& l) { return l.layer == "block_0"; });
+  REQUIRE(block != plan.layers.end());
+  CHECK(block->why.find("heads 4 do not divide over 'model' of size 8") != std::string::npos);
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("AutoTP trains the GPT to the single-device losses on 1x8, 2x4 and 4x2") {
+  set_cpu_device_count(8, 1);
+  const ModelCase c = gpt_case();
+  const RunResult& expected = single_device(c);
+  for (auto [batch, model] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 8}, {2, 4}, {4, 2}}) {
+    DeviceMesh mesh = mesh_of(batch, model);
+    ModelParallel distribution(mesh, gpt_auto_tp(mesh).layout_map(), "batch");
+    check_same(expected, train(c, &distribution), "gpt.yaml with AutoTP on " + distribution.str());
+  }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("AutoTP needs exactly the collectives of the hand-written Megatron layout") {
+  set_cpu_device_count(8, 1);
+  const ModelCase c = gpt_case();
+  DeviceMesh mesh = mesh_of(2, 4);
+  LayoutMap megatron;
+  for (const auto& [key, axes] : gpt_megatron(4)) megatron.add(key, TensorLayout(axes));
+  auto accounting = [&](const LayoutMap& map) {
+    ModelParallel distribution(mesh, map, "batch");
+    Model model = zoo_model(c.file);
+    VariableStore store;
+    Trainer trainer(model, three_steps(c.batch, kSgd), store, distribution);
+    auto [inputs, targets] = c.batch_of(1);
+    trainer.train_step(inputs, targets);
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> totals;  // calls, bytes
+    for (const auto& [key, stats] : trainer.communicator()->accounting().total())
+      totals[std::string(name(key.first)) + " " + key.second] = {stats.calls, stats.bytes};
+    return totals;
+  };
+  auto hand_written = accounting(megatron), automatic = accounting(gpt_auto_tp(mesh).layout_map());
+  CHECK(!hand_written.empty());
+  CHECK(automatic == hand_written);
   set_cpu_device_count(1);
 }

@@ -1,0 +1,153 @@
+#include "distribution/auto_tp.hpp"
+
+#include <algorithm>
+
+#include "engine/error.hpp"
+
+namespace tessera {
+namespace {
+
+class Planner {
+ public:
+  Planner(const VariableStore& store, const DeviceMesh& mesh, std::string axis)
+      : store_(store), axis_(std::move(axis)), n_(mesh.axis_size(axis_)) {}
+
+  AutoTpPlan plan(const Model& model) {
+    for (const auto& v : store_.variables())
+      if (v.path.rfind("optimizer/", 0) != 0) plan_.variables[v.path] = TensorLayout::replicated(v.value.shape().rank());
+    const auto graph = model.layer_graph();
+    split_.assign(graph.size(), false);
+    for (std::size_t i = 0; i < graph.size(); ++i) visit(graph, i, i + 1 == graph.size());
+    return std::move(plan_);
+  }
+
+ private:
+  const Variable* find(const std::string& path) const {
+    for (const auto& v : store_.variables())
+      if (v.path == path) return &v;
+    return nullptr;
+  }
+
+  // Splits variable `path` along the dimension whose role is `role`; false
+  // (and nothing split) when it has no such dimension or the size does not divide.
+  bool split(const std::string& path, const std::string& role) {
+    const Variable* v = find(path);
+    if (v == nullptr) return false;
+    auto it = std::find(v->axis_roles.begin(), v->axis_roles.end(), role);
+    if (it == v->axis_roles.end()) return false;
+    auto d = static_cast<int>(it - v->axis_roles.begin());
+    if (v->value.shape()[d] % n_ != 0) return false;
+    std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(v->value.shape().rank()));
+    axes[static_cast<std::size_t>(d)] = axis_;
+    plan_.variables[path] = TensorLayout(std::move(axes));
+    return true;
+  }
+  std::int64_t extent(const std::string& path, const std::string& role) const {
+    const Variable* v = find(path);
+    if (v == nullptr) return 0;
+    auto it = std::find(v->axis_roles.begin(), v->axis_roles.end(), role);
+    return it == v->axis_roles.end() ? 0 : v->value.shape()[static_cast<int>(it - v->axis_roles.begin())];
+  }
+
+  void rule(const Model::LayerNode& layer, std::string rule, std::string why) {
+    plan_.layers.push_back({layer.name, layer.type, std::move(rule), std::move(why)});
+  }
+
+  std::string of(std::int64_t size) const {
+    return std::to_string(size) + " do not divide over '" + axis_ + "' of size " + std::to_string(n_);
+  }
+
+  void visit(const std::vector<Model::LayerNode>& graph, std::size_t i, bool last) {
+    const auto& layer = graph[i];
+    const std::string& p = layer.prefix;
+    bool input_split = !layer.sources.empty();
+    for (int s : layer.sources) input_split = input_split && s >= 0 && split_[static_cast<std::size_t>(s)];
+    const std::string source = !layer.sources.empty() && layer.sources[0] >= 0 ? graph[static_cast<std::size_t>(layer.sources[0])].name : "";
+    bool out = false;
+    const std::string& t = layer.type;
+    if (n_ == 1) {
+      rule(layer, "replicated", "the mesh axis '" + axis_ + "' has size 1");
+    } else if (t == "Dense" || t == "Conv2D") {
+      const std::string unit = t == "Dense" ? "units" : "filters";
+      if (input_split) {
+        split(p + "kernel", "in");
+        rule(layer, "row-parallel", "reads the features '" + source + "' split; one all-reduce after it, the bias added once");
+      } else if (split(p + "kernel", "out")) {
+        split(p + "bias", "out");
+        out = true;
+        rule(layer, "column-parallel", last ? "its outputs split over '" + axis_ + "' (the loss gathers them: no vocabulary-parallel loss yet)"
+                                            : "its outputs split over '" + axis_ + "', for a row-parallel layer to read");
+      } else {
+        rule(layer, "replicated", unit + " " + of(extent(p + "kernel", "out")));
+      }
+    } else if (t == "Activation" || t == "Dropout" || t == "MaxPooling2D" || t == "AveragePooling2D" ||
+               t == "GlobalAveragePooling2D" || t == "Add") {
+      out = input_split;
+      rule(layer, input_split ? "keeps the split" : "replicated", input_split ? "elementwise over features" : "its input is whole");
+    } else if (t == "Embedding" || t == "PositionEmbedding") {
+      out = split(p + "embeddings", "out");
+      rule(layer, out ? "hidden-parallel" : "replicated",
+           out ? "the hidden dimension splits (a vocabulary split needs a masked lookup, not built yet)"
+               : "the hidden size " + of(extent(p + "embeddings", "out")));
+    } else if (t == "TransformerBlock" || t == "MultiHeadAttention") {
+      const std::string attention = t == "TransformerBlock" ? p + "attention/" : p;
+      std::string why;
+      if (split(attention + "query/kernel", "heads")) {
+        for (const char* name : {"key", "value"}) split(attention + name + "/kernel", "heads");
+        for (const char* name : {"query", "key", "value"}) split(attention + name + "/bias", "heads");
+        split(attention + "attention_output/kernel", "heads");
+        why = "heads split: query/key/value column-parallel, output projection row-parallel";
+      } else {
+        why = "attention replicated (falls back: heads are not padded): heads " + of(extent(attention + "query/kernel", "heads"));
+      }
+      if (t == "TransformerBlock") {
+        if (split(p + "ffn_in/kernel", "out")) {
+          split(p + "ffn_in/bias", "out");
+          split(p + "ffn_out/kernel", "in");
+          why += "; feed-forward column- then row-parallel";
+        } else {
+          why += "; feed-forward replicated: ff_dim " + of(extent(p + "ffn_in/kernel", "out"));
+        }
+      }
+      rule(layer, "tensor-parallel block", why + (input_split ? "; its split input is gathered first" : ""));
+    } else {
+      rule(layer, "replicated",
+           (t == "LayerNormalization" || t == "BatchNormalization" || t == "Flatten" || t == "Reshape" || t == "Concatenate")
+               ? std::string(input_split ? "needs whole features: its split input is gathered" : "needs whole features")
+               : "no AutoTP rule for " + t);
+    }
+    split_[i] = out;
+  }
+
+  const VariableStore& store_;
+  std::string axis_;
+  std::int64_t n_;
+  std::vector<bool> split_;  // per layer: its output features split over the axis
+  AutoTpPlan plan_;
+};
+
+}  // namespace
+
+LayoutMap AutoTpPlan::layout_map() const {
+  LayoutMap map;
+  // Keras' lookup tries an exact key first; as regexes the paths could match
+  // each other ("dense/kernel" in "x/dense/kernel_1"), so anchor them.
+  for (const auto& [path, layout] : variables) {
+    std::string escaped;
+    for (char c : path) {
+      if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) escaped += '\\';
+      escaped += c;
+    }
+    map.add("^" + escaped + "$", layout);
+  }
+  return map;
+}
+
+AutoTpPlan plan_auto_tp(const Model& model, const VariableStore& store, const DeviceMesh& mesh,
+                        const std::string& model_axis) {
+  if (!mesh.has_axis(model_axis))
+    throw LayoutError("auto_tp: the mesh " + mesh.str() + " has no axis '" + model_axis + "' to split layers over");
+  return Planner(store, mesh, model_axis).plan(model);
+}
+
+}  // namespace tessera
