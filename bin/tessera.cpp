@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.hpp"
+#include "bin/calibration_cache.hpp"
 #include "bin/distribution_report.hpp"
+#include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/config/config.hpp"
@@ -155,6 +157,33 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   return kOk;
 }
 
+// What a distribution will do, without running a step: AutoTP's rules, the
+// layouts, the collectives of one training step, and the cost model's
+// predicted memory and step time.
+int plan(const std::string& file, const std::vector<std::string>& overrides, bool recalibrate) {
+  RunConfig run = load_run_config(file, overrides);
+  if (!run.distribution) throw ConfigError(file + ": plan needs a distribution: section (or --set distribution=...)");
+  VariableStore store;
+  auto trainer = make_trainer(run, store);
+  const SpmdProgram& program = *trainer->sharded_program(run.training.batch_size);
+  const AutoTpPlan* auto_tp = run.distribution->auto_tp ? &*run.distribution->auto_tp : nullptr;
+  if (auto_tp != nullptr) print_auto_tp(*auto_tp);
+  print_sharding(*run.distribution->distribution, program, run.model.output_paths(), auto_tp);
+  const Calibration calibration = cached_calibration(recalibrate);
+  const int devices = static_cast<int>(program.mesh().size());
+  const int threads = std::max(1, calibration.cores / devices);
+  StepCost cost = predict_step(program, calibration, threads);
+  fmt::print("\nPredicted step (batch {}, {} thread(s) per device): {:.2f} ms = compute {:.2f} ms ({:.2f} GFLOP per device) "
+             "+ communication {:.2f} ms\n",
+             run.training.batch_size, threads, cost.seconds() * 1e3, cost.compute_seconds * 1e3,
+             static_cast<double>(cost.flops) / 1e9, cost.communication_seconds * 1e3);
+  fmt::print("Calibration (cached; --recalibrate to measure again): matmul {:.1f} GFLOP/s and memory {:.1f} GB/s per "
+             "thread, links {:.1f} GB/s with {:.1f} us latency, {} cores\n",
+             calibration.matmul_gflops_per_thread, calibration.memory_gbps_per_thread, calibration.link_gbps,
+             calibration.collective_latency_us, calibration.cores);
+  return kOk;
+}
+
 // The model of `run` with the weights of checkpoint `dir` (checked before use).
 void load_weights(const RunConfig& run, VariableStore& store, const std::string& dir) {
   run.model.build(store, run.training.seed);
@@ -282,13 +311,27 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "Train the model of a config on its data");
   auto* eval_cmd = app.add_subcommand("eval", "Loss and metrics of a checkpoint on the config's data");
   auto* predict_cmd = app.add_subcommand("predict", "Model outputs of a checkpoint for inputs from a file");
+  auto* plan_cmd = app.add_subcommand("plan", "Show a distribution's plan without running a step: layouts, collectives, "
+                                              "predicted memory and step time");
+  auto* bench_cmd = app.add_subcommand("bench", "Benchmark sharding configurations side by side");
+  BenchOptions bench;
+  bool recalibrate = false;
+  bench_cmd->add_option("--mesh", bench.meshes, "Meshes BATCHxMODEL, comma-separated")->capture_default_str();
+  bench_cmd->add_option("--layout", bench.layouts, "Layouts: dp, tp, fsdp, auto, config (comma-separated)")->capture_default_str();
+  bench_cmd->add_option("--devices", bench.devices, "cpu:N (default: the largest mesh)");
+  bench_cmd->add_option("--steps", bench.steps, "Timed training steps per configuration")->capture_default_str();
+  bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first")->capture_default_str();
+  bench_cmd->add_option("--format", bench.format, "table, csv or json")->capture_default_str();
+  bench_cmd->add_option("--chart", bench.chart, "Also write an SVG chart of samples/s to this file");
+  for (auto* cmd : {plan_cmd, bench_cmd})
+    cmd->add_flag("--recalibrate", recalibrate, "Measure the cost model's device and link speeds again (else cached)");
   for (auto* cmd : {eval_cmd, predict_cmd})
     cmd->add_option("--checkpoint", checkpoint, "Checkpoint directory (written by train)")->required();
   eval_cmd->add_option("--split", split, "Which data split: validation or train")
       ->check(CLI::IsMember({"validation", "train"}));
   predict_cmd->add_option("--input", input, "Inputs: .npy, or IDX images")->required();
   predict_cmd->add_option("--output", output, "Outputs: .npy or .csv")->required();
-  for (auto* cmd : {inspect_cmd, train_cmd, eval_cmd, predict_cmd}) {
+  for (auto* cmd : {inspect_cmd, train_cmd, eval_cmd, predict_cmd, plan_cmd, bench_cmd}) {
     cmd->add_option("config", config, "The run config (YAML)")->required();
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
@@ -308,6 +351,13 @@ int main(int argc, char** argv) {
     if (*eval_cmd) return eval(config, overrides, checkpoint, split);
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
+    if (*plan_cmd) return plan(config, overrides, recalibrate);
+    if (*bench_cmd) {
+      bench.config = config;
+      bench.overrides = overrides;
+      bench.recalibrate = recalibrate;
+      return run_sharding_bench(bench);
+    }
   } catch (const std::exception& e) {
     auto [label, code] = classify(e);
     std::cerr << "tessera: " << label << ": " << e.what() << "\n";

@@ -80,7 +80,7 @@ class Planner {
       } else {
         rule(layer, "replicated", unit + " " + of(extent(p + "kernel", "out")));
       }
-    } else if (t == "Activation" || t == "Dropout" || t == "MaxPooling2D" || t == "AveragePooling2D" ||
+    } else if (t == "Activation" || t == "MaxPooling2D" || t == "AveragePooling2D" ||
                t == "GlobalAveragePooling2D" || t == "Add") {
       out = input_split;
       rule(layer, input_split ? "keeps the split" : "replicated", input_split ? "elementwise over features" : "its input is whole");
@@ -114,7 +114,9 @@ class Planner {
       rule(layer, "replicated",
            (t == "LayerNormalization" || t == "BatchNormalization" || t == "Flatten" || t == "Reshape" || t == "Concatenate")
                ? std::string(input_split ? "needs whole features: its split input is gathered" : "needs whole features")
-               : "no AutoTP rule for " + t);
+           : t == "Dropout" ? std::string(input_split ? "draws its mask over whole rows: its split input is gathered"
+                                                      : "its input is whole")
+                            : "no AutoTP rule for " + t);
     }
     split_[i] = out;
   }
@@ -130,16 +132,8 @@ class Planner {
 
 LayoutMap AutoTpPlan::layout_map() const {
   LayoutMap map;
-  // Keras' lookup tries an exact key first; as regexes the paths could match
-  // each other ("dense/kernel" in "x/dense/kernel_1"), so anchor them.
-  for (const auto& [path, layout] : variables) {
-    std::string escaped;
-    for (char c : path) {
-      if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) escaped += '\\';
-      escaped += c;
-    }
-    map.add("^" + escaped + "$", layout);
-  }
+  // Anchored: as regexes the paths could match each other ("dense/kernel" in "x/dense/kernel_1").
+  for (const auto& [path, layout] : variables) map.add(exact_key(path), layout);
   return map;
 }
 

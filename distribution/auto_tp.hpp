@@ -8,7 +8,7 @@
 //   - attention splits heads (query/key/value column-parallel, the output
 //     projection row-parallel) and the feed-forward pair is column/row;
 //   - embeddings split the hidden dimension;
-//   - elementwise layers and pooling keep a split; norms, Flatten and
+//   - activations and pooling keep a split; norms, Dropout, Flatten and
 //     anything without a rule need whole features (the split is gathered);
 //   - a dimension the model axis does not divide stays whole (replicated),
 //     and the plan says so.

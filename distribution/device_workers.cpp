@@ -34,6 +34,9 @@ void DeviceWorkers::loop(int rank) {
     } catch (const std::exception& e) {
       error = std::current_exception();
       if (comm_ != nullptr) comm_->abort("device " + std::to_string(rank) + " failed: " + e.what());
+    } catch (...) {  // not ours, but it must not end the thread (std::terminate) or leave peers waiting
+      error = std::current_exception();
+      if (comm_ != nullptr) comm_->abort("device " + std::to_string(rank) + " failed");
     }
     std::lock_guard lock(mutex_);
     errors_[static_cast<std::size_t>(rank)] = error;

@@ -13,12 +13,7 @@ const std::vector<std::string> kTypes = {"data_parallel", "model_parallel", "aut
 
 // `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
 std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
-  if (!node) {
-    if (cuda_device_count() > 0) {
-      std::vector<Device> gpus;
-      for (int i = 0; i < cuda_device_count(); ++i) gpus.push_back(Device::cuda(i));
-      return gpus;
-    }
+  if (!node) {  // logical CPU devices: sharding over GPUs comes with the NCCL communicator
     set_cpu_device_count(static_cast<int>(mesh_size));
     return cpu_devices(static_cast<int>(mesh_size));
   }
@@ -59,7 +54,8 @@ std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::in
                  std::string(cuda_compiled() ? "none was found" : "this build has no CUDA backend") + "; devices: " + found);
     for (const auto& d : devices)
       if (d.index >= cuda_device_count()) node->fail(d.str() + " does not exist; devices: " + found);
-    return devices;
+    node->fail("'" + text + "': sharded execution runs on logical CPU devices (cpu:N) for now; GPU meshes need the NCCL "
+               "communicator, which is not built yet");
   }
   node->fail("'" + text + "' names no device kind: use cpu:N, cuda:all or cuda:0,1");
 }

@@ -41,4 +41,13 @@ std::vector<std::string> LayoutMap::keys() const {
   return keys;
 }
 
+std::string exact_key(const std::string& path) {
+  std::string key = "^";
+  for (char c : path) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) key += '\\';
+    key += c;
+  }
+  return key + "$";
+}
+
 }  // namespace tessera

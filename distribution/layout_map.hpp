@@ -43,4 +43,8 @@ class LayoutMap {
   std::vector<Entry> entries_;
 };
 
+// A key whose regex matches exactly `path` (anchored, metacharacters escaped),
+// for layout maps generated per variable (AutoTP, benchmarks).
+std::string exact_key(const std::string& path);
+
 }  // namespace tessera

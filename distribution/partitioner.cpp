@@ -41,11 +41,15 @@ class Partitioner {
     follow_parameters(leaves);
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
-      if (node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::fill) {
+      const bool leaf = node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::fill;
+      if (leaf) {
+        // A leaf's local value is what callers bind: a constraint on it is its sharding.
+        if (auto c = constraints.find(node.outputs[0]); c != constraints.end() && node.kind == OpKind::input)
+          leaves[node.outputs[0]] = c->second;
         emit_leaf(node, leaves);
-      } else {
-        emit(node, decide(node));
+        continue;
       }
+      emit(node, decide(node));
       for (ValueId v : node.outputs)
         if (auto c = constraints.find(v); c != constraints.end()) {
           Sharding want = clean(c->second);
@@ -96,8 +100,8 @@ class Partitioner {
     }
   }
 
-  // An optimizer's state (velocity, moments) is split like its parameter
-  // unless the caller says otherwise.
+  // An optimizer's state (velocity, moments) is split like its parameter: the
+  // update writes both in place, so they must be split alike.
   void follow_parameters(std::map<ValueId, Sharding>& leaves) const {
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
@@ -105,8 +109,14 @@ class Partitioner {
       if (node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) first_state = 2;
       else continue;
       auto param = leaves.find(node.inputs[0]);
-      if (param == leaves.end()) continue;
-      for (std::size_t i = first_state; i < node.inputs.size(); ++i) leaves.try_emplace(node.inputs[i], param->second);
+      const Sharding split = param == leaves.end() ? Sharding::replicated(g_.shape(node.inputs[0]).rank()) : param->second;
+      for (std::size_t i = first_state; i < node.inputs.size(); ++i) {
+        auto [state, added] = leaves.try_emplace(node.inputs[i], split);
+        if (!added && !(clean(state->second) == clean(split)))
+          throw LayoutError(label(node.inputs[i]) + " is split as " + state->second.str(mesh_) + " but its parameter " +
+                            label(node.inputs[0]) + " as " + split.str(mesh_) +
+                            "; an optimizer's state must be split like its parameter");
+      }
     }
   }
 
@@ -240,10 +250,25 @@ class Partitioner {
     return {in, result_partial};
   }
 
+  // A partial sum meeting an operand split along the same axis would force
+  // that split to be gathered (the two cannot share the axis); summing the
+  // partial operand first is cheaper and keeps Megatron's pattern (in the
+  // backward pass: all-reduce dy, then the split weight's products stay local).
+  static void sum_colliding_partials(Operands& operands) {
+    if (operands.partial == 0) return;
+    bool collides = false;
+    for (const auto& s : operands.in)
+      if (s.partial == 0 && ((s.axes_used() & ~s.partial) & operands.partial)) collides = true;
+    if (!collides) return;
+    for (auto& s : operands.in) s.partial = 0;
+    operands.partial = 0;
+  }
+
   // Elementwise with NumPy broadcasting: every result dimension is split the
   // way the operands that have it agree on (the first operand's split wins;
   // the others slice locally or gather). `whole` result dimensions are not split.
   Decision elementwise(const Node& node, Operands operands, const std::vector<int>& whole = {}) const {
+    sum_colliding_partials(operands);
     auto& in = operands.in;
     const Mask partial = operands.partial;
     const Shape out = g_.shape(node.outputs[0]);
@@ -292,6 +317,7 @@ class Partitioner {
   // summed pair makes the result a partial sum over that axis.
   Decision contraction(const Node& node, const std::vector<Role>& ra, const std::vector<Role>& rb, int summed,
                        Operands operands) const {
+    sum_colliding_partials(operands);
     auto& in = operands.in;
     const Mask partial = operands.partial;
     const Shape out = g_.shape(node.outputs[0]);
@@ -362,8 +388,16 @@ class Partitioner {
       roles[static_cast<std::size_t>(s.rank() - 1)] = col;
       return roles;
     };
-    return contraction(node, roles(a, args.transpose_a, false), roles(b, args.transpose_b, true), 1,
-                       operand_shardings(node, {true, true}, false));
+    auto ra = roles(a, args.transpose_a, false), rb = roles(b, args.transpose_b, true);
+    if (args.activation != Activation::none) {
+      // act(sum of partial products) is not the sum of act(partial products):
+      // a fused activation needs whole contractions and whole operands.
+      for (auto* r : {&ra, &rb})
+        for (auto& role : *r)
+          if (role.kind == Role::summed) role = Role{Role::whole, 0};
+      return contraction(node, ra, rb, 1, operand_shardings(node, {}, false));
+    }
+    return contraction(node, ra, rb, 1, operand_shardings(node, {true, true}, false));
   }
 
   Decision decide(const Node& node) const {
@@ -411,12 +445,13 @@ class Partitioner {
         if (op == BinaryOp::div) return elementwise(node, linear_in({true, false}));
         return elementwise(node, linear_in({}));
       }
-      case OpKind::cast:
-        return elementwise(node, linear_in({true}));
+      case OpKind::cast:  // linear only between floating types (rounding to integers is not)
+        return elementwise(node, linear_in({is_floating(node.attrs.dtype) && is_floating(g_.dtype(node.inputs[0]))}));
       case OpKind::dropout: {
-        // Dropout draws its mask by global element index: it runs on whole values.
+        // The mask is drawn by global element index: a block of rows (dimension
+        // 0) knows its offset (the executor adds it), other splits are gathered.
         Operands operands = linear_in({true});
-        std::fill(operands.in[0].dims.begin(), operands.in[0].dims.end(), kNone);
+        if (operands.in[0].rank() > 0) std::fill(operands.in[0].dims.begin() + 1, operands.in[0].dims.end(), kNone);
         return elementwise(node, operands);
       }
       case OpKind::softmax:
@@ -544,17 +579,34 @@ class Partitioner {
     rows.dims[0] = rows_axis;
     Sharding features = Sharding::replicated(1);
     if (!grad) return Decision{{x, features, features}, {x, rows, rows}};
+    // dy cannot be a partial sum over the axis that splits the rows: it is
+    // reduce-scattered into the row split instead.
+    const Mask dy_partial = partial & ~bit(rows_axis);
     Sharding dy = x;
-    dy.partial = partial;
+    dy.partial = dy_partial;
     Sharding dx = dy;
     Sharding dparams = features;
-    dparams.partial = partial | bit(rows_axis);
+    dparams.partial = dy_partial | bit(rows_axis);
     return Decision{{x, features, rows, rows, dy}, {dx, dparams, dparams}};
   }
 
   // ---- emission -------------------------------------------------------------
 
+  // Each mesh axis splits one dimension or marks a partial sum, never both:
+  // a rule breaking that would compute wrong values, so it is an error here.
+  void check_valid(const Node& node, const Sharding& s) const {
+    Mask seen = s.partial;
+    for (int a : s.dims) {
+      if (a != kNone && (seen & bit(a)))
+        throw GraphError("partitioner: the rule of '" + std::string(name(node.kind)) + "' gave the invalid sharding " +
+                         s.str(mesh_) + " (a mesh axis used twice)");
+      seen |= bit(a);
+    }
+  }
+
   void emit(const Node& node, Decision decision) {
+    for (const auto& s : decision.operands) check_valid(node, s);
+    for (const auto& s : decision.results) check_valid(node, s);
     std::vector<ValueId> inputs;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       ValueId v = node.inputs[i];
@@ -569,6 +621,8 @@ class Partitioner {
     // Attributes that state the result's shape state the local one.
     if (!node.outputs.empty() && attrs.shape == g_.shape(node.outputs[0]) && attrs.shape.rank() > 0)
       attrs.shape = types[0].first;
+    // Dropout over a block of rows: the executor offsets the mask by the block's start.
+    if (node.kind == OpKind::dropout && decision.results[0].rank() > 0) attrs.mesh_axes = bit(decision.results[0].dims[0]);
     NodeId n = p_.local.add_node(node.kind, inputs, attrs, types);
     for (std::size_t i = 0; i < node.outputs.size(); ++i) {
       ValueId out = p_.local.node(n).outputs[i];

@@ -8,9 +8,22 @@
 #include "distribution/shard_copy.hpp"
 
 namespace tessera {
+namespace {
+
+// The shared-memory communicator and the block copies work in host memory;
+// GPU meshes come with the NCCL communicator.
+const Distribution& check_cpu(const Distribution& distribution) {
+  for (const auto& d : distribution.mesh().devices())
+    if (d.kind != DeviceKind::cpu)
+      throw UnsupportedError("sharded execution runs on logical CPU devices (cpu:N) for now; the mesh has " + d.str() +
+                             " (GPU meshes need the NCCL communicator, not built yet)");
+  return distribution;
+}
+
+}  // namespace
 
 SpmdRuntime::SpmdRuntime(const Distribution& distribution)
-    : distribution_(distribution), comm_(std::make_unique<ShmCommunicator>(static_cast<int>(distribution.mesh().size()))) {
+    : distribution_(check_cpu(distribution)), comm_(std::make_unique<ShmCommunicator>(static_cast<int>(distribution.mesh().size()))) {
   for (std::int64_t rank = 0; rank < mesh().size(); ++rank) contexts_.emplace_back(mesh(), *comm_, static_cast<int>(rank));
   workers_ = std::make_unique<DeviceWorkers>(static_cast<int>(mesh().size()), comm_.get());
 }
@@ -37,7 +50,8 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
 void ShardedVariables::write_back() const {
   for (const auto& [path, entry] : entries_) {
     const Variable* v = store_.find(path);
-    // Every block once: devices that differ only along unused axes hold copies.
+    // Devices that differ only along axes the variable is not split on hold
+    // equal copies; writing each is simpler than picking one.
     for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
       insert_block(entry.blocks[static_cast<std::size_t>(rank)], v->value, entry.sharding, mesh_, static_cast<int>(rank));
   }
@@ -85,17 +99,23 @@ ValueId SpmdProgram::local(ValueId global) const {
 
 void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
   const DeviceMesh& mesh = runtime_.mesh();
+  const ValueId local_leaf = local(leaf);  // checks the id
   const Sharding& s = sharding(leaf);
+  if (whole.shape() != global_.shape(leaf))
+    throw ShapeError("bind: '" + global_.value(leaf).name + "' expects shape " + global_.shape(leaf).str() + ", got " +
+                     whole.describe());
+  // Variables are updated in place: each device needs its own copy.
+  const bool copy = global_.node(global_.value(leaf).producer).kind == OpKind::variable;
   const bool inner_split = s.rank() > 1 && std::any_of(s.dims.begin() + 1, s.dims.end(), [](int a) { return a != Sharding::kNone; });
   for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
     Executor& exec = *executors_[static_cast<std::size_t>(rank)];
-    if (inner_split) {
-      exec.bind(local(leaf), extract_block(whole, s, mesh, static_cast<int>(rank), mesh.devices()[static_cast<std::size_t>(rank)]));
+    if (inner_split || copy) {
+      exec.bind(local_leaf, extract_block(whole, s, mesh, static_cast<int>(rank), mesh.devices()[static_cast<std::size_t>(rank)]));
     } else if (s.rank() > 0 && s.dims[0] != Sharding::kNone) {
       std::int64_t rows = s.local_shape(whole.shape(), mesh)[0];
-      exec.bind(local(leaf), whole.rows(s.block_start(whole.shape(), mesh, rank)[0], rows));
+      exec.bind(local_leaf, whole.rows(s.block_start(whole.shape(), mesh, rank)[0], rows));
     } else {
-      exec.bind(local(leaf), whole);
+      exec.bind(local_leaf, whole);
     }
   }
 }

@@ -31,6 +31,7 @@ namespace tessera {
 // devices, their worker threads and their collective contexts.
 class SpmdRuntime {
  public:
+  // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not built yet).
   explicit SpmdRuntime(const Distribution& distribution);
   ~SpmdRuntime();
 
@@ -74,8 +75,14 @@ class SpmdProgram {
  public:
   SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
               const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints = {});
+  // The executors refer to partition().local.
+  SpmdProgram(const SpmdProgram&) = delete;
+  SpmdProgram& operator=(const SpmdProgram&) = delete;
 
   const Graph& global() const { return global_; }
+  const DeviceMesh& mesh() const { return runtime_.mesh(); }
+  // The per-device graph's nodes one run executes, in order.
+  const std::vector<NodeId>& schedule() const { return executors_[0]->plan().schedule; }
   const Partition& partition() const { return partition_; }
   // The collectives one run performs per device, in order (those feeding an
   // output or an update; the partition may hold dead ones the executor skips).
@@ -85,7 +92,8 @@ class SpmdProgram {
   const Sharding& sharding(ValueId global) const { return partition_.sharding[static_cast<std::size_t>(global)]; }
 
   // Binds a whole tensor to a global input or variable: each device gets its
-  // block (a view when only the first dimension is split, as batches are).
+  // block (a view of an input when only the first dimension is split, as
+  // batches are; a copy of a variable, which each device updates).
   void bind(ValueId leaf, const Tensor& whole);
   // Binds each device's block (rank order) to a global input or variable.
   void bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks);

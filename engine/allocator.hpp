@@ -34,6 +34,8 @@ class Allocator {
 
   Device device() const { return device_; }
   AllocatorStats stats() const;
+  // Starts a new high-water mark at the bytes in use now (to measure one phase).
+  void reset_peak() { peak_bytes_.store(bytes_in_use_.load()); }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr when out of memory

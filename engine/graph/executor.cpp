@@ -158,7 +158,11 @@ void Executor::run_node(const Node& node) {
     case OpKind::dropout: {
       // Each step reads its own window of the mask stream: 2^40 positions a step.
       std::uint64_t step = static_cast<std::uint64_t>(update_step_ > 0 ? update_step_ : runs_ + 1);
-      return b.dropout(in(node, 0), out(node, 0), static_cast<float>(at.scalar), at.seed, step << 40);
+      std::uint64_t offset = step << 40;
+      // A partitioned graph's block of rows: its first element's global index.
+      if (at.mesh_axes != 0)
+        offset += static_cast<std::uint64_t>(spmd(node).coordinate(std::countr_zero(at.mesh_axes)) * out(node, 0).numel());
+      return b.dropout(in(node, 0), out(node, 0), static_cast<float>(at.scalar), at.seed, offset);
     }
     case OpKind::cast:
       return b.cast(in(node, 0), out(node, 0));

@@ -78,7 +78,9 @@ struct OpAttrs {
   std::uint64_t seed = 0;    // dropout: the mask stream (the step selects its window)
   SgdArgs sgd;
   AdamArgs adam;
-  std::uint32_t mesh_axes = 0;  // collectives: bit a set = mesh axis a (attrs.axis: the tensor dimension)
+  // Collectives: bit a set = mesh axis a (attrs.axis: the tensor dimension).
+  // Dropout of a partitioned graph: the axis splitting its rows (the mask's offset).
+  std::uint32_t mesh_axes = 0;
 };
 
 }  // namespace tessera

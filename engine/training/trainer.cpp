@@ -111,6 +111,7 @@ void Trainer::sync_store() {
 }
 
 const Communicator* Trainer::communicator() const { return runtime_ ? &runtime_->comm() : nullptr; }
+Communicator* Trainer::communicator() { return runtime_ ? &runtime_->comm() : nullptr; }
 
 const SpmdProgram* Trainer::sharded_program(std::int64_t batch) {
   if (!distribution_) return nullptr;
@@ -195,16 +196,23 @@ void Trainer::distribute(Program& p, const Model::Traced& traced,
     shardings[id] = Sharding::from_layout(distribution_->variable_layout(path, g.shape(id)).layout, mesh);
   // Batches split along the batch axis when it divides them (a last partial batch may not).
   const std::int64_t batch_devices = mesh.axis_size(distribution_->batch_dim_name());
+  const bool split_batch = g.shape(p.input)[0] % batch_devices == 0;
   for (ValueId data : {p.input, p.target}) {
-    if (data < 0) continue;
-    const Shape shape = g.shape(data);
-    if (shape.rank() > 0 && shape[0] % batch_devices == 0)
-      shardings[data] = Sharding::from_layout(distribution_->data_layout(shape.rank()), mesh);
+    if (data < 0 || !split_batch) continue;
+    shardings[data] = Sharding::from_layout(distribution_->data_layout(g.shape(data).rank()), mesh);
   }
   const std::vector<std::string> output_paths = model_.output_paths();
-  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
-    if (auto layout = distribution_->tensor_layout(output_paths[i], g.shape(traced.layer_outputs[i].second)))
-      constraints[traced.layer_outputs[i].second] = Sharding::from_layout(*layout, mesh);
+  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i) {
+    const ValueId value = traced.layer_outputs[i].second;
+    try {
+      if (auto layout = distribution_->tensor_layout(output_paths[i], g.shape(value)))
+        constraints[value] = Sharding::from_layout(*layout, mesh);
+    } catch (const LayoutError&) {
+      // A batch the batch axis does not divide runs replicated, activations too;
+      // with a divisible batch a layout that does not fit is the user's error.
+      if (split_batch) throw;
+    }
+  }
   p.spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints);
   for (const auto& [path, id] : leaves) p.spmd->bind_blocks(id, sharded_->blocks(path, p.spmd->sharding(id)));
 }

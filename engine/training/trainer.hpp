@@ -100,6 +100,7 @@ class Trainer {
   // The distribution's communicator (its accounting: bytes and time per
   // collective kind and mesh axis); null without a distribution.
   const Communicator* communicator() const;
+  Communicator* communicator();
   // The partitioned training program for batches of `batch` (traced and
   // partitioned now if it was not yet, without running); null without a
   // distribution. For `tessera inspect`.
@@ -163,11 +164,12 @@ class Trainer {
   TrainingSpec spec_;
   VariableStore& store_;
   Device device_;
-  std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
-  std::map<std::string, Executor::OpTime>* profile_ = nullptr;
+  // Declared before the programs, which refer to them (destroyed after).
   std::unique_ptr<Distribution> distribution_;  // null: one device
   std::unique_ptr<SpmdRuntime> runtime_;
   std::unique_ptr<ShardedVariables> sharded_;
+  std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
+  std::map<std::string, Executor::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)

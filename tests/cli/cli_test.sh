@@ -90,6 +90,26 @@ assert "all_reduce model" in auto[-1]["collectives"], auto[-1]
 PY
 out=$("$tessera" inspect "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}")
 grep -q "dense_1 .*row-parallel" <<<"$out" || fail "inspect shows no AutoTP rule: $out"
+# plan predicts without running; bench sweeps configurations, its outputs parse back.
+out=$("$tessera" plan "$work/sharded.yaml")
+grep -q "Predicted step" <<<"$out" || fail "plan printed no prediction: $out"
+"$tessera" bench "$work/run.yaml" --mesh 1x2,2x1 --layout dp,tp,auto --steps 2 --warmup 1 --format csv \
+  --chart "$work/chart.svg" > "$work/bench.csv"
+"$tessera" bench "$work/run.yaml" --mesh 2x2 --layout fsdp --steps 2 --warmup 1 --format json > "$work/bench.json"
+python3 - "$work/bench.csv" "$work/bench.json" "$work/chart.svg" <<'PY' || fail "bench outputs do not parse back"
+import csv, json, sys, xml.etree.ElementTree as ET
+rows = list(csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("#")))
+assert [(r["mesh"], r["layout"]) for r in rows] == [(m, l) for m in ("1x2", "2x1") for l in ("dp", "tp", "auto")], rows
+assert all(float(r["median_ms"]) > 0 and float(r["samples_per_s"]) > 0 for r in rows), rows
+assert any("all_reduce" in r["collectives_mib"] for r in rows), rows
+j = json.load(open(sys.argv[2]))
+assert len(j["rows"]) == 1 and j["rows"][0]["layout"] == "fsdp", j
+row = j["rows"][0]
+assert row["collective_bytes_per_step"] == {k: v for k, v in row["predicted_collective_bytes_per_step"].items() if v}, row
+svg = ET.parse(sys.argv[3]).getroot()
+assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 6
+PY
+expect_fail 3 "unknown layout 'zero'" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout zero
 out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/sharded_ckpt" --split train)
 grep -q "accuracy" <<<"$out" || fail "a sharded checkpoint did not load on one device: $out"
 

@@ -8,6 +8,8 @@
 #include "backends/registry.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
+#include "engine/graph/autodiff.hpp"
+#include "tests/test_util.hpp"
 #include "engine/training/trainer.hpp"
 
 using namespace tessera;
@@ -119,5 +121,53 @@ TEST_CASE("a split that moves to another dimension is one all_to_all, and comput
   std::vector<float> expected;
   for (float v : values) expected.push_back(v * v);
   CHECK(program.output(y).to_vector<float>() == expected);
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("layer norm over split rows feeding a split weight gives the single-device gradients") {
+  // Rows split along `m`, then a weight split along `m` too: the rules must
+  // not let one axis both split the rows and mark dy's partial sums (the
+  // partitioner's validity check would throw).
+  set_cpu_device_count(2, 1);
+  Graph g;
+  ValueId x = g.input("x", {4, 8});
+  ValueId gamma = g.variable("gamma", {8}), beta = g.variable("beta", {8}), w = g.variable("w", {8, 6});
+  ValueId y = g.layer_norm(x, gamma, beta)[0];
+  ValueId loss = g.reduce(ReduceOp::sum, g.unary(UnaryOp::square, g.matmul(y, w)), {0, 1});
+  auto grads = append_gradients(g, loss, {gamma, beta, w});
+  std::vector<ValueId> outputs{loss, grads.at(gamma), grads.at(beta), grads.at(w)};
+  const Tensor xs = test::random_tensor({4, 8}, 3), gs = test::random_tensor({8}, 4), bs = test::random_tensor({8}, 5),
+               ws = test::random_tensor({8, 6}, 6);
+  Executor single(g, outputs);
+  single.bind(x, xs), single.bind(gamma, gs), single.bind(beta, bs), single.bind(w, ws);
+  single.run();
+
+  DeviceMesh mesh({2}, {"m"}, cpu_devices(2));
+  DataParallel distribution(mesh);
+  SpmdRuntime runtime(distribution);
+  Sharding rows = Sharding::replicated(2), columns = Sharding::replicated(2);
+  rows.dims[0] = 0;
+  columns.dims[1] = 0;
+  SpmdProgram program(g, outputs, runtime, {{x, rows}, {w, columns}});
+  program.bind(x, xs), program.bind(gamma, gs), program.bind(beta, bs), program.bind(w, ws);
+  program.run();
+  for (ValueId v : outputs) {
+    INFO("value %" << v);
+    test::check_close(program.output(v), single.output(v).to_vector<float>(), 1e-5, 1e-5);
+  }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("an optimizer state split unlike its parameter is an error naming both") {
+  set_cpu_device_count(2, 1);
+  Graph g;
+  ValueId w = g.variable("w", {4, 2}), grad = g.input("grad", {4, 2}), velocity = g.variable("optimizer/w/momentum", {4, 2});
+  g.sgd_update(w, grad, velocity, SgdArgs{});
+  DeviceMesh mesh({2}, {"m"}, cpu_devices(2));
+  Sharding rows = Sharding::replicated(2);
+  rows.dims[0] = 0;
+  CHECK_THROWS_WITH_AS(partition(g, {}, mesh, {{w, rows}, {velocity, Sharding::replicated(2)}}),
+                       doctest::Contains("'optimizer/w/momentum' is split as [None, None] but its parameter 'w' as [m, None]"),
+                       LayoutError);
   set_cpu_device_count(1);
 }

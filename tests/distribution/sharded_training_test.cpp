@@ -84,8 +84,8 @@ TrainingSpec three_steps(std::int64_t batch, const std::string& optimizer) {
 const std::string kSgd = "{type: sgd, learning_rate: 0.1, momentum: 0.9}";
 const std::string kAdam = "{type: adam, learning_rate: 1.0e-3}";
 
-RunResult train(const ModelCase& c, const Distribution* distribution, const std::string& optimizer = kSgd) {
-  Model model = zoo_model(c.file);
+RunResult train_model(const Model& model, const ModelCase& c, const Distribution* distribution,
+                      const std::string& optimizer = kSgd) {
   VariableStore store;
   std::unique_ptr<Trainer> trainer = distribution ? std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, *distribution)
                                                   : std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store);
@@ -97,6 +97,10 @@ RunResult train(const ModelCase& c, const Distribution* distribution, const std:
   trainer->sync_store();
   for (const auto& v : store.variables()) result.weights[v.path] = v.value.to_vector<float>();
   return result;
+}
+
+RunResult train(const ModelCase& c, const Distribution* distribution, const std::string& optimizer = kSgd) {
+  return train_model(zoo_model(c.file), c, distribution, optimizer);
 }
 
 const RunResult& single_device(const ModelCase& c) {
@@ -287,5 +291,41 @@ TEST_CASE("AutoTP needs exactly the collectives of the hand-written Megatron lay
   auto hand_written = accounting(megatron), automatic = accounting(gpt_auto_tp(mesh).layout_map());
   CHECK(!hand_written.empty());
   CHECK(automatic == hand_written);
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("data parallel dropout draws the single-device mask") {
+  // Each device's block of rows offsets the mask stream by its first row.
+  set_cpu_device_count(4, 1);
+  ModelCase c{"", 16, [](std::uint64_t s) {
+                return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), random_labels({16}, 10, s)};
+              }};
+  Model model = Model::from_config(ConfigNode::parse(R"(
+model:
+  inputs: [{name: x, shape: [784]}]
+  layers:
+    - {type: Dense, units: 64, activation: relu}
+    - {type: Dropout, rate: 0.5}
+    - {type: Dense, units: 10}
+)")["model"]);
+  DataParallel dp(cpu_devices(4));
+  check_same(train_model(model, c, nullptr), train_model(model, c, &dp), "dropout under data parallel on cpu:4");
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("an activation layout survives a last batch the batch axis does not divide") {
+  set_cpu_device_count(4, 1);
+  Model model = zoo_model("mlp.yaml");
+  VariableStore store;
+  LayoutMap map;
+  map.add("dense/kernel", TensorLayout({none, model_axis}));
+  map.add("dense/output", TensorLayout({batch_axis, none}));
+  ModelParallel distribution(mesh_of(2, 2), map, "batch");
+  Trainer trainer(model, three_steps(16, kSgd), store, distribution);
+  // 35 samples: two batches of 16, then 3, which runs replicated.
+  Dataset data{test::random_tensor({35, 784}, 9), random_labels({35}, 10, 9), "synthetic"};
+  auto logs = trainer.fit(data, nullptr);
+  CHECK(logs.size() == 1);
+  CHECK(logs[0].train.samples == 35);
   set_cpu_device_count(1);
 }

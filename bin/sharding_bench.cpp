@@ -1,0 +1,379 @@
+#include "bin/sharding_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "backends/registry.hpp"
+#include "bin/calibration_cache.hpp"
+#include "distribution/auto_tp.hpp"
+#include "engine/run_config.hpp"
+
+namespace tessera {
+namespace {
+
+struct MeshShape {
+  std::int64_t batch, model;
+  std::string str() const { return std::to_string(batch) + "x" + std::to_string(model); }
+};
+
+struct Row {
+  std::string mesh, layout, chosen;  // chosen: what `auto` picked
+  double median_ms = 0, min_ms = 0, max_ms = 0, predicted_ms = 0;
+  double samples_per_s = 0, speedup = 0, comm_share = 0;
+  std::int64_t peak_bytes = 0, param_bytes = 0;
+  std::map<std::string, std::int64_t> bytes_per_step;  // "all_reduce batch" -> bus bytes per device
+  std::map<std::string, std::int64_t> predicted_bytes;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+std::vector<MeshShape> parse_meshes(const std::string& text) {
+  std::vector<MeshShape> meshes;
+  for (const auto& item : split_list(text)) {
+    auto x = item.find('x');
+    std::int64_t b = 0, m = 0;
+    try {
+      if (x != std::string::npos) b = std::stoll(item.substr(0, x)), m = std::stoll(item.substr(x + 1));
+    } catch (const std::exception&) {
+    }
+    if (b < 1 || m < 1) throw ConfigError("--mesh: '" + item + "' is not BATCHxMODEL (say 2x4)");
+    meshes.push_back({b, m});
+  }
+  if (meshes.empty()) throw ConfigError("--mesh: no mesh given (say 1x8,2x4)");
+  return meshes;
+}
+
+// ZeRO-3 over the batch axis: each variable's first dimension the axis divides.
+LayoutMap fsdp_layouts(const VariableStore& store, const DeviceMesh& mesh) {
+  LayoutMap map;
+  const std::int64_t n = mesh.axis_size("batch");
+  for (const auto& v : store.variables()) {
+    const Shape& s = v.value.shape();
+    for (int d = 0; d < s.rank(); ++d)
+      if (s[d] % n == 0 && n > 1) {
+        std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(s.rank()));
+        axes[static_cast<std::size_t>(d)] = "batch";
+        map.add(exact_key(v.path), TensorLayout(std::move(axes)));
+        break;
+      }
+  }
+  return map;
+}
+
+// A synthetic batch the model takes: N(0, 1) features, token ids below the
+// vocabulary, and targets of the loss's shape.
+std::pair<Tensor, Tensor> synthetic_batch(const RunConfig& run, const VariableStore& store, std::int64_t batch,
+                                          const Shape& output) {
+  std::mt19937 rng(0);
+  const ModelInput& in = run.model.inputs()[0];
+  auto dims = in.shape.dims();
+  dims.insert(dims.begin(), batch);
+  Shape shape(dims);
+  std::int64_t vocab = 2;
+  for (const auto& v : store.variables())
+    if (!v.axis_roles.empty() && v.axis_roles[0] == "vocab") {
+      vocab = v.value.shape()[0];
+      break;
+    }
+  auto random_ids = [&](const Shape& s, std::int64_t below) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(s.numel()));
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(below));
+    return Tensor::from_vector(ids, s);
+  };
+  auto random_floats = [&](const Shape& s) {
+    std::normal_distribution<float> normal;
+    std::vector<float> x(static_cast<std::size_t>(s.numel()));
+    for (auto& v : x) v = normal(rng);
+    return Tensor::from_vector(x, s);
+  };
+  Tensor inputs = in.dtype == DType::i32 ? random_ids(shape, vocab) : random_floats(shape);
+  Shape target = loss_target_shape(run.training.loss, output);
+  Tensor targets = loss_target_dtype(run.training.loss) == DType::i32 ? random_ids(target, output[output.rank() - 1])
+                                                                       : random_floats(target);
+  return {inputs, targets};
+}
+
+// Spearman's rank correlation (no ties expected in timings).
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<std::size_t> order(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](auto x, auto y) { return v[x] < v[y]; });
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < order.size(); ++i) r[order[i]] = static_cast<double>(i);
+    return r;
+  };
+  const auto ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size());
+  double d2 = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
+  return n < 2 ? 1.0 : 1.0 - 6.0 * d2 / (n * (n * n - 1));
+}
+
+std::string mib(std::int64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / (1 << 20)); }
+
+class Bench {
+ public:
+  explicit Bench(const BenchOptions& o) : o_(o), run_(load_run_config(o.config, o.overrides)) {}
+
+  int run() {
+    const auto meshes = parse_meshes(o_.meshes);
+    const auto layouts = split_list(o_.layouts);
+    for (const auto& l : layouts)
+      if (l != "dp" && l != "tp" && l != "fsdp" && l != "auto" && l != "config")
+        throw ConfigError("--layout: unknown layout '" + l + "' (dp, tp, fsdp, auto, config)");
+    if (std::find(layouts.begin(), layouts.end(), "config") != layouts.end() &&
+        (!run_.distribution || run_.distribution->distribution->kind() != Distribution::Kind::model_parallel))
+      throw ConfigError(o_.config + ": --layout config needs the config's distribution: with a layout_map");
+    std::int64_t devices = 0;
+    for (const auto& m : meshes) devices = std::max(devices, m.batch * m.model);
+    if (!o_.devices.empty()) {
+      Device d = Device::parse(o_.devices.substr(0, o_.devices.find(':')) + ":0");
+      if (d.kind != DeviceKind::cpu) throw UnsupportedError("tessera bench runs on cpu:N devices for now, not " + o_.devices);
+      devices = std::stoll(o_.devices.substr(o_.devices.find(':') + 1));
+    }
+    for (const auto& m : meshes)
+      if (m.batch * m.model > devices)
+        throw ConfigError("--mesh " + m.str() + " needs " + std::to_string(m.batch * m.model) + " devices, --devices gives " +
+                          std::to_string(devices));
+    calibration_ = cached_calibration(o_.recalibrate);
+    cores_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    batch_ = run_.training.batch_size;
+
+    // One device using every core: the speed-up's reference.
+    set_cpu_device_count(1, cores_);
+    {
+      VariableStore store;
+      run_.model.build(store, run_.training.seed);
+      Trainer trainer(run_.model, run_.training, store);
+      Tensor probe = synthetic_batch(run_, store, batch_, Shape{1}).first;
+      output_shape_ = trainer.forward(probe).shape();
+      std::tie(inputs_, targets_) = synthetic_batch(run_, store, batch_, output_shape_);
+      total_ = static_cast<int>(meshes.size() * layouts.size()) + 1;
+      progress("1 device");
+      single_ = time_steps(trainer).median_ms;
+    }
+    set_cpu_device_count(static_cast<int>(devices), 0);
+    threads_ = std::max(1, cores_ / static_cast<int>(devices));
+    for (const auto& m : meshes)
+      for (const auto& l : layouts) {
+        progress(m.str() + " " + l);
+        rows_.push_back(measure(m, l));
+      }
+    if (isatty(STDERR_FILENO)) fmt::print(stderr, "\r\033[K");
+    print();
+    if (!o_.chart.empty()) write_chart();
+    return 0;
+  }
+
+ private:
+  struct Timing {
+    double median_ms, min_ms, max_ms;
+  };
+
+  void progress(const std::string& what) {
+    ++done_;
+    if (isatty(STDERR_FILENO)) {
+      const int width = 30, filled = width * (done_ - 1) / total_;
+      fmt::print(stderr, "\r\033[K[{}{}] {}/{} {}", std::string(static_cast<std::size_t>(filled), '='),
+                 std::string(static_cast<std::size_t>(width - filled), ' '), done_, total_, what);
+    } else {
+      fmt::print(stderr, "bench {}/{}: {}\n", done_, total_, what);
+    }
+  }
+
+  Timing time_steps(Trainer& trainer) {
+    for (int i = 0; i < o_.warmup; ++i) trainer.train_step(inputs_, targets_);
+    if (Communicator* comm = trainer.communicator()) comm->accounting().reset();
+    std::vector<double> ms;
+    for (int i = 0; i < o_.steps; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      trainer.train_step(inputs_, targets_);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return {ms[ms.size() / 2], ms.front(), ms.back()};
+  }
+
+  std::unique_ptr<Distribution> distribution(const DeviceMesh& mesh, const std::string& layout, const VariableStore& store) {
+    if (layout == "dp") return std::make_unique<DataParallel>(mesh);
+    if (layout == "tp") return std::make_unique<ModelParallel>(mesh, plan_auto_tp(run_.model, store, mesh, "model").layout_map(), "batch");
+    if (layout == "fsdp") return std::make_unique<ModelParallel>(mesh, fsdp_layouts(store, mesh), "batch");
+    return std::make_unique<ModelParallel>(mesh, run_.distribution->distribution->layout_map(), "batch");
+  }
+
+  // The cost model's prediction for `layout` on `mesh`, partitioning without running.
+  double predict(const DeviceMesh& mesh, const std::string& layout) {
+    VariableStore store;
+    run_.model.build(store, run_.training.seed);
+    auto d = distribution(mesh, layout, store);
+    Trainer trainer(run_.model, run_.training, store, *d);
+    return predict_step(*trainer.sharded_program(batch_), calibration_, threads_).seconds();
+  }
+
+  Row measure(const MeshShape& shape, const std::string& layout) {
+    DeviceMesh mesh({shape.batch, shape.model}, {"batch", "model"}, cpu_devices(static_cast<int>(shape.batch * shape.model)));
+    Row row;
+    row.mesh = shape.str();
+    row.layout = row.chosen = layout;
+    if (layout == "auto") {
+      double best = 1e30;
+      for (const char* candidate : {"dp", "tp", "fsdp"})
+        if (double t = predict(mesh, candidate); t < best) best = t, row.chosen = candidate;
+    }
+    std::vector<std::int64_t> before;
+    for (const auto& d : mesh.devices()) {
+      allocator_for(d).reset_peak();
+      before.push_back(allocator_for(d).stats().bytes_in_use);
+    }
+    VariableStore store;
+    run_.model.build(store, run_.training.seed);
+    auto d = distribution(mesh, row.chosen, store);
+    Trainer trainer(run_.model, run_.training, store, *d);
+    const SpmdProgram& program = *trainer.sharded_program(batch_);
+    StepCost cost = predict_step(program, calibration_, threads_);
+    row.predicted_ms = cost.seconds() * 1e3;
+    row.predicted_bytes = cost.collective_bytes;
+    for (ValueId v : program.global().variables()) {
+      const Value& value = program.global().value(v);
+      if (value.name.rfind("optimizer/", 0) == 0) continue;
+      row.param_bytes += program.sharding(v).local_shape(value.shape, mesh).numel() * static_cast<std::int64_t>(dtype_size(value.dtype));
+    }
+    Timing t = time_steps(trainer);
+    row.median_ms = t.median_ms, row.min_ms = t.min_ms, row.max_ms = t.max_ms;
+    row.samples_per_s = static_cast<double>(batch_) / (t.median_ms / 1e3);
+    row.speedup = single_ / t.median_ms;
+    for (std::size_t r = 0; r < mesh.devices().size(); ++r)
+      row.peak_bytes = std::max(row.peak_bytes, allocator_for(mesh.devices()[r]).stats().peak_bytes - before[r]);
+    const auto& accounting = trainer.communicator()->accounting();
+    const double devices = static_cast<double>(mesh.size());
+    for (const auto& [key, stats] : accounting.total())
+      row.bytes_per_step[std::string(name(key.first)) + " " + key.second] =
+          static_cast<std::int64_t>(std::llround(static_cast<double>(stats.bytes) / o_.steps / devices));
+    double comm_seconds = 0;
+    for (const auto& [key, stats] : accounting.of_rank(0)) comm_seconds += stats.seconds;
+    row.comm_share = comm_seconds / o_.steps / (t.median_ms / 1e3);
+    return row;
+  }
+
+  static std::string bytes_text(const std::map<std::string, std::int64_t>& bytes) {
+    std::string text;
+    for (const auto& [key, b] : bytes)
+      if (b > 0) text += (text.empty() ? "" : ", ") + key + " " + mib(b);
+    return text.empty() ? "-" : text;
+  }
+
+  void print() {
+    std::vector<double> predicted, measured;
+    for (const auto& r : rows_) predicted.push_back(r.predicted_ms), measured.push_back(r.median_ms);
+    const double rho = spearman(predicted, measured);
+    if (o_.format == "csv") {
+      fmt::print("mesh,layout,chosen,median_ms,min_ms,max_ms,samples_per_s,speedup,peak_mib,param_mib,comm_share,predicted_ms,collectives_mib\n");
+      for (const auto& r : rows_)
+        fmt::print("{},{},{},{:.3f},{:.3f},{:.3f},{:.1f},{:.3f},{},{},{:.3f},{:.3f},\"{}\"\n", r.mesh, r.layout, r.chosen,
+                   r.median_ms, r.min_ms, r.max_ms, r.samples_per_s, r.speedup, mib(r.peak_bytes), mib(r.param_bytes),
+                   r.comm_share, r.predicted_ms, bytes_text(r.bytes_per_step));
+      fmt::print("# one device: {:.3f} ms; spearman(predicted, measured) = {:.3f}\n", single_, rho);
+      return;
+    }
+    if (o_.format == "json") {
+      nlohmann::json j{{"config", o_.config}, {"batch", batch_}, {"steps", o_.steps}, {"warmup", o_.warmup},
+                       {"one_device_ms", single_}, {"spearman", rho}, {"rows", nlohmann::json::array()}};
+      for (const auto& r : rows_)
+        j["rows"].push_back({{"mesh", r.mesh}, {"layout", r.layout}, {"chosen", r.chosen}, {"median_ms", r.median_ms},
+                             {"min_ms", r.min_ms}, {"max_ms", r.max_ms}, {"samples_per_s", r.samples_per_s},
+                             {"speedup", r.speedup}, {"peak_bytes", r.peak_bytes}, {"param_bytes", r.param_bytes},
+                             {"comm_share", r.comm_share}, {"predicted_ms", r.predicted_ms},
+                             {"collective_bytes_per_step", r.bytes_per_step},
+                             {"predicted_collective_bytes_per_step", r.predicted_bytes}});
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fmt::print("{}: batch {}, {} timed steps after {} warm-up; one device ({} threads): {:.2f} ms a step\n", o_.config,
+               batch_, o_.steps, o_.warmup, cores_, single_);
+    fmt::print("{:<6} {:<11} {:>9} {:>17} {:>10} {:>7} {:>9} {:>9} {:>6} {:>10}  {}\n", "mesh", "layout", "step ms",
+               "min-max", "samples/s", "speedup", "peak MiB", "param MiB", "comm", "predicted", "MiB moved per step and device");
+    for (const auto& r : rows_)
+      fmt::print("{:<6} {:<11} {:>9.2f} {:>8.2f}-{:<8.2f} {:>10.0f} {:>6.2f}x {:>9} {:>9} {:>5.0f}% {:>8.2f}ms  {}\n", r.mesh,
+                 r.layout == "auto" ? "auto:" + r.chosen : r.layout, r.median_ms, r.min_ms, r.max_ms, r.samples_per_s,
+                 r.speedup, mib(r.peak_bytes), mib(r.param_bytes), 100 * r.comm_share, r.predicted_ms,
+                 bytes_text(r.bytes_per_step));
+    fmt::print("cost model: Spearman rank correlation of predicted and measured step times {:.2f} over {} rows\n", rho,
+               rows_.size());
+  }
+
+  // Horizontal bars of samples/s, one per row, with the predicted rate marked.
+  void write_chart() {
+    const int width = 900, bar_height = 24, left = 150, top = 50;
+    const int height = top + static_cast<int>(rows_.size()) * (bar_height + 8) + 40;
+    double top_rate = static_cast<double>(batch_) / (single_ / 1e3);
+    for (const auto& r : rows_)
+      top_rate = std::max({top_rate, r.samples_per_s, static_cast<double>(batch_) / (r.predicted_ms / 1e3)});
+    auto x = [&](double rate) { return left + (width - left - 60) * rate / top_rate; };
+    std::string svg = fmt::format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"13\">\n"
+        "<text x=\"{}\" y=\"22\" font-size=\"16\">{}: samples/s per sharding (| predicted)</text>\n",
+        width, height, left, o_.config);
+    const double one = static_cast<double>(batch_) / (single_ / 1e3);
+    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>\n"
+                       "<text x=\"{0:.1f}\" y=\"{3}\" fill=\"#555\">one device</text>\n",
+                       x(one), top - 8, height - 30, height - 14);
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      const Row& r = rows_[i];
+      const int y = top + static_cast<int>(i) * (bar_height + 8);
+      const double predicted = static_cast<double>(batch_) / (r.predicted_ms / 1e3);
+      svg += fmt::format(
+          "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} {}</text>\n"
+          "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#4a7fb5\"/>\n"
+          "<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#d9534f\" stroke-width=\"3\"/>\n"
+          "<text x=\"{:.1f}\" y=\"{}\">{:.0f}</text>\n",
+          left - 8, y + 17, r.mesh, r.layout == "auto" ? "auto:" + r.chosen : r.layout, left, y,
+          x(r.samples_per_s) - left, bar_height, x(predicted), y - 2, x(predicted), y + bar_height + 2,
+          x(r.samples_per_s) + 6, y + 17, r.samples_per_s);
+    }
+    svg += "</svg>\n";
+    std::ofstream out(o_.chart);
+    out << svg;
+    if (!out) throw Error("cannot write the chart '" + o_.chart + "'");
+  }
+
+  const BenchOptions& o_;
+  RunConfig run_;
+  Calibration calibration_;
+  int cores_ = 1, threads_ = 1, done_ = 0, total_ = 0;
+  std::int64_t batch_ = 0;
+  Shape output_shape_;
+  Tensor inputs_, targets_;
+  double single_ = 0;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+int run_sharding_bench(const BenchOptions& options) {
+  if (options.steps < 1 || options.warmup < 0) throw ConfigError("--steps must be >= 1 and --warmup >= 0");
+  if (options.format != "table" && options.format != "csv" && options.format != "json")
+    throw ConfigError("--format: '" + options.format + "' is not table, csv or json");
+  return Bench(options).run();
+}
+
+}  // namespace tessera

@@ -1,0 +1,37 @@
+// `tessera bench CONFIG`: sharding configurations side by side, the way
+// llama-bench sweeps settings. For each mesh x layout it runs real training
+// steps of the config's model on a synthetic batch of training.batch_size and
+// prints one row: step time (median, min-max), samples/s, speed-up against one
+// device, peak memory and parameter bytes per device, bytes moved per
+// collective kind and mesh axis, the communication share of the step, and the
+// cost model's predicted step time. The Spearman rank correlation of predicted
+// and measured times closes the table.
+//
+// Layouts: dp (DataParallel), tp (AutoTP over `model`, batches over `batch`),
+// fsdp (each variable's first divisible dimension split over `batch`: weights
+// gathered, gradients scattered, optimizer state split), config (the config's
+// own layout_map), auto (whichever of dp, tp and fsdp the cost model predicts
+// fastest on that mesh).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct BenchOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string meshes = "1x8,2x4,4x2,8x1";  // BATCHxMODEL, comma-separated
+  std::string layouts = "dp,tp,fsdp";
+  std::string devices;                     // cpu:N; default: the largest mesh
+  int steps = 10, warmup = 3;
+  std::string format = "table";            // table | csv | json
+  std::string chart;                       // an SVG file to write, if any
+  bool recalibrate = false;
+};
+
+// Returns the process exit code; throws Error (ConfigError, ...) on bad input.
+int run_sharding_bench(const BenchOptions& options);
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+// The cost model's predicted collective bytes equal what the communicator
+// measures, exactly, for the zoo's models on several meshes and layouts
+// (the prediction reads the same per-device graph the devices run).
+#include <doctest/doctest.h>
+
+#include "backends/registry.hpp"
+#include "distribution/auto_tp.hpp"
+#include "distribution/cost_model.hpp"
+#include "engine/config/config.hpp"
+#include "engine/training/trainer.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+
+namespace {
+
+// Runs two steps of `file` on a [batch, model] mesh, AutoTP layouts or data
+// parallel; returns (predicted, measured) bus bytes per step and device.
+std::pair<std::map<std::string, std::int64_t>, std::map<std::string, std::int64_t>> bytes_of_a_step(
+    const std::string& file, std::int64_t batch_devices, std::int64_t model_devices, bool auto_tp,
+    const Tensor& inputs, const Tensor& targets) {
+  const int devices = static_cast<int>(batch_devices * model_devices);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: " +
+      std::to_string(inputs.shape()[0]) + "}")["training"]);
+  DeviceMesh mesh({batch_devices, model_devices}, {"batch", "model"}, cpu_devices(devices));
+  VariableStore store;
+  model.build(store, 0);
+  std::unique_ptr<Distribution> distribution;
+  if (auto_tp) distribution = std::make_unique<ModelParallel>(mesh, plan_auto_tp(model, store, mesh, "model").layout_map(), "batch");
+  else distribution = std::make_unique<DataParallel>(mesh);
+  Trainer trainer(model, spec, store, *distribution);
+  Calibration calibration{100, 10, 10, 1, 2};  // speeds do not matter for bytes
+  auto predicted = predict_step(*trainer.sharded_program(inputs.shape()[0]), calibration, 1).collective_bytes;
+  for (int i = 0; i < 2; ++i) trainer.train_step(inputs, targets);
+  std::map<std::string, std::int64_t> measured;
+  for (const auto& [key, stats] : trainer.communicator()->accounting().total())
+    if (stats.bytes > 0) measured[std::string(name(key.first)) + " " + key.second] = stats.bytes / 2 / devices;
+  std::erase_if(predicted, [](const auto& entry) { return entry.second == 0; });
+  return {predicted, measured};
+}
+
+Tensor labels(const Shape& shape, std::int32_t below) {
+  Tensor t = Tensor::empty(shape, DType::i32);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % below);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("predicted collective bytes equal measured bytes: MLP, CNN and GPT") {
+  set_cpu_device_count(8, 1);
+  struct Case {
+    std::string file;
+    Tensor inputs, targets;
+  };
+  const std::vector<Case> cases = {
+      {"mlp.yaml", test::random_tensor({16, 784}, 1), labels({16}, 10)},
+      {"cnn.yaml", test::random_tensor({8, 28, 28, 1}, 2), labels({8}, 10)},
+      {"gpt.yaml", labels({8, 128}, 256), labels({8, 128}, 256)},
+  };
+  for (const auto& c : cases)
+    for (auto [batch, model, auto_tp] : std::vector<std::tuple<std::int64_t, std::int64_t, bool>>{
+             {2, 4, true}, {4, 2, true}, {8, 1, false}, {1, 8, true}}) {
+      INFO(c.file << " on " << batch << "x" << model << (auto_tp ? " AutoTP" : " data parallel"));
+      auto [predicted, measured] = bytes_of_a_step(c.file, batch, model, auto_tp, c.inputs, c.targets);
+      CHECK(!measured.empty());
+      CHECK(predicted == measured);
+    }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("the probe measures positive speeds") {
+  Calibration c = measure_calibration();
+  CHECK(c.matmul_gflops_per_thread > 0);
+  CHECK(c.memory_gbps_per_thread > 0);
+  CHECK(c.link_gbps > 0);
+  CHECK(c.collective_latency_us > 0);
+  CHECK(c.cores >= 1);
+}
