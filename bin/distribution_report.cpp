@@ -28,6 +28,18 @@ std::string parameter_of_state(const std::string& path) {
 
 }  // namespace
 
+void print_auto_choice(const AutoChoice& choice, std::int64_t memory_limit) {
+  fmt::print("\nAutomatic choice (the cost model's predicted step; memory per device{}):\n{:<8} {:<10} {:>14} {:>14}\n",
+             memory_limit > 0 ? ", budget " + mib(memory_limit) : "", "mesh", "strategy", "predicted ms", "memory");
+  for (std::size_t i = 0; i < choice.candidates.size(); ++i) {
+    const auto& c = choice.candidates[i];
+    fmt::print("{:<8} {:<10} {:>14.2f} {:>14}{}{}\n", std::to_string(c.batch_devices) + "x" + std::to_string(c.model_devices),
+               name(c.strategy), c.predicted_seconds * 1e3, mib(c.memory_bytes),
+               memory_limit > 0 && c.memory_bytes > memory_limit ? "  over budget" : "",
+               choice.chosen == i ? "  <- chosen" : "");
+  }
+}
+
 void print_auto_tp(const AutoTpPlan& plan) {
   fmt::print("\nAutoTP plan:\n{:<24} {:<22} {:<22} {}\n", "Layer", "Type", "Rule", "Why");
   for (const auto& l : plan.layers) fmt::print("{:<24} {:<22} {:<22} {}\n", l.layer, l.type, l.rule, l.why);

@@ -9,10 +9,13 @@
 
 #include "distribution/auto_tp.hpp"
 #include "distribution/collectives/communicator.hpp"
+#include "distribution/strategies.hpp"
 #include "distribution/spmd_program.hpp"
 
 namespace tessera {
 
+// type auto's candidates (mesh, strategy, predicted time, memory) and its choice.
+void print_auto_choice(const AutoChoice& choice, std::int64_t memory_limit);
 // AutoTP's rule for each layer, and why.
 void print_auto_tp(const AutoTpPlan& plan);
 // Per variable: layout, global and per-device shapes and bytes, the layout-map

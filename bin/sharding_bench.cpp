@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "backends/registry.hpp"
-#include "bin/calibration_cache.hpp"
-#include "distribution/auto_tp.hpp"
+#include "distribution/calibration_cache.hpp"
+#include "distribution/strategies.hpp"
 #include "engine/run_config.hpp"
 
 namespace tessera {
@@ -60,23 +60,6 @@ std::vector<MeshShape> parse_meshes(const std::string& text) {
   }
   if (meshes.empty()) throw ConfigError("--mesh: no mesh given (say 1x8,2x4)");
   return meshes;
-}
-
-// ZeRO-3 over the batch axis: each variable's first dimension the axis divides.
-LayoutMap fsdp_layouts(const VariableStore& store, const DeviceMesh& mesh) {
-  LayoutMap map;
-  const std::int64_t n = mesh.axis_size("batch");
-  for (const auto& v : store.variables()) {
-    const Shape& s = v.value.shape();
-    for (int d = 0; d < s.rank(); ++d)
-      if (s[d] % n == 0 && n > 1) {
-        std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(s.rank()));
-        axes[static_cast<std::size_t>(d)] = "batch";
-        map.add(exact_key(v.path), TensorLayout(std::move(axes)));
-        break;
-      }
-  }
-  return map;
 }
 
 // A synthetic batch the model takes: N(0, 1) features, token ids below the
@@ -215,9 +198,7 @@ class Bench {
   }
 
   std::unique_ptr<Distribution> distribution(const DeviceMesh& mesh, const std::string& layout, const VariableStore& store) {
-    if (layout == "dp") return std::make_unique<DataParallel>(mesh);
-    if (layout == "tp") return std::make_unique<ModelParallel>(mesh, plan_auto_tp(run_.model, store, mesh, "model").layout_map(), "batch");
-    if (layout == "fsdp") return std::make_unique<ModelParallel>(mesh, fsdp_layouts(store, mesh), "batch");
+    if (auto strategy = parse_strategy(layout)) return make_strategy(*strategy, mesh, run_.model, store);
     return std::make_unique<ModelParallel>(mesh, run_.distribution->distribution->layout_map(), "batch");
   }
 
@@ -237,8 +218,8 @@ class Bench {
     row.layout = row.chosen = layout;
     if (layout == "auto") {
       double best = 1e30;
-      for (const char* candidate : {"dp", "tp", "fsdp"})
-        if (double t = predict(mesh, candidate); t < best) best = t, row.chosen = candidate;
+      for (Strategy candidate : kStrategies)
+        if (double t = predict(mesh, std::string(name(candidate))); t < best) best = t, row.chosen = name(candidate);
     }
     std::vector<std::int64_t> before;
     for (const auto& d : mesh.devices()) {
@@ -255,7 +236,7 @@ class Bench {
     row.predicted_bytes = cost.collective_bytes;
     for (ValueId v : program.global().variables()) {
       const Value& value = program.global().value(v);
-      if (value.name.rfind("optimizer/", 0) == 0) continue;
+      if (value.name.rfind("optimizer/", 0) == 0) continue;  // parameters only
       row.param_bytes += program.sharding(v).local_shape(value.shape, mesh).numel() * static_cast<std::int64_t>(dtype_size(value.dtype));
     }
     Timing t = time_steps(trainer);

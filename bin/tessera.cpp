@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.hpp"
-#include "bin/calibration_cache.hpp"
+#include "distribution/calibration_cache.hpp"
 #include "bin/distribution_report.hpp"
 #include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
@@ -76,6 +76,7 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
     const SpmdProgram& program = *trainer->sharded_program(run.training.batch_size);
     const Distribution& distribution = *run.distribution->distribution;
     const AutoTpPlan* auto_tp = run.distribution->auto_tp ? &*run.distribution->auto_tp : nullptr;
+    if (run.distribution->auto_choice) print_auto_choice(*run.distribution->auto_choice, run.distribution->memory_limit);
     if (auto_tp != nullptr) print_auto_tp(*auto_tp);
     print_sharding(distribution, program, run.model.output_paths(), auto_tp);
     if (!visualize.empty()) print_blocks(distribution, program, visualize);
@@ -167,6 +168,7 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
   auto trainer = make_trainer(run, store);
   const SpmdProgram& program = *trainer->sharded_program(run.training.batch_size);
   const AutoTpPlan* auto_tp = run.distribution->auto_tp ? &*run.distribution->auto_tp : nullptr;
+  if (run.distribution->auto_choice) print_auto_choice(*run.distribution->auto_choice, run.distribution->memory_limit);
   if (auto_tp != nullptr) print_auto_tp(*auto_tp);
   print_sharding(*run.distribution->distribution, program, run.model.output_paths(), auto_tp);
   const Calibration calibration = cached_calibration(recalibrate);

@@ -9,7 +9,27 @@
 namespace tessera {
 namespace {
 
-const std::vector<std::string> kTypes = {"data_parallel", "model_parallel", "auto_tp"};
+const std::vector<std::string> kTypes = {"data_parallel", "model_parallel", "auto_tp", "auto"};
+
+// 1048576, "512MiB", "2GiB", "100MB"; throws ConfigError at the node.
+std::int64_t parse_bytes(const ConfigNode& node) {
+  const auto text = node.as<std::string>();
+  std::size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    node.fail("'" + text + "' is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB, GB)");
+  }
+  std::string unit = text.substr(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  const std::map<std::string, double> units = {{"", 1},          {"B", 1},     {"KiB", 1024.0}, {"MiB", 1048576.0},
+                                               {"GiB", 1073741824.0}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9}};
+  auto it = units.find(unit);
+  if (it == units.end() || !(value > 0))
+    node.fail("'" + text + "' is not a positive size (bytes, or a number with KiB, MiB, GiB, KB, MB, GB)");
+  return static_cast<std::int64_t>(value * it->second);
+}
 
 // `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
 std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
@@ -83,11 +103,10 @@ TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
 }  // namespace
 
 DistributionConfig parse_distribution(ConfigNode node) {
-  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s"});
+  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s", "memory_limit"});
   DistributionConfig config;
+  config.location = node.location() + ": " + node.path();
   const std::string type = node.get("type", "data_parallel");
-  if (type == "auto")
-    node["type"].fail("type 'auto' (choosing the mesh shape too) is not implemented yet; use auto_tp with a mesh");
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) node["type"].fail_unknown("distribution type", type, kTypes);
 
   // The mesh first: without `devices`, its size says how many.
@@ -106,6 +125,13 @@ DistributionConfig parse_distribution(ConfigNode node) {
     node.fail("model_parallel needs a mesh: {shape: [B, M], axis_names: [batch, model]}");
   }
   const bool auto_tp = type == "auto_tp";
+  config.auto_mesh = type == "auto";
+  if (config.auto_mesh && mesh_node) (*mesh_node).fail("type auto chooses the mesh itself; remove mesh: or use another type");
+  if (config.auto_mesh && !node.has("devices")) node.fail("type auto needs devices: (say cpu:8) to choose a mesh for");
+  if (auto limit = node.find("memory_limit")) {
+    if (!config.auto_mesh) limit->fail("memory_limit is the budget type auto chooses within");
+    config.memory_limit = parse_bytes(*limit);
+  }
   const std::int64_t mesh_size = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
   std::vector<Device> devices = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
   if (!mesh_node) {  // data parallel over every device; auto_tp splits layers over them all

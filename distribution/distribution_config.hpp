@@ -3,7 +3,8 @@
 //   distribution:
 //     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1
 //     mesh: {shape: [2, 4], axis_names: [batch, model]}
-//     type: model_parallel      # data_parallel | model_parallel | auto_tp
+//     type: model_parallel      # data_parallel | model_parallel | auto_tp | auto
+//     memory_limit: 512MiB      # auto: the per-device budget (bytes, or KiB/MiB/GiB)
 //     batch_dim_name: batch     # default: the mesh's first axis
 //     layout_map:
 //       'dense.*kernel': [null, model]
@@ -12,7 +13,8 @@
 //
 // `auto_tp` chooses the layouts itself (distribution/auto_tp.hpp) over the
 // axis named `model` (else the last axis other than the batch axis); without a
-// mesh it is [1, N] (batch, model). Without `devices`, the GPUs when there are some, else as many logical CPU
+// mesh it is [1, N] (batch, model). `auto` also picks the mesh shape and the
+// strategy (strategies.hpp): the fastest predicted one within memory_limit. Without `devices`, the GPUs when there are some, else as many logical CPU
 // devices as the mesh has. `data_parallel` without a mesh is a 1-D mesh named
 // `batch` over all the devices. Every error is a ConfigError at the offending
 // entry (file:line:column), naming the axis, the sizes or the key.
@@ -26,6 +28,7 @@
 
 #include "distribution/auto_tp.hpp"
 #include "distribution/distribution.hpp"
+#include "distribution/strategies.hpp"
 
 namespace tessera {
 
@@ -36,8 +39,12 @@ struct DistributionConfig {
   std::chrono::milliseconds collective_timeout{60000};
   std::map<std::string, std::string> key_locations;  // layout-map key -> "file:line:column: path"
   std::string map_location;                          // of the layout_map itself
+  std::string location;                              // of the section
   std::string auto_tp_axis;  // type auto_tp: the axis to split layers over; the layouts come with the model
   std::optional<AutoTpPlan> auto_tp;  // filled in by make_trainer (engine/run_config.hpp)
+  bool auto_mesh = false;             // type auto
+  std::int64_t memory_limit = 0;      // bytes per device; 0: none
+  std::optional<AutoChoice> auto_choice;  // filled in by make_trainer
 };
 
 // Reads the section; asks the device registry for the logical CPU devices it names.

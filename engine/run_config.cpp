@@ -1,5 +1,6 @@
 #include "engine/run_config.hpp"
 
+#include "distribution/calibration_cache.hpp"
 #include "distribution/distribution_config.hpp"
 
 #include <algorithm>
@@ -93,6 +94,21 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
   if (!run.distribution) return std::make_unique<Trainer>(run.model, run.training, store);
   run.model.build(store, run.training.seed);
   DistributionConfig& config = *run.distribution;
+  if (config.auto_mesh && !config.auto_choice) {  // the mesh and strategy the cost model predicts fastest
+    const std::vector<Device> devices = config.distribution->mesh().devices();
+    config.auto_choice = choose_auto(run.model, run.training, devices, cached_calibration(), config.memory_limit);
+    if (!config.auto_choice->chosen) {
+      std::int64_t least = config.auto_choice->candidates.front().memory_bytes;
+      for (const auto& c : config.auto_choice->candidates) least = std::min(least, c.memory_bytes);
+      throw ConfigError(config.location + ": no mesh of " + std::to_string(devices.size()) +
+                        " devices with any strategy fits memory_limit " + std::to_string(config.memory_limit) +
+                        " bytes per device; the least any needs is " + std::to_string(least) + " bytes");
+    }
+    const AutoCandidate& c = config.auto_choice->candidates[*config.auto_choice->chosen];
+    DeviceMesh mesh({c.batch_devices, c.model_devices}, {"batch", "model"}, devices);
+    config.distribution = make_strategy(c.strategy, mesh, run.model, store);
+    if (c.strategy == Strategy::tp) config.auto_tp = plan_auto_tp(run.model, store, mesh, "model");
+  }
   if (!config.auto_tp_axis.empty() && !config.auto_tp) {  // AutoTP: the layouts come from the layer graph
     const Distribution& placeholder = *config.distribution;
     config.auto_tp = plan_auto_tp(run.model, store, placeholder.mesh(), config.auto_tp_axis);

@@ -90,6 +90,19 @@ assert "all_reduce model" in auto[-1]["collectives"], auto[-1]
 PY
 out=$("$tessera" inspect "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}")
 grep -q "dense_1 .*row-parallel" <<<"$out" || fail "inspect shows no AutoTP rule: $out"
+# type auto picks a mesh and strategy; training still gives one device's losses.
+"$tessera" train "$work/run.yaml" --set training.epochs=2 --log "$work/auto_mesh.jsonl" \
+  --set "distribution={devices: cpu:4, type: auto}" > /dev/null
+python3 - "$work/single.jsonl" "$work/auto_mesh.jsonl" <<'PY' || fail "type auto's losses differ from one device's"
+import json, sys
+single, auto = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+for a, b in zip(single, auto):
+    assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["loss"], b["loss"])
+PY
+out=$("$tessera" plan "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto}")
+grep -q "<- chosen" <<<"$out" || fail "plan shows no automatic choice: $out"
+expect_fail 3 "no mesh of 4 devices with any strategy fits memory_limit 100 bytes" -- \
+  "$tessera" plan "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto, memory_limit: 100}"
 # plan predicts without running; bench sweeps configurations, its outputs parse back.
 out=$("$tessera" plan "$work/sharded.yaml")
 grep -q "Predicted step" <<<"$out" || fail "plan printed no prediction: $out"

@@ -6,6 +6,7 @@
 #include "backends/registry.hpp"
 #include "distribution/auto_tp.hpp"
 #include "distribution/cost_model.hpp"
+#include "distribution/strategies.hpp"
 #include "engine/config/config.hpp"
 #include "engine/training/trainer.hpp"
 #include "tests/test_util.hpp"
@@ -78,4 +79,26 @@ TEST_CASE("the probe measures positive speeds") {
   CHECK(c.link_gbps > 0);
   CHECK(c.collective_latency_us > 0);
   CHECK(c.cores >= 1);
+}
+
+TEST_CASE("type auto: every mesh and strategy is a candidate; the fastest within the budget wins") {
+  set_cpu_device_count(4, 1);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
+  const Calibration calibration{100, 10, 10, 1, 2};
+  AutoChoice free = choose_auto(model, spec, cpu_devices(4), calibration, 0);
+  REQUIRE(free.candidates.size() == 3 * 3);  // 1x4, 2x2, 4x1 x dp, tp, fsdp
+  REQUIRE(free.chosen);
+  for (const auto& c : free.candidates) CHECK(free.candidates[*free.chosen].predicted_seconds <= c.predicted_seconds);
+  // Replicated strategies hold every parameter and its Adam moments (3 x 7.1 MiB): a budget
+  // below that leaves only sharded candidates.
+  std::int64_t least = free.candidates[0].memory_bytes, most = least;
+  for (const auto& c : free.candidates) least = std::min(least, c.memory_bytes), most = std::max(most, c.memory_bytes);
+  REQUIRE(least < most);
+  AutoChoice tight = choose_auto(model, spec, cpu_devices(4), calibration, least);
+  REQUIRE(tight.chosen);
+  CHECK(tight.candidates[*tight.chosen].memory_bytes <= least);
+  CHECK_FALSE(choose_auto(model, spec, cpu_devices(4), calibration, least - 1).chosen);
+  set_cpu_device_count(1);
 }

@@ -1,5 +1,5 @@
 // The cost model's calibration, measured once per machine and kept in
-// $XDG_CACHE_HOME/tessera/calibration.json (~/.cache when unset), keyed by the
+// $XDG_CACHE_HOME/tessera/calibration.txt (~/.cache when unset), keyed by the
 // CPU model and thread count so that a copied home directory re-measures.
 #pragma once
 

@@ -1,0 +1,89 @@
+#include "distribution/strategies.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "distribution/auto_tp.hpp"
+#include "distribution/spmd_program.hpp"
+#include "engine/error.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr std::array<std::string_view, 3> kNames = {"dp", "tp", "fsdp"};
+
+LayoutMap fsdp_layouts(const VariableStore& store, const DeviceMesh& mesh) {
+  LayoutMap map;
+  const std::int64_t n = mesh.axis_size("batch");
+  if (n == 1) return map;
+  for (const auto& v : store.variables()) {
+    const Shape& s = v.value.shape();
+    for (int d = 0; d < s.rank(); ++d)
+      if (s[d] % n == 0) {
+        std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(s.rank()));
+        axes[static_cast<std::size_t>(d)] = "batch";
+        map.add(exact_key(v.path), TensorLayout(std::move(axes)));
+        break;
+      }
+  }
+  return map;
+}
+
+}  // namespace
+
+std::string_view name(Strategy strategy) { return kNames[static_cast<std::size_t>(strategy)]; }
+
+std::optional<Strategy> parse_strategy(std::string_view text) {
+  for (Strategy s : kStrategies)
+    if (name(s) == text) return s;
+  return std::nullopt;
+}
+
+std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh& mesh, const Model& model,
+                                            const VariableStore& store) {
+  switch (strategy) {
+    case Strategy::dp:
+      return std::make_unique<DataParallel>(mesh);
+    case Strategy::tp:
+      return std::make_unique<ModelParallel>(mesh, plan_auto_tp(model, store, mesh, "model").layout_map(), "batch");
+    case Strategy::fsdp:
+      return std::make_unique<ModelParallel>(mesh, fsdp_layouts(store, mesh), "batch");
+  }
+  throw Error("unknown strategy");
+}
+
+std::int64_t device_memory(const SpmdProgram& program) {
+  std::int64_t bytes = program.workspace_bytes(0);
+  for (ValueId v : program.global().variables()) {
+    const Value& value = program.global().value(v);
+    bytes += program.sharding(v).local_shape(value.shape, program.mesh()).numel() * static_cast<std::int64_t>(dtype_size(value.dtype));
+  }
+  return bytes;
+}
+
+AutoChoice choose_auto(const Model& model, const TrainingSpec& spec, const std::vector<Device>& devices,
+                       const Calibration& calibration, std::int64_t memory_limit) {
+  const auto n = static_cast<std::int64_t>(devices.size());
+  const int threads = std::max(1, calibration.cores / static_cast<int>(n));
+  AutoChoice choice;
+  for (std::int64_t b = 1; b <= n; ++b) {
+    if (n % b != 0) continue;
+    DeviceMesh mesh({b, n / b}, {"batch", "model"}, devices);
+    for (Strategy strategy : kStrategies) {
+      VariableStore store;
+      model.build(store, spec.seed);
+      auto distribution = make_strategy(strategy, mesh, model, store);
+      Trainer trainer(model, spec, store, *distribution);
+      const SpmdProgram& program = *trainer.sharded_program(spec.batch_size);
+      choice.candidates.push_back({b, n / b, strategy, predict_step(program, calibration, threads).seconds(), device_memory(program)});
+    }
+  }
+  for (std::size_t i = 0; i < choice.candidates.size(); ++i) {
+    const auto& c = choice.candidates[i];
+    if (memory_limit > 0 && c.memory_bytes > memory_limit) continue;
+    if (!choice.chosen || c.predicted_seconds < choice.candidates[*choice.chosen].predicted_seconds) choice.chosen = i;
+  }
+  return choice;
+}
+
+}  // namespace tessera

@@ -1,0 +1,54 @@
+// Named layout strategies over a [batch, model] mesh: what `tessera bench
+// --layout` sweeps and `type: auto` chooses among.
+//   dp    DataParallel: batches split over `batch`, every variable replicated
+//   tp    AutoTP over `model` (auto_tp.hpp), batches over `batch`
+//   fsdp  each variable's first dimension that `batch` divides split over it
+//         (ZeRO-3: weights gathered for use, gradients reduce-scattered,
+//         optimizer state split)
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "distribution/cost_model.hpp"
+#include "distribution/distribution.hpp"
+#include "engine/model.hpp"
+#include "engine/training/trainer.hpp"
+#include "engine/variable_store.hpp"
+
+namespace tessera {
+
+enum class Strategy { dp, tp, fsdp };
+std::string_view name(Strategy strategy);
+std::optional<Strategy> parse_strategy(std::string_view text);
+inline constexpr Strategy kStrategies[] = {Strategy::dp, Strategy::tp, Strategy::fsdp};
+
+// `mesh` has axes batch and model; the model's variables are built in `store`.
+std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh& mesh, const Model& model,
+                                            const VariableStore& store);
+
+// `type: auto`: every 2-D mesh [B, M] of the devices (B * M = their number)
+// with every strategy, partitioned (not run) for one training step of
+// `spec.batch_size`: the cost model's step time and the per-device memory
+// (variable blocks with optimizer state, plus the step workspace). The
+// fastest candidate within `memory_limit` bytes (0: no limit) is chosen.
+struct AutoCandidate {
+  std::int64_t batch_devices = 1, model_devices = 1;
+  Strategy strategy = Strategy::dp;
+  double predicted_seconds = 0;
+  std::int64_t memory_bytes = 0;
+};
+struct AutoChoice {
+  std::vector<AutoCandidate> candidates;
+  std::optional<std::size_t> chosen;  // none when no candidate fits
+};
+AutoChoice choose_auto(const Model& model, const TrainingSpec& spec, const std::vector<Device>& devices,
+                       const Calibration& calibration, std::int64_t memory_limit);
+
+// Per-device bytes of a partitioned program: variable blocks (with optimizer
+// state) plus device 0's step workspace.
+std::int64_t device_memory(const SpmdProgram& program);
+
+}  // namespace tessera
