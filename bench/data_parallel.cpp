@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   for (auto& v : ys) v = static_cast<std::int32_t>(rng() % 10);
   Tensor x = Tensor::from_vector(xs, {batch, 784}), y = Tensor::from_vector(ys, {batch});
 
-  Timing best_single{1e30, 0, 0}, best_dp{1e30, 0, 0}, best_fsdp{1e30, 0, 0};
+  Timing best_single{1e30, 0, 0}, best_dp{1e30, 0, 0}, best_zero{1e30, 0, 0}, best_fsdp{1e30, 0, 0};
   bench::CpuUse use;
   for (int round = 0; round < rounds; ++round) {
     {
@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
       if (t.median_ms < best_dp.median_ms) best_dp = t;
     }
     {
+      DataParallel zero(cpu_devices(2));
+      zero.set_zero(true);
+      VariableStore store;
+      Trainer trainer(model, spec, store, zero);
+      Timing t = time_steps(trainer, x, y, warmup, steps);
+      if (t.median_ms < best_zero.median_ms) best_zero = t;
+    }
+    {
       LayoutMap map;
       map.add("dense(_[0-9]+)?/kernel", TensorLayout({"batch", std::nullopt}));
       ModelParallel fsdp(DeviceMesh({2}, {"batch"}, cpu_devices(2)), map, "batch");
@@ -110,9 +118,12 @@ int main(int argc, char** argv) {
              best_single.min_ms, best_single.max_ms, rate(best_single));
   fmt::print("{:<34} {:>10.2f} {:>7.2f}-{:<8.2f} {:>12.0f}\n", "data parallel cpu:2 x 1 thread", best_dp.median_ms,
              best_dp.min_ms, best_dp.max_ms, rate(best_dp));
+  fmt::print("{:<34} {:>10.2f} {:>7.2f}-{:<8.2f} {:>12.0f}\n", "data parallel + zero 1, cpu:2", best_zero.median_ms,
+             best_zero.min_ms, best_zero.max_ms, rate(best_zero));
   fmt::print("{:<34} {:>10.2f} {:>7.2f}-{:<8.2f} {:>12.0f}\n", "fully sharded cpu:2 x 1 thread", best_fsdp.median_ms,
              best_fsdp.min_ms, best_fsdp.max_ms, rate(best_fsdp));
-  fmt::print("fully sharded / one device: {:.1f}%\n", 100 * rate(best_fsdp) / rate(best_single));
+  fmt::print("zero 1 / one device: {:.1f}%; fully sharded / one device: {:.1f}%\n", 100 * rate(best_zero) / rate(best_single),
+             100 * rate(best_fsdp) / rate(best_single));
   double ratio = rate(best_dp) / rate(best_single);
   fmt::print("data parallel / one device: {:.1f}% of the samples/s (target >= 90%: {})\n", 100 * ratio,
              ratio >= 0.9 ? "met" : "missed");

@@ -93,7 +93,7 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
 
   std::map<std::pair<std::string, std::string>, std::pair<std::int64_t, std::int64_t>> collectives;
   for (const auto& c : program.collectives()) {
-    auto& [count, bytes] = collectives[{std::string(name(c.kind)), axes_label(c.mesh_axes, mesh)}];
+    auto& [count, bytes] = collectives[{std::string(collective_name(c.kind)), axes_label(c.mesh_axes, mesh)}];
     ++count;
     bytes += c.bytes;
   }

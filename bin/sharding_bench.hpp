@@ -7,10 +7,11 @@
 // cost model's predicted step time. The Spearman rank correlation of predicted
 // and measured times closes the table.
 //
-// Layouts: dp (DataParallel), tp (AutoTP over `model`, batches over `batch`),
+// Layouts: dp (DataParallel), zero (dp with ZeRO-1 optimizer state), tp
+// (AutoTP over `model`, batches over `batch`),
 // fsdp (each variable's first divisible dimension split over `batch`: weights
 // gathered, gradients scattered, optimizer state split), config (the config's
-// own layout_map), auto (whichever of dp, tp and fsdp the cost model predicts
+// own layout_map), auto (whichever of dp, zero, tp and fsdp the cost model predicts
 // fastest on that mesh).
 #pragma once
 

@@ -319,7 +319,7 @@ int main(int argc, char** argv) {
   BenchOptions bench;
   bool recalibrate = false;
   bench_cmd->add_option("--mesh", bench.meshes, "Meshes BATCHxMODEL, comma-separated")->capture_default_str();
-  bench_cmd->add_option("--layout", bench.layouts, "Layouts: dp, tp, fsdp, auto, config (comma-separated)")->capture_default_str();
+  bench_cmd->add_option("--layout", bench.layouts, "Layouts: dp, zero, tp, fsdp, auto, config (comma-separated)")->capture_default_str();
   bench_cmd->add_option("--devices", bench.devices, "cpu:N (default: the largest mesh)");
   bench_cmd->add_option("--steps", bench.steps, "Timed training steps per configuration")->capture_default_str();
   bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first")->capture_default_str();

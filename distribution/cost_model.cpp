@@ -53,7 +53,7 @@ std::int64_t flops_of(const Graph& g, const Node& node) {
 
 bool is_collective(OpKind kind) {
   return kind == OpKind::all_reduce || kind == OpKind::all_gather || kind == OpKind::reduce_scatter ||
-         kind == OpKind::all_to_all;
+         kind == OpKind::all_to_all || kind == OpKind::all_gather_into;
 }
 
 }  // namespace
@@ -121,14 +121,18 @@ StepCost predict_step(const SpmdProgram& program, const Calibration& calibration
   StepCost cost;
   for (NodeId n : program.schedule()) {
     const Node& node = g.node(n);
-    if (node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::reshape) continue;
+    if (node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::reshape ||
+        node.kind == OpKind::block_view)
+      continue;
     if (is_collective(node.kind)) {
       std::int64_t members = 1;
       for (int a = 0; a < mesh.rank(); ++a)
         if (node.attrs.mesh_axes & (1u << a)) members *= mesh.shape()[static_cast<std::size_t>(a)];
-      ValueId operand = node.kind == OpKind::all_gather ? node.outputs[0] : node.inputs[0];
+      ValueId operand = node.kind == OpKind::all_gather         ? node.outputs[0]
+                        : node.kind == OpKind::all_gather_into ? node.inputs[1]  // the whole it gathers into
+                                                               : node.inputs[0];
       std::int64_t bytes = bus_bytes(node.kind, static_cast<std::int64_t>(bytes_of(g, operand)), members);
-      cost.collective_bytes[std::string(name(node.kind)) + " " + axes_label(node.attrs.mesh_axes, mesh)] += bytes;
+      cost.collective_bytes[std::string(collective_name(node.kind)) + " " + axes_label(node.attrs.mesh_axes, mesh)] += bytes;
       cost.communication_seconds += calibration.collective_latency_us * 1e-6 + static_cast<double>(bytes) / (calibration.link_gbps * 1e9);
       continue;
     }

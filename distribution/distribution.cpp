@@ -40,7 +40,7 @@ std::optional<TensorLayout> Distribution::tensor_layout(const std::string& path,
 
 std::string Distribution::str() const {
   return std::string(kind_ == Kind::data_parallel ? "data_parallel" : "model_parallel") + " on " + mesh_.str() +
-         ", batch axis '" + batch_dim_name_ + "'";
+         ", batch axis '" + batch_dim_name_ + "'" + (zero_ ? ", optimizer state split along it (zero: 1)" : "");
 }
 
 DataParallel::DataParallel(DeviceMesh mesh) : Distribution(Kind::data_parallel, std::move(mesh), {}, "") {}

@@ -43,6 +43,11 @@ class Distribution {
   // Keras' get_tensor_layout: the layout of an activation ("<layer path>/output"), if the map has one.
   std::optional<TensorLayout> tensor_layout(const std::string& path, const Shape& shape) const;
 
+  // ZeRO-1 (an extension of Keras' API): split optimizer state and updates
+  // along the batch axis; each device updates its rows, then all-gathers.
+  void set_zero(bool on) { zero_ = on; }
+  bool zero() const { return zero_; }
+
   std::string str() const;  // "model_parallel on mesh [2, 4] (batch, model) ..., batch axis 'batch'"
 
  protected:
@@ -53,6 +58,7 @@ class Distribution {
   DeviceMesh mesh_;
   LayoutMap layout_map_;
   std::string batch_dim_name_;
+  bool zero_ = false;
 };
 
 // Replicates every variable and splits batches along the mesh's first axis

@@ -103,7 +103,7 @@ TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
 }  // namespace
 
 DistributionConfig parse_distribution(ConfigNode node) {
-  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s", "memory_limit"});
+  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s", "memory_limit", "zero"});
   DistributionConfig config;
   config.location = node.location() + ": " + node.path();
   const std::string type = node.get("type", "data_parallel");
@@ -182,6 +182,11 @@ DistributionConfig parse_distribution(ConfigNode node) {
   }
   if (type == "data_parallel") config.distribution = std::make_unique<DataParallel>(*mesh);
   else config.distribution = std::make_unique<ModelParallel>(*mesh, map, batch);
+  const auto zero = node.get<std::int64_t>("zero", 0);
+  if (zero != 0 && zero != 1)
+    node["zero"].fail("zero: 1 splits optimizer state and updates along the batch axis (ZeRO-1); 0 does not; got " +
+                      std::to_string(zero));
+  config.distribution->set_zero(zero == 1);
   double timeout = node.get<double>("collective_timeout_s", 60.0);
   if (!(timeout > 0)) node["collective_timeout_s"].fail("collective_timeout_s must be > 0");
   config.collective_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));

@@ -9,6 +9,7 @@
 //     layout_map:
 //       'dense.*kernel': [null, model]
 //       'dense_1/output': [batch, null]   # an activation, as Keras' "<layer path>/output"
+//     zero: 1                   # split optimizer state and updates along the batch axis (ZeRO-1)
 //     collective_timeout_s: 60  # a device missing from a collective this long is an error
 //
 // `auto_tp` chooses the layouts itself (distribution/auto_tp.hpp) over the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "engine/error.hpp"
@@ -31,7 +32,7 @@ struct Role {
 
 class Partitioner {
  public:
-  Partitioner(const Graph& global, const DeviceMesh& mesh) : g_(global), mesh_(mesh) {
+  Partitioner(const Graph& global, const DeviceMesh& mesh, int zero_axis) : g_(global), mesh_(mesh), zero_axis_(zero_axis) {
     p_.local_of.assign(static_cast<std::size_t>(g_.value_count()), -1);
     p_.sharding.resize(static_cast<std::size_t>(g_.value_count()));
   }
@@ -49,7 +50,10 @@ class Partitioner {
         emit_leaf(node, leaves);
         continue;
       }
-      emit(node, decide(node));
+      if ((node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) && zero_params_.contains(node.inputs[0]))
+        emit_zero_update(node);
+      else
+        emit(node, decide(node));
       for (ValueId v : node.outputs)
         if (auto c = constraints.find(v); c != constraints.end()) {
           Sharding want = clean(c->second);
@@ -102,14 +106,18 @@ class Partitioner {
 
   // An optimizer's state (velocity, moments) is split like its parameter: the
   // update writes both in place, so they must be split alike.
-  void follow_parameters(std::map<ValueId, Sharding>& leaves) const {
+  void follow_parameters(std::map<ValueId, Sharding>& leaves) {
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
       std::size_t first_state;
       if (node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) first_state = 2;
       else continue;
       auto param = leaves.find(node.inputs[0]);
-      const Sharding split = param == leaves.end() ? Sharding::replicated(g_.shape(node.inputs[0]).rank()) : param->second;
+      Sharding split = clean(param == leaves.end() ? Sharding::replicated(g_.shape(node.inputs[0]).rank()) : param->second);
+      if (zero_eligible(node.inputs[0], split)) {  // the state holds only this device's rows
+        zero_params_.insert(node.inputs[0]);
+        split.dims[0] = zero_axis_;
+      }
       for (std::size_t i = first_state; i < node.inputs.size(); ++i) {
         auto [state, added] = leaves.try_emplace(node.inputs[i], split);
         if (!added && !(clean(state->second) == clean(split)))
@@ -118,6 +126,33 @@ class Partitioner {
                             "; an optimizer's state must be split like its parameter");
       }
     }
+  }
+
+  // ZeRO-1 applies to a parameter whose rows are whole and divide over the
+  // zero axis, which it does not use otherwise.
+  bool zero_eligible(ValueId param, const Sharding& s) const {
+    if (zero_axis_ == kNone || axis_size(zero_axis_) == 1 || s.rank() == 0) return false;
+    return s.dims[0] == kNone && !(s.axes_used() & bit(zero_axis_)) && g_.shape(param)[0] % axis_size(zero_axis_) == 0;
+  }
+
+  // A ZeRO-1 update: each device reduce-scatters the gradient to its rows,
+  // updates those rows of the parameter (a view into it) with its block of
+  // the state, and all-gathers the rows back into every copy, in place.
+  void emit_zero_update(const Node& node) {
+    const ValueId param = node.inputs[0];
+    Sharding rows = current(param);
+    rows.dims[0] = zero_axis_;
+    OpAttrs view_attrs;
+    view_attrs.mesh_axes = bit(zero_axis_);
+    const ValueId whole = p_.local_of[param];
+    NodeId view_node = p_.local.add_node(OpKind::block_view, {whole}, view_attrs, {{local_shape(param, rows), g_.dtype(param)}});
+    std::vector<ValueId> inputs{p_.local.node(view_node).outputs[0]};
+    for (std::size_t i = 1; i < node.inputs.size(); ++i) inputs.push_back(redistribute(node.inputs[i], rows));
+    p_.local.add_node(node.kind, inputs, node.attrs, {});
+    NodeId gather = p_.local.add_node(OpKind::all_gather_into, {inputs[0], whole}, view_attrs, {});
+    (void)gather;
+    const std::int64_t bytes = g_.shape(param).numel() * static_cast<std::int64_t>(dtype_size(g_.dtype(param)));
+    p_.collectives.push_back({OpKind::all_gather_into, bit(zero_axis_), bytes, param, inputs[0]});
   }
 
   void emit_leaf(const Node& node, const std::map<ValueId, Sharding>& leaves) {
@@ -504,6 +539,8 @@ class Partitioner {
       case OpKind::reduce_scatter:
       case OpKind::shard_slice:
       case OpKind::all_to_all:
+      case OpKind::block_view:
+      case OpKind::all_gather_into:
         break;
     }
     throw GraphError("partitioner: op '" + std::string(name(kind)) + "' has no sharding rule");
@@ -635,15 +672,20 @@ class Partitioner {
 
   const Graph& g_;
   const DeviceMesh& mesh_;
+  int zero_axis_;                  // ZeRO-1: the axis splitting optimizer state and updates, or kNone
+  std::set<ValueId> zero_params_;  // parameters updated that way
   Partition p_;
   std::map<std::pair<ValueId, std::string>, ValueId> cache_;
 };
 
 }  // namespace
 
+std::string_view collective_name(OpKind kind) { return kind == OpKind::all_gather_into ? "all_gather" : name(kind); }
+
 Partition partition(const Graph& global, const std::vector<ValueId>& outputs, const DeviceMesh& mesh,
-                    const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints) {
-  return Partitioner(global, mesh).run(outputs, leaf_shardings, constraints);
+                    const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints,
+                    int zero_axis) {
+  return Partitioner(global, mesh, zero_axis).run(outputs, leaf_shardings, constraints);
 }
 
 }  // namespace tessera

@@ -29,12 +29,15 @@ namespace tessera {
 
 // One collective of the per-device graph, for plans and accounting.
 struct PlannedCollective {
-  OpKind kind;               // all_reduce, all_gather, reduce_scatter or all_to_all
+  OpKind kind;               // all_reduce, all_gather, reduce_scatter, all_to_all or all_gather_into
   std::uint32_t mesh_axes;   // the group's axes
-  std::int64_t bytes;        // the per-device operand: output of all_gather, else the input
+  std::int64_t bytes;        // the per-device operand: output of all_gather (the whole of all_gather_into), else the input
   ValueId value;             // the global value it moves
   ValueId local;             // its result in the per-device graph
 };
+
+// The communicator's name for a collective op ("all_gather" for all_gather_into).
+std::string_view collective_name(OpKind kind);
 
 struct Partition {
   Graph local;                          // what every device runs
@@ -48,9 +51,12 @@ struct Partition {
 // replicated; an optimizer's state variables follow their parameter's);
 // `constraints` fixes the sharding of values right after they are produced
 // (Keras' "<layer>/output" activation layouts). Axes of size 1 are ignored.
+// `zero_axis` (a mesh axis, or -1): ZeRO-1 over it: the optimizer state of a
+// parameter whose rows it does not split holds only a device's rows, and
+// each device updates only those rows, then all-gathers the parameter.
 // Throws LayoutError when a given sharding does not fit its value.
 Partition partition(const Graph& global, const std::vector<ValueId>& outputs, const DeviceMesh& mesh,
                     const std::map<ValueId, Sharding>& leaf_shardings,
-                    const std::map<ValueId, Sharding>& constraints = {});
+                    const std::map<ValueId, Sharding>& constraints = {}, int zero_axis = -1);
 
 }  // namespace tessera

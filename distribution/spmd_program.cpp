@@ -73,8 +73,9 @@ std::int64_t ShardedVariables::bytes_on(int rank) const {
 }
 
 SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
-                         const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints)
-    : global_(global), runtime_(runtime), partition_(tessera::partition(global, outputs, runtime.mesh(), leaf_shardings, constraints)), outputs_(outputs) {
+                         const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints,
+                         int zero_axis)
+    : global_(global), runtime_(runtime), partition_(tessera::partition(global, outputs, runtime.mesh(), leaf_shardings, constraints, zero_axis)), outputs_(outputs) {
   const DeviceMesh& mesh = runtime.mesh();
   for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
     auto exec = std::make_unique<Executor>(partition_.local, partition_.outputs, mesh.devices()[static_cast<std::size_t>(rank)]);

@@ -74,7 +74,8 @@ class ShardedVariables {
 class SpmdProgram {
  public:
   SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
-              const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints = {});
+              const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints = {},
+              int zero_axis = -1);
   // The executors refer to partition().local.
   SpmdProgram(const SpmdProgram&) = delete;
   SpmdProgram& operator=(const SpmdProgram&) = delete;

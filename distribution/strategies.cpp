@@ -10,7 +10,7 @@
 namespace tessera {
 namespace {
 
-constexpr std::array<std::string_view, 3> kNames = {"dp", "tp", "fsdp"};
+constexpr std::array<std::string_view, 4> kNames = {"dp", "zero", "tp", "fsdp"};
 
 LayoutMap fsdp_layouts(const VariableStore& store, const DeviceMesh& mesh) {
   LayoutMap map;
@@ -44,6 +44,11 @@ std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh&
   switch (strategy) {
     case Strategy::dp:
       return std::make_unique<DataParallel>(mesh);
+    case Strategy::zero: {
+      auto dp = std::make_unique<DataParallel>(mesh);
+      dp->set_zero(true);
+      return dp;
+    }
     case Strategy::tp:
       return std::make_unique<ModelParallel>(mesh, plan_auto_tp(model, store, mesh, "model").layout_map(), "batch");
     case Strategy::fsdp:

@@ -1,6 +1,8 @@
 // Named layout strategies over a [batch, model] mesh: what `tessera bench
 // --layout` sweeps and `type: auto` chooses among.
 //   dp    DataParallel: batches split over `batch`, every variable replicated
+//   zero  dp with optimizer state and updates split over `batch` (ZeRO-1):
+//         gradients reduce-scattered, parameters all-gathered after the update
 //   tp    AutoTP over `model` (auto_tp.hpp), batches over `batch`
 //   fsdp  each variable's first dimension that `batch` divides split over it
 //         (ZeRO-3: weights gathered for use, gradients reduce-scattered,
@@ -20,10 +22,10 @@
 
 namespace tessera {
 
-enum class Strategy { dp, tp, fsdp };
+enum class Strategy { dp, zero, tp, fsdp };
 std::string_view name(Strategy strategy);
 std::optional<Strategy> parse_strategy(std::string_view text);
-inline constexpr Strategy kStrategies[] = {Strategy::dp, Strategy::tp, Strategy::fsdp};
+inline constexpr Strategy kStrategies[] = {Strategy::dp, Strategy::zero, Strategy::tp, Strategy::fsdp};
 
 // `mesh` has axes batch and model; the model's variables are built in `store`.
 std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh& mesh, const Model& model,

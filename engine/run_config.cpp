@@ -94,6 +94,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
   if (!run.distribution) return std::make_unique<Trainer>(run.model, run.training, store);
   run.model.build(store, run.training.seed);
   DistributionConfig& config = *run.distribution;
+  const bool zero = config.distribution->zero();  // kept when the layouts are chosen below
   if (config.auto_mesh && !config.auto_choice) {  // the mesh and strategy the cost model predicts fastest
     const std::vector<Device> devices = config.distribution->mesh().devices();
     config.auto_choice = choose_auto(run.model, run.training, devices, cached_calibration(), config.memory_limit);
@@ -115,6 +116,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
     config.distribution = std::make_unique<ModelParallel>(placeholder.mesh(), config.auto_tp->layout_map(),
                                                           placeholder.batch_dim_name());
   }
+  config.distribution->set_zero(zero);
   // Every variable's layout is checked now, so that an error points at its layout-map entry.
   const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {

@@ -189,6 +189,13 @@ void Executor::run_node(const Node& node) {
     case OpKind::all_to_all:
       return spmd(node).comm().all_to_all(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
                                           at.axes[0], at.axes[1]);
+    case OpKind::block_view: {  // a view of this device's rows: nothing moves
+      std::int64_t rows = graph_.value(node.outputs[0]).shape[0];
+      tensors_[node.outputs[0]] = in(node, 0).rows(spmd(node).coordinate(std::countr_zero(at.mesh_axes)) * rows, rows);
+      return;
+    }
+    case OpKind::all_gather_into:
+      return spmd(node).comm().all_gather(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), in(node, 1), 0);
     case OpKind::shard_slice: {
       int mesh_axis = std::countr_zero(at.mesh_axes);
       std::int64_t block = out(node, 0).shape()[at.axis];

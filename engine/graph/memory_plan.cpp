@@ -7,8 +7,10 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
+// Side effects on variables: scheduled though nothing reads their (absent) outputs.
 bool is_update(OpKind kind) {
-  return kind == OpKind::sgd_update || kind == OpKind::adam_update || kind == OpKind::moving_average;
+  return kind == OpKind::sgd_update || kind == OpKind::adam_update || kind == OpKind::moving_average ||
+         kind == OpKind::all_gather_into;
 }
 bool is_external(OpKind kind) { return kind == OpKind::input || kind == OpKind::variable; }
 
@@ -42,7 +44,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
   for (NodeId n = 0; n < graph.node_count(); ++n)
     if (needed_node[n]) plan.schedule.push_back(n);
 
-  // Lifetimes, with reshape outputs sharing (and extending) their input's storage.
+  // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());
   for (int pos = 0; pos < end; ++pos) {
     const Node& node = graph.node(plan.schedule[pos]);
@@ -51,7 +53,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
       plan.last_use[root] = std::max(plan.last_use[root], pos);
     }
     for (ValueId out : node.outputs) {
-      if (node.kind == OpKind::reshape) plan.storage_of[out] = plan.storage_of[node.inputs[0]];
+      if (node.kind == OpKind::reshape || node.kind == OpKind::block_view) plan.storage_of[out] = plan.storage_of[node.inputs[0]];
       ValueId root = plan.storage_of[out];
       if (plan.first_use[root] < 0) plan.first_use[root] = pos;
       plan.last_use[root] = std::max(plan.last_use[root], pos);

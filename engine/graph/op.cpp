@@ -10,8 +10,9 @@ constexpr std::array<std::string_view, kOpKindCount> kOpNames = {
     "pool2d", "pool2d_grad", "unary", "unary_grad", "binary", "reduce", "broadcast_to",
     "reshape", "transpose", "softmax", "softmax_grad", "layer_norm", "layer_norm_grad",
     "embedding", "embedding_grad", "one_hot", "cast", "concat", "slice", "dropout", "sgd_update", "adam_update", "moving_average",
-    "all_reduce", "all_gather", "reduce_scatter", "shard_slice", "all_to_all"};
-static_assert(kOpNames.back() == "all_to_all", "update kOpNames with OpKind");
+    "all_reduce", "all_gather", "reduce_scatter", "shard_slice", "all_to_all",
+    "block_view", "all_gather_into"};
+static_assert(kOpNames.back() == "all_gather_into", "update kOpNames with OpKind");
 
 }  // namespace
 

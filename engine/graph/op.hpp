@@ -55,8 +55,11 @@ enum class OpKind : std::uint8_t {
   reduce_scatter,     // (x) -> this device's block along attrs.axis of the group's sum
   shard_slice,        // (x) -> this device's block along attrs.axis (a local copy, no communication)
   all_to_all,         // (x) -> block j along attrs.axes[0] sent to member j, received blocks joined along attrs.axes[1]
+  block_view,         // (x) -> this device's block of rows (dimension 0) of x: a view, like reshape
+  all_gather_into,    // (block, whole) -> (): whole = the group's blocks joined along dimension 0, in place
+                      // (block is this device's block_view of whole); a side effect, like the updates
 };
-inline constexpr int kOpKindCount = 35;
+inline constexpr int kOpKindCount = 37;
 
 std::string_view name(OpKind kind);
 

@@ -213,7 +213,8 @@ void Trainer::distribute(Program& p, const Model::Traced& traced,
       if (split_batch) throw;
     }
   }
-  p.spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints);
+  const int zero_axis = distribution_->zero() ? mesh.axis_index(distribution_->batch_dim_name()) : -1;
+  p.spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints, zero_axis);
   for (const auto& [path, id] : leaves) p.spmd->bind_blocks(id, sharded_->blocks(path, p.spmd->sharding(id)));
 }
 

@@ -117,7 +117,7 @@ assert row["collective_bytes_per_step"] == {k: v for k, v in row["predicted_coll
 svg = ET.parse(sys.argv[3]).getroot()
 assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 6
 PY
-expect_fail 3 "unknown layout 'zero'" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout zero
+expect_fail 3 "unknown layout 'zerro'" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout zerro
 out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/sharded_ckpt" --split train)
 grep -q "accuracy" <<<"$out" || fail "a sharded checkpoint did not load on one device: $out"
 

@@ -88,7 +88,7 @@ TEST_CASE("type auto: every mesh and strategy is a candidate; the fastest within
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
   const Calibration calibration{100, 10, 10, 1, 2};
   AutoChoice free = choose_auto(model, spec, cpu_devices(4), calibration, 0);
-  REQUIRE(free.candidates.size() == 3 * 3);  // 1x4, 2x2, 4x1 x dp, tp, fsdp
+  REQUIRE(free.candidates.size() == 3 * 4);  // 1x4, 2x2, 4x1 x dp, zero, tp, fsdp
   REQUIRE(free.chosen);
   for (const auto& c : free.candidates) CHECK(free.candidates[*free.chosen].predicted_seconds <= c.predicted_seconds);
   // Replicated strategies hold every parameter and its Adam moments (3 x 7.1 MiB): a budget

@@ -171,3 +171,25 @@ TEST_CASE("an optimizer state split unlike its parameter is an error naming both
                        LayoutError);
   set_cpu_device_count(1);
 }
+
+TEST_CASE("zero 1: gradients reduce-scattered and parameters all-gathered, no all-reduce of big parameters") {
+  set_cpu_device_count(4, 1);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
+  DataParallel distribution(cpu_devices(4));
+  distribution.set_zero(true);
+  VariableStore store;
+  Trainer trainer(model, spec, store, distribution);
+  std::map<std::string, int> counts;
+  for (const auto& c : trainer.sharded_program(16)->collectives()) ++counts[std::string(name(c.kind))];
+  // Every parameter's rows divide by 4 except dense_2/bias [10]: it keeps its all-reduce, as does the loss.
+  CHECK(counts == std::map<std::string, int>{{"all_gather", 1}, {"all_gather_into", 5}, {"all_reduce", 2}, {"reduce_scatter", 5}});
+  // The Adam moments hold a quarter of the rows.
+  for (ValueId v : trainer.sharded_program(16)->global().variables()) {
+    const Value& value = trainer.sharded_program(16)->global().value(v);
+    if (value.name == "optimizer/mlp/dense/kernel/m")
+      CHECK(trainer.sharded_program(16)->sharding(v).local_shape(value.shape, distribution.mesh()) == Shape{196, 1024});
+  }
+  set_cpu_device_count(1);
+}

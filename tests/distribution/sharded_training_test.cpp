@@ -329,3 +329,19 @@ TEST_CASE("an activation layout survives a last batch the batch axis does not di
   CHECK(logs[0].train.samples == 35);
   set_cpu_device_count(1);
 }
+
+TEST_CASE("zero 1: optimizer state and updates split along the batch axis train as one device") {
+  set_cpu_device_count(8, 1);
+  for (const ModelCase& c : {mlp_case(), gpt_case()})
+    for (const std::string& optimizer : {kSgd, kAdam}) {
+      const RunResult expected = train(c, nullptr, optimizer);
+      for (auto [batch, model] : std::vector<std::pair<std::int64_t, std::int64_t>>{{4, 1}, {2, 2}}) {
+        DeviceMesh mesh = mesh_of(batch, model);
+        DataParallel distribution(mesh);
+        distribution.set_zero(true);
+        check_same(expected, train(c, &distribution, optimizer), c.file + " with " + optimizer + " on " + distribution.str(),
+                   optimizer == kAdam ? 2e-4f : 2e-5f);
+      }
+    }
+  set_cpu_device_count(1);
+}
