@@ -75,7 +75,8 @@ class Planner {
       } else if (split(p + "kernel", "out")) {
         split(p + "bias", "out");
         out = true;
-        rule(layer, "column-parallel", last ? "its outputs split over '" + axis_ + "' (the loss gathers them: no vocabulary-parallel loss yet)"
+        rule(layer, "column-parallel", last ? "its outputs split over '" + axis_ + "': vocabulary-parallel, the loss's softmax "
+                                                   "all-reduces a max and a sum per row instead of gathering them"
                                             : "its outputs split over '" + axis_ + "', for a row-parallel layer to read");
       } else {
         rule(layer, "replicated", unit + " " + of(extent(p + "kernel", "out")));

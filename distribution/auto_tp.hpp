@@ -7,7 +7,9 @@
 //     (one all-reduce per pair, the row-parallel bias added once after it);
 //   - attention splits heads (query/key/value column-parallel, the output
 //     projection row-parallel) and the feed-forward pair is column/row;
-//   - embeddings split the hidden dimension;
+//   - embeddings split the hidden dimension; a last Dense (the head onto a
+//     vocabulary) is column-parallel and the loss's softmax runs on the split
+//     logits (the partitioner all-reduces its max and sum);
 //   - activations and pooling keep a split; norms, Dropout, Flatten and
 //     anything without a rule need whole features (the split is gathered);
 //   - a dimension the model axis does not divide stays whole (replicated),

@@ -52,6 +52,8 @@ class Partitioner {
       }
       if ((node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) && zero_params_.contains(node.inputs[0]))
         emit_zero_update(node);
+      else if (softmax_over_split_axis(node))
+        emit_distributed_softmax(node);
       else
         emit(node, decide(node));
       for (ValueId v : node.outputs)
@@ -155,6 +157,48 @@ class Partitioner {
     p_.collectives.push_back({OpKind::all_gather_into, bit(zero_axis_), bytes, param, inputs[0]});
   }
 
+  // Softmax (and its gradient) over a dimension split along mesh axis `a`
+  // need not gather it: the max and the sum over that dimension are
+  // all-reduced instead (Megatron's vocabulary-parallel cross-entropy: the
+  // logits of a column-parallel head are never gathered).
+  bool softmax_over_split_axis(const Node& node) const {
+    if (node.kind != OpKind::softmax && node.kind != OpKind::softmax_grad) return false;
+    const Sharding& x = current(node.inputs[0]);
+    return x.partial == 0 && x.dims[static_cast<std::size_t>(node.attrs.axis)] != kNone;
+  }
+
+  void emit_distributed_softmax(const Node& node) {
+    Graph& l = p_.local;
+    const int axis = node.attrs.axis;
+    Sharding s = current(node.inputs[0]);
+    const int a = s.dims[static_cast<std::size_t>(axis)];
+    const ValueId global_out = node.outputs[0];
+    auto across = [&](ValueId local_partial, ReduceOp op) {  // the reduction over the split dimension
+      return collective(OpKind::all_reduce, local_partial, bit(a), 0, l.shape(local_partial), l.dtype(local_partial), global_out,
+                        kNone, op);
+    };
+    auto over_axis = [&](ReduceOp op, ValueId v) { return l.reduce(op, v, {axis}, /*keepdims=*/true); };
+    const ValueId x = redistribute(node.inputs[0], s);
+    ValueId out;
+    if (node.kind == OpKind::softmax) {
+      const ValueId shifted = l.sub(x, across(over_axis(ReduceOp::max, x), ReduceOp::max));
+      const ValueId e = l.unary(UnaryOp::exp, shifted);
+      const ValueId sum = across(over_axis(ReduceOp::sum, e), ReduceOp::sum);
+      out = node.attrs.log ? l.sub(shifted, l.unary(UnaryOp::log, sum)) : l.div(e, sum);
+    } else {  // (y, dy): the gradient needs one sum over the split dimension
+      Sharding dy_sharding = s;
+      dy_sharding.partial = 0;
+      const ValueId dy = redistribute(node.inputs[1], dy_sharding);
+      if (node.attrs.log) {  // dx = dy - exp(y) * sum(dy)
+        out = l.sub(dy, l.mul(l.unary(UnaryOp::exp, x), across(over_axis(ReduceOp::sum, dy), ReduceOp::sum)));
+      } else {  // dx = y * (dy - sum(dy * y))
+        out = l.mul(x, l.sub(dy, across(over_axis(ReduceOp::sum, l.mul(dy, x)), ReduceOp::sum)));
+      }
+    }
+    p_.local_of[global_out] = out;
+    p_.sharding[global_out] = s;
+  }
+
   void emit_leaf(const Node& node, const std::map<ValueId, Sharding>& leaves) {
     ValueId v = node.outputs[0];
     const Value& value = g_.value(v);
@@ -174,10 +218,11 @@ class Partitioner {
 
   // `dim`: the dimension gathered, scattered or sliced; all_to_all also splits `split_dim`.
   ValueId collective(OpKind kind, ValueId local, Mask axes, int dim, const Shape& shape, DType dtype, ValueId global,
-                     int split_dim = kNone) {
+                     int split_dim = kNone, ReduceOp op = ReduceOp::sum) {
     OpAttrs attrs;
     attrs.mesh_axes = axes;
     attrs.axis = dim;
+    attrs.reduce = op;
     if (kind == OpKind::all_to_all) attrs.axes = {split_dim, dim};
     NodeId n = p_.local.add_node(kind, {local}, attrs, {{shape, dtype}});
     ValueId out = p_.local.node(n).outputs[0];

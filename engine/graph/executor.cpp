@@ -180,7 +180,7 @@ void Executor::run_node(const Node& node) {
       return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
     }
     case OpKind::all_reduce:
-      return spmd(node).comm().all_reduce(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0));
+      return spmd(node).comm().all_reduce(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0), at.reduce);
     case OpKind::all_gather:
       return spmd(node).comm().all_gather(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0), at.axis);
     case OpKind::reduce_scatter:

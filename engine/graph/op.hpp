@@ -50,7 +50,7 @@ enum class OpKind : std::uint8_t {
   moving_average,     // (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
   // Collectives of a partitioned (per-device) graph, over the devices that
   // differ only along the mesh axes in attrs.mesh_axes (see distribution/partitioner.hpp).
-  all_reduce,         // (x) -> sum of x over the group
+  all_reduce,         // (x) -> attrs.reduce (sum, max) of x over the group
   all_gather,         // (x) -> the group's blocks joined along attrs.axis
   reduce_scatter,     // (x) -> this device's block along attrs.axis of the group's sum
   shard_slice,        // (x) -> this device's block along attrs.axis (a local copy, no communication)

@@ -155,7 +155,10 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;
-  std::vector<ValueId> outputs{p->output};
+  // Training without metrics never reads the outputs: not asking for them
+  // spares a sharded run gathering them (a vocabulary-parallel head's logits).
+  std::vector<ValueId> outputs;
+  if (!training || !spec_.metrics.empty()) outputs.push_back(p->output);
   std::vector<std::pair<std::string, ValueId>> leaves = traced.variables;
   if (with_loss) {
     Shape per_sample = g.shape(p->output);
@@ -365,7 +368,7 @@ Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) 
   float loss = p.result(p.loss).to_vector<float>()[0];
   if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, p.result(p.output), targets, n);
+  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.result(p.output), targets, n);
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);

@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include "backends/registry.hpp"
+#include <set>
+
+#include "distribution/auto_tp.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
@@ -44,8 +47,9 @@ std::string mlp_plan(std::vector<std::int64_t> shape, const LayoutMap& map,
 
 }  // namespace
 
-TEST_CASE("data parallel: one all-reduce per gradient, plus the loss and the gathered logits") {
-  CHECK(mlp_plan({4, 1}, {}) == "all_gather batch: 1; all_reduce batch: 7");
+TEST_CASE("data parallel: one all-reduce per gradient, plus the loss") {
+  // No metrics: the logits are never gathered.
+  CHECK(mlp_plan({4, 1}, {}) == "all_reduce batch: 7");
 }
 
 TEST_CASE("Megatron column- then row-parallel: one model-axis all-reduce, after the row-parallel matmul") {
@@ -58,7 +62,7 @@ TEST_CASE("Megatron column- then row-parallel: one model-axis all-reduce, after 
   CHECK(mlp_plan({1, 2}, map) == "all_reduce model: 1");
   // With a batch axis too: the gradients of the split variables are reduced
   // over `batch` only; the replicated last layer's too.
-  CHECK(mlp_plan({2, 2}, map) == "all_gather batch: 1; all_reduce batch: 7; all_reduce model: 1");
+  CHECK(mlp_plan({2, 2}, map) == "all_reduce batch: 7; all_reduce model: 1");
 }
 
 TEST_CASE("fully sharded: weights all-gathered once per step, their gradients reduce-scattered") {
@@ -66,8 +70,8 @@ TEST_CASE("fully sharded: weights all-gathered once per step, their gradients re
   map.add("dense(_1)?/kernel", TensorLayout({"batch", none}));
   std::vector<std::string> gathered;
   // Two kernels gathered and their gradients scattered; the biases', the
-  // last layer's and the loss reduced; the logits gathered.
-  CHECK(mlp_plan({4, 1}, map, &gathered) == "all_gather batch: 3; all_reduce batch: 5; reduce_scatter batch: 2");
+  // last layer's and the loss reduced.
+  CHECK(mlp_plan({4, 1}, map, &gathered) == "all_gather batch: 2; all_reduce batch: 5; reduce_scatter batch: 2");
   // The forward's gathered weight is reused by the backward pass.
   CHECK(std::count(gathered.begin(), gathered.end(), "mlp/dense/kernel") == 1);
   CHECK(std::count(gathered.begin(), gathered.end(), "mlp/dense_1/kernel") == 1);
@@ -184,12 +188,74 @@ TEST_CASE("zero 1: gradients reduce-scattered and parameters all-gathered, no al
   std::map<std::string, int> counts;
   for (const auto& c : trainer.sharded_program(16)->collectives()) ++counts[std::string(name(c.kind))];
   // Every parameter's rows divide by 4 except dense_2/bias [10]: it keeps its all-reduce, as does the loss.
-  CHECK(counts == std::map<std::string, int>{{"all_gather", 1}, {"all_gather_into", 5}, {"all_reduce", 2}, {"reduce_scatter", 5}});
+  CHECK(counts == std::map<std::string, int>{{"all_gather_into", 5}, {"all_reduce", 2}, {"reduce_scatter", 5}});
   // The Adam moments hold a quarter of the rows.
   for (ValueId v : trainer.sharded_program(16)->global().variables()) {
     const Value& value = trainer.sharded_program(16)->global().value(v);
     if (value.name == "optimizer/mlp/dense/kernel/m")
       CHECK(trainer.sharded_program(16)->sharding(v).local_shape(value.shape, distribution.mesh()) == Shape{196, 1024});
   }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("softmax over a split dimension all-reduces its max and sum instead of gathering") {
+  set_cpu_device_count(4, 1);
+  for (bool log : {false, true}) {
+    INFO((log ? "log-softmax" : "softmax"));
+    Graph g;
+    ValueId x = g.input("x", {3, 8});
+    ValueId w = g.variable("w", {3, 8});
+    ValueId logits = g.mul(x, w);
+    ValueId y = g.softmax(logits, -1, log);
+    ValueId loss = g.reduce(ReduceOp::sum, g.mul(y, y), {0, 1});
+    auto grads = append_gradients(g, loss, {w});
+    std::vector<ValueId> outputs{y, grads.at(w)};
+    const Tensor xs = test::random_tensor({3, 8}, 7, -3, 3), ws = test::random_tensor({3, 8}, 8);
+    Executor single(g, outputs);
+    single.bind(x, xs), single.bind(w, ws);
+    single.run();
+    DeviceMesh mesh({4}, {"model"}, cpu_devices(4));
+    DataParallel distribution(mesh);
+    SpmdRuntime runtime(distribution);
+    Sharding columns = Sharding::replicated(2);
+    columns.dims[1] = 0;
+    SpmdProgram program(g, outputs, runtime, {{x, columns}, {w, columns}});
+    // Nothing gathers the softmax's input; only the requested outputs (y, dw) are gathered at the end.
+    int gathers = 0;
+    for (const auto& c : program.collectives()) {
+      CHECK(c.value != logits);
+      gathers += c.kind == OpKind::all_gather;
+    }
+    CHECK(gathers == 2);
+    program.bind(x, xs), program.bind(w, ws);
+    program.run();
+    test::check_close(program.output(y), single.output(y).to_vector<float>(), 1e-5, 1e-6);
+    test::check_close(program.output(grads.at(w)), single.output(grads.at(w)).to_vector<float>(), 1e-4, 1e-6);
+  }
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("AutoTP's vocabulary-parallel head: training never gathers the logits") {
+  set_cpu_device_count(4, 1);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/gpt.yaml")["model"]);
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 8}")["training"]);
+  DeviceMesh mesh({1, 4}, {"batch", "model"}, cpu_devices(4));
+  VariableStore store;
+  model.build(store, 0);
+  ModelParallel distribution(mesh, plan_auto_tp(model, store, mesh, "model").layout_map(), "batch");
+  Trainer trainer(model, spec, store, distribution);
+  const SpmdProgram& program = *trainer.sharded_program(8);
+  // The loss's log-softmax: its input is the logits, split over the vocabulary.
+  const Graph& g = program.global();
+  std::set<ValueId> logits;
+  for (NodeId n = 0; n < g.node_count(); ++n)
+    if ((g.node(n).kind == OpKind::softmax || g.node(n).kind == OpKind::softmax_grad) && g.node(n).attrs.log)
+      for (ValueId v : g.node(n).inputs) logits.insert(v);
+  REQUIRE(!logits.empty());
+  CHECK(program.sharding(*logits.begin()).dims[2] == 1);  // [batch, time, vocab] split over `model`
+  // What moves for them is a max or a sum per row ([batch, time, 1]), not the logits.
+  for (const auto& c : program.collectives())
+    if (logits.contains(c.value)) CHECK(c.bytes == 8 * 128 * 4);
   set_cpu_device_count(1);
 }
