@@ -10,7 +10,7 @@ constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
     "copy", "fill", "matmul", "conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
     "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
     "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
-    "layer_norm_backward", "embedding", "embedding_backward", "one_hot", "cast", "random_uniform",
+    "layer_norm_backward", "embedding", "embedding_block", "embedding_backward", "one_hot", "cast", "random_uniform",
     "random_normal", "dropout", "sgd_update", "adam_update", "concat", "slice", "moving_average"};
 static_assert(kKernelNames.back() == "moving_average", "update kKernelNames with Kernel");
 
@@ -265,6 +265,20 @@ void Backend::embedding(const Tensor& table, const Tensor& ids, const Tensor& ou
   run_embedding(table, ids, out);
 }
 
+void Backend::embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
+                              std::int64_t vocab) {
+  Check c(*this, "embedding_block");
+  c.on_device({{"table", &table}, {"ids", &ids}, {"out", &out}}).same_dtype({{"table", &table}, {"out", &out}});
+  if (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)
+    throw DTypeError("embedding_block: ids is " + ids.describe() + ", expected i32 or i64");
+  c.shape("out", out, embedding_output_shape(table.shape(), ids.shape()));
+  if (first_row < 0 || first_row + table.shape()[0] > vocab)
+    throw ShapeError("embedding_block: rows [" + std::to_string(first_row) + ", " +
+                     std::to_string(first_row + table.shape()[0]) + ") of " + table.describe() +
+                     " do not lie in a vocabulary of " + std::to_string(vocab));
+  run_embedding_block(table, ids, out, first_row, vocab);
+}
+
 void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
   Check c(*this, "embedding_backward");
   c.on_device({{"ids", &ids}, {"dout", &dout}, {"dtable", &dtable}});
@@ -401,6 +415,9 @@ void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, 
 void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(Kernel::layer_norm); }
 void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::layer_norm_backward); }
 void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding); }
+void Backend::run_embedding_block(const Tensor&, const Tensor&, const Tensor&, std::int64_t, std::int64_t) {
+  unsupported(Kernel::embedding_block);
+}
 void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding_backward); }
 void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(Kernel::one_hot); }
 void Backend::run_concat(const std::vector<Tensor>&, const Tensor&, int) { unsupported(Kernel::concat); }

@@ -31,11 +31,11 @@ namespace tessera {
 enum class Kernel : std::uint8_t {
   copy, fill, matmul, conv2d_forward, conv2d_backward_data, conv2d_backward_weights,
   pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
-  transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding,
+  transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding, embedding_block,
   embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update,
   concat, slice, moving_average
 };
-inline constexpr int kKernelCount = 30;
+inline constexpr int kKernelCount = 31;
 std::string_view name(Kernel kernel);
 
 class Backend {
@@ -106,6 +106,12 @@ class Backend {
 
   // out[..., :] = table[ids[...], :]; ids are i32 or i64, each in [0, V).
   void embedding(const Tensor& table, const Tensor& ids, const Tensor& out);
+  // A block of a vocabulary split over devices: `table` holds rows
+  // [first_row, first_row + rows) of a `vocab`-row vocabulary; ids outside
+  // the block give zero rows (their owner adds them in), ids outside the
+  // vocabulary are a ShapeError.
+  void embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
+                       std::int64_t vocab);
   // dtable[ids[...], :] += dout[..., :] (scatter-add; dtable is not cleared).
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
 
@@ -176,6 +182,8 @@ class Backend {
                                        const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                                        const Tensor& dgamma, const Tensor& dbeta);
   virtual void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out);
+  virtual void run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
+                                   std::int64_t vocab);
   virtual void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
   virtual void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis);
   virtual void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start);

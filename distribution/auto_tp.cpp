@@ -88,7 +88,8 @@ class Planner {
     } else if (t == "Embedding" || t == "PositionEmbedding") {
       out = split(p + "embeddings", "out");
       rule(layer, out ? "hidden-parallel" : "replicated",
-           out ? "the hidden dimension splits (a vocabulary split needs a masked lookup, not built yet)"
+           out ? "the hidden dimension splits: gathering its output moves half the bytes that all-reducing a "
+                 "vocabulary split's masked lookups would (a layout map can still ask for [model, null])"
                : "the hidden size " + of(extent(p + "embeddings", "out")));
     } else if (t == "TransformerBlock" || t == "MultiHeadAttention") {
       const std::string attention = t == "TransformerBlock" ? p + "attention/" : p;

@@ -396,7 +396,7 @@ class Partitioner {
   // meet in one result dimension or one summed pair agree on a split; a split
   // summed pair makes the result a partial sum over that axis.
   Decision contraction(const Node& node, const std::vector<Role>& ra, const std::vector<Role>& rb, int summed,
-                       Operands operands) const {
+                       Operands operands, bool results_first = false) const {
     sum_colliding_partials(operands);
     auto& in = operands.in;
     const Mask partial = operands.partial;
@@ -419,10 +419,11 @@ class Partitioner {
     Mask used = partial;
     Sharding result = Sharding::replicated(out.rank());
     // Summed pairs first: a split contraction costs one reduction of the result,
-    // cheaper than gathering an operand.
+    // cheaper than gathering an operand (unless the caller says otherwise).
     std::vector<int> order;
     for (int gi = out.rank(); gi < groups; ++gi) order.push_back(gi);
     for (int gi = 0; gi < out.rank(); ++gi) order.push_back(gi);
+    if (results_first) std::rotate(order.begin(), order.begin() + summed, order.end());
     for (int gi : order) {
       const auto& group = members[static_cast<std::size_t>(gi)];
       // A split every member can take: it has it there already, or does not use the axis.
@@ -499,10 +500,15 @@ class Partitioner {
         return contraction(node, {{Role::summed, 0}, whole, whole, {Role::result, 2}},
                            {{Role::summed, 0}, whole, whole, {Role::result, 3}}, 1, linear_in({true, true}));
       case OpKind::embedding: {  // (table[V,D], ids[...]) -> [..., D]
+        // A vocabulary split is a masked lookup of each device's rows whose
+        // results add up: the vocabulary acts as a summed dimension.
         const int ids_rank = g_.shape(node.inputs[1]).rank();
         std::vector<Role> ids;
         for (int d = 0; d < ids_rank; ++d) ids.push_back({Role::result, d});
-        return contraction(node, {whole, {Role::result, ids_rank}}, ids, 0, linear_in({true, false}));
+        // The ids' split (the batch) wins over the vocabulary's when they share an axis:
+        // gathering the table once costs less than all-reducing a batch of rows.
+        return contraction(node, {{Role::summed, 0}, {Role::result, ids_rank}}, ids, 1, linear_in({true, false}),
+                           /*results_first=*/true);
       }
       case OpKind::embedding_grad: {  // (ids[...], dy[..., D]) -> dtable[V, D]
         const int ids_rank = g_.shape(node.inputs[0]).rank();
@@ -705,6 +711,8 @@ class Partitioner {
       attrs.shape = types[0].first;
     // Dropout over a block of rows: the executor offsets the mask by the block's start.
     if (node.kind == OpKind::dropout && decision.results[0].rank() > 0) attrs.mesh_axes = bit(decision.results[0].dims[0]);
+    // Embedding from a block of the vocabulary: a masked lookup of those rows.
+    if (node.kind == OpKind::embedding) attrs.mesh_axes = bit(clean(decision.operands[0]).dims[0]);
     NodeId n = p_.local.add_node(node.kind, inputs, attrs, types);
     for (std::size_t i = 0; i < node.outputs.size(); ++i) {
       ValueId out = p_.local.node(n).outputs[i];

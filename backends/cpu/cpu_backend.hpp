@@ -100,6 +100,8 @@ class CpuBackend final : public Backend {
   void run_broadcast_to(const Tensor& x, const Tensor& out) override;
   void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) override;
   void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
+                           std::int64_t vocab) override;
   void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
   void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) override;
   void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) override;

@@ -33,6 +33,24 @@ void CpuBackend::run_embedding(const Tensor& table, const Tensor& ids, const Ten
     std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
 }
 
+void CpuBackend::run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
+                                     std::int64_t vocab) {
+  auto rows = checked_ids(ids, vocab, "embedding_block");
+  const std::int64_t block = table.shape()[0];
+  std::size_t row_bytes = static_cast<std::size_t>(table.shape()[1]) * dtype_size(table.dtype());
+  const char* src = static_cast<const char*>(table.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  ThreadShare share(threads());
+#pragma omp parallel for schedule(static) if (rows.size() > 256)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::int64_t local = rows[i] - first_row;
+    if (local >= 0 && local < block)
+      std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(local) * row_bytes, row_bytes);
+    else
+      std::memset(dst + i * row_bytes, 0, row_bytes);  // another device's row: it adds it in
+  }
+}
+
 void CpuBackend::run_one_hot(const Tensor& ids, const Tensor& out) {
   std::int64_t classes = out.shape()[out.rank() - 1];
   auto rows = checked_ids(ids, classes, "one_hot");

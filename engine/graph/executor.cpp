@@ -141,8 +141,14 @@ void Executor::run_node(const Node& node) {
     case OpKind::layer_norm_grad:
       return b.layer_norm_backward(in(node, 0), in(node, 1), in(node, 2), in(node, 3), in(node, 4),
                                    out(node, 0), out(node, 1), out(node, 2));
-    case OpKind::embedding:
-      return b.embedding(in(node, 0), in(node, 1), out(node, 0));
+    case OpKind::embedding: {
+      if (at.mesh_axes == 0) return b.embedding(in(node, 0), in(node, 1), out(node, 0));
+      // A partitioned graph's block of the vocabulary: other devices hold the other rows.
+      const std::int64_t rows = in(node, 0).shape()[0];
+      const int axis = std::countr_zero(at.mesh_axes);
+      return b.embedding_block(in(node, 0), in(node, 1), out(node, 0), spmd(node).coordinate(axis) * rows,
+                               rows * spmd(node).group(at.mesh_axes).size());
+    }
     case OpKind::embedding_grad:
       b.fill(out(node, 0), 0.0);
       return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));

@@ -82,7 +82,8 @@ struct OpAttrs {
   SgdArgs sgd;
   AdamArgs adam;
   // Collectives: bit a set = mesh axis a (attrs.axis: the tensor dimension).
-  // Dropout of a partitioned graph: the axis splitting its rows (the mask's offset).
+  // Dropout of a partitioned graph: the axis splitting its rows (the mask's offset);
+  // embedding: the axis splitting the table's vocabulary (a masked lookup of its block).
   std::uint32_t mesh_axes = 0;
 };
 

@@ -449,3 +449,19 @@ TEST_CASE("operand errors name the op and the shapes or dtypes") {
   expect_error<Error>([&] { cpu().adam_update(a23, out23, out23, out23, {.step = 0}); },
                       {"adam_update", "step"});
 }
+
+TEST_CASE("embedding_block looks up its block of the vocabulary and zeroes the other rows") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  // Rows 4..7 of an 8-row vocabulary, 2 features: row r holds (10r, 10r + 1).
+  std::vector<float> rows;
+  for (int r = 4; r < 8; ++r) rows.insert(rows.end(), {10.0f * static_cast<float>(r), 10.0f * static_cast<float>(r) + 1});
+  Tensor table = Tensor::from_vector(rows, {4, 2});
+  Tensor ids = Tensor::from_vector<std::int32_t>({0, 5, 7, 3, 4}, {5});
+  Tensor out = Tensor::empty({5, 2}, DType::f32);
+  cpu.embedding_block(table, ids, out, 4, 8);
+  CHECK(out.to_vector<float>() == std::vector<float>{0, 0, 50, 51, 70, 71, 0, 0, 40, 41});
+  Tensor bad = Tensor::from_vector<std::int32_t>({8}, {1});
+  CHECK_THROWS_WITH_AS(cpu.embedding_block(table, bad, Tensor::empty({1, 2}, DType::f32), 4, 8),
+                       doctest::Contains("id 8 at position 0"), ShapeError);
+  CHECK_THROWS_AS(cpu.embedding_block(table, ids, out, 6, 8), ShapeError);  // rows 6..9 lie outside
+}

@@ -345,3 +345,23 @@ TEST_CASE("zero 1: optimizer state and updates split along the batch axis train 
     }
   set_cpu_device_count(1);
 }
+
+TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up across devices") {
+  set_cpu_device_count(8, 1);
+  const ModelCase c = gpt_case();
+  const RunResult& expected = single_device(c);
+  for (auto [batch, model] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 4}, {2, 4}, {1, 8}}) {
+    LayoutMap map;
+    map.add("token_embedding/embeddings", TensorLayout({model_axis, none}));
+    ModelParallel distribution(mesh_of(batch, model), map, "batch");
+    check_same(expected, train(c, &distribution), "gpt.yaml with a vocabulary-split embedding on " + distribution.str());
+    // The table is never gathered: each device looks up its own rows.
+    Model model_ = zoo_model(c.file);
+    VariableStore store;
+    Trainer trainer(model_, three_steps(c.batch, kSgd), store, distribution);
+    const SpmdProgram& program = *trainer.sharded_program(c.batch);
+    for (const auto& collective : program.collectives())
+      CHECK(program.global().value(collective.value).name != "token_embedding/embeddings");
+  }
+  set_cpu_device_count(1);
+}
