@@ -15,10 +15,10 @@ using namespace tessera;
 
 namespace {
 
-// Runs two steps of `file` on a [batch, model] mesh, AutoTP layouts or data
-// parallel; returns (predicted, measured) bus bytes per step and device.
+// Runs two steps of `file` on a [batch, model] mesh with `strategy`; returns
+// (predicted, measured) bus bytes per step and device.
 std::pair<std::map<std::string, std::int64_t>, std::map<std::string, std::int64_t>> bytes_of_a_step(
-    const std::string& file, std::int64_t batch_devices, std::int64_t model_devices, bool auto_tp,
+    const std::string& file, std::int64_t batch_devices, std::int64_t model_devices, Strategy strategy,
     const Tensor& inputs, const Tensor& targets) {
   const int devices = static_cast<int>(batch_devices * model_devices);
   Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
@@ -28,9 +28,7 @@ std::pair<std::map<std::string, std::int64_t>, std::map<std::string, std::int64_
   DeviceMesh mesh({batch_devices, model_devices}, {"batch", "model"}, cpu_devices(devices));
   VariableStore store;
   model.build(store, 0);
-  std::unique_ptr<Distribution> distribution;
-  if (auto_tp) distribution = std::make_unique<ModelParallel>(mesh, plan_auto_tp(model, store, mesh, "model").layout_map(), "batch");
-  else distribution = std::make_unique<DataParallel>(mesh);
+  std::unique_ptr<Distribution> distribution = make_strategy(strategy, mesh, model, store);
   Trainer trainer(model, spec, store, *distribution);
   Calibration calibration{100, 10, 10, 1, 2};  // speeds do not matter for bytes
   auto predicted = predict_step(*trainer.sharded_program(inputs.shape()[0]), calibration, 1).collective_bytes;
@@ -62,10 +60,11 @@ TEST_CASE("predicted collective bytes equal measured bytes: MLP, CNN and GPT") {
       {"gpt.yaml", labels({8, 128}, 256), labels({8, 128}, 256)},
   };
   for (const auto& c : cases)
-    for (auto [batch, model, auto_tp] : std::vector<std::tuple<std::int64_t, std::int64_t, bool>>{
-             {2, 4, true}, {4, 2, true}, {8, 1, false}, {1, 8, true}}) {
-      INFO(c.file << " on " << batch << "x" << model << (auto_tp ? " AutoTP" : " data parallel"));
-      auto [predicted, measured] = bytes_of_a_step(c.file, batch, model, auto_tp, c.inputs, c.targets);
+    for (auto [batch, model, strategy] : std::vector<std::tuple<std::int64_t, std::int64_t, Strategy>>{
+             {2, 4, Strategy::tp}, {4, 2, Strategy::tp}, {1, 8, Strategy::tp}, {8, 1, Strategy::dp},
+             {4, 2, Strategy::zero}, {8, 1, Strategy::fsdp}}) {
+      INFO(c.file << " on " << batch << "x" << model << " " << name(strategy));
+      auto [predicted, measured] = bytes_of_a_step(c.file, batch, model, strategy, c.inputs, c.targets);
       CHECK(!measured.empty());
       CHECK(predicted == measured);
     }
