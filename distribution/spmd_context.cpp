@@ -1,5 +1,6 @@
 #include "distribution/spmd_context.hpp"
 
+#include "distribution/collectives/group_plan.hpp"
 #include "distribution/sharding.hpp"
 
 namespace tessera {
@@ -9,15 +10,9 @@ SpmdContext::SpmdContext(const DeviceMesh& mesh, Communicator& comm, int rank)
   const std::uint32_t masks = 1u << mesh.rank();
   groups_.resize(masks);
   for (std::uint32_t mask = 0; mask < masks; ++mask) {
-    CommGroup& group = groups_[mask];
-    group.axes = axes_label(mask, mesh);
-    for (std::int64_t other = 0; other < mesh.size(); ++other) {
-      auto c = mesh.coordinates(other);
-      bool same = true;
-      for (int a = 0; a < mesh.rank(); ++a)
-        if (!(mask & (1u << a)) && c[static_cast<std::size_t>(a)] != coordinates_[static_cast<std::size_t>(a)]) same = false;
-      if (same) group.ranks.push_back(static_cast<int>(other));
-    }
+    // The same groups, in the same order, as the NCCL communicator splits (group_plan.hpp).
+    const GroupPlace place = group_places(mesh, mask)[static_cast<std::size_t>(rank)];
+    groups_[mask] = CommGroup{groups_of(mesh, mask)[static_cast<std::size_t>(place.color)], axes_label(mask, mesh)};
   }
 }
 
