@@ -1,0 +1,68 @@
+// NcclCommunicator: the collectives of one process's GPUs over NCCL, behind
+// the Communicator interface the shared-memory one implements.
+//
+// One NCCL communicator per rank and mesh-axis set, split from a world
+// communicator (ncclCommInitAll) with group_plan.hpp's color and key, so the
+// groups are exactly the shared-memory contexts' groups. Each call enqueues on
+// the rank's stream and then waits for it (polling), so that a peer that
+// never arrives becomes a CollectiveError after timeout() (the communicators
+// are aborted) instead of a hang; overlapping the wait with the backward
+// pass is left for the GPU executor.
+//
+// all_gather and reduce_scatter need contiguous blocks (every dimension
+// before `dim` of size 1); all_to_all needs split_dim == concat_dim == 0.
+// Other cases are an UnsupportedError until the GPU executor transposes
+// around them.
+//
+// Compiled only with CUDA (TESSERA_HAVE_CUDA); tested by the GPU suite.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distribution/collectives/communicator.hpp"
+#include "distribution/device_mesh.hpp"
+
+struct ncclComm;         // ncclComm_t is ncclComm*
+struct CUstream_st;      // cudaStream_t is CUstream_st*
+
+namespace tessera {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // `mesh` of cuda devices; `streams[r]` is rank r's stream (its CudaBackend's).
+  NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_st*> streams);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int size() const override { return static_cast<int>(devices_.size()); }
+  void all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, ReduceOp op) override;
+  void all_gather(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim) override;
+  void reduce_scatter(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim,
+                      ReduceOp op) override;
+  void broadcast(const CommGroup& group, int rank, const Tensor& x, int root) override;
+  void all_to_all(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int split_dim,
+                  int concat_dim) override;
+  void barrier(const CommGroup& group, int rank) override;
+  void abort(const std::string& reason) override;
+
+ private:
+  ncclComm* comm_for(const CommGroup& group, int rank) const;
+  // Waits for rank's stream; after timeout() aborts every communicator and throws.
+  void wait(const char* what, const CommGroup& group, int rank);
+
+  std::vector<int> devices_;                 // CUDA device index per rank
+  std::vector<CUstream_st*> streams_;
+  std::vector<ncclComm*> world_;
+  std::map<std::string, std::vector<ncclComm*>> by_axes_;  // group label -> per-rank communicator
+  std::vector<void*> scratch_;               // per rank: 4 device bytes for barrier()
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+};
+
+}  // namespace tessera
