@@ -84,6 +84,10 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
       return true;
     case Kernel::matmul:
       return dtype == DType::f32 || dtype == DType::bf16;
+    case Kernel::unary:
+    case Kernel::unary_backward:
+    case Kernel::binary:
+      return dtype == DType::f32;  // bf16 kernels not written yet
     default:
       return false;
   }

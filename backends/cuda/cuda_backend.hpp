@@ -4,7 +4,8 @@
 // handle bound to that stream and a cuBLASLt handle (cuBLASLt takes the stream
 // per call), all released by the destructor. Kernels are asynchronous: a copy
 // into host memory, and synchronize(), wait for the stream. Matmul goes through
-// cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp.
+// cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp; unary
+// and binary ops (f32) run the backend's own kernels (elementwise.cu).
 //
 // This header has no CUDA includes (the CUDA handle types are forward
 // declared), so the registry and the tests compile against it as plain C++.
@@ -44,6 +45,10 @@ class CudaBackend final : public Backend {
   void run_fill(const Tensor& out, double value) override;
   void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   const MatmulArgs& args) override;
+  // elementwise.cpp
+  void run_unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
+  void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
 
  private:
   void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)

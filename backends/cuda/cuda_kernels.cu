@@ -3,23 +3,20 @@
 // the tessera target do not reach nvcc.
 #include "backends/cuda/cuda_kernels.hpp"
 
-#include <algorithm>
-
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/epilogue.hpp"
+#include "backends/cuda/launch.hpp"
 #include "engine/error.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr std::int64_t kMaxBlocks = 65535;
-
-// Enough blocks to cover `count` elements with one per thread, capped: the
-// kernels loop with a grid stride past the cap.
+// One element per thread up to a cap on the blocks (launch.hpp); the kernels
+// loop with a grid stride past the cap.
 unsigned blocks_for(std::int64_t count) {
-  return static_cast<unsigned>(std::min(kMaxBlocks, (count + kThreads - 1) / kThreads));
+  return static_cast<unsigned>(launch_config(count).blocks);
 }
+constexpr int kThreads = kLaunchThreads;
 
 template <typename T>
 __global__ void fill_kernel(T* data, std::int64_t count, T value) {

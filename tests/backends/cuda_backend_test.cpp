@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/registry.hpp"
+#include "tests/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
@@ -26,24 +27,6 @@ using namespace tessera::test;
 
 namespace {
 
-// The decorator of the tests that need a GPU: skipped in the default run and
-// run by `tessera_tests --gpu-suite` (which CTest reports as skipped without a
-// GPU, see tests/main.cpp).
-doctest::skip skip_without_gpu() { return doctest::skip(true); }
-
-Backend& gpu() { return backend_for(Device::cuda(0)); }
-
-Tensor to_gpu(const Tensor& host) {
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), Device::cuda(0));
-  gpu().copy(host, t);
-  return t;
-}
-
-Tensor to_host(const Tensor& device_tensor) {
-  Tensor t = Tensor::empty(device_tensor.shape(), device_tensor.dtype());
-  gpu().copy(device_tensor, t);
-  return t;
-}
 
 // Host tensor of `dtype` with distinct, exactly representable values.
 Tensor host_pattern(const Shape& shape, DType dtype) {

@@ -12,12 +12,12 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "distribution/collectives/nccl_communicator.hpp"
 #include "distribution/spmd_context.hpp"
+#include "tests/gpu_test_util.hpp"
 
 using namespace tessera;
+using tessera::test::skip_without_gpu;
 
 namespace {
-
-doctest::skip skip_without_gpu() { return doctest::skip(true); }
 
 // Runs task(rank) on one thread per rank; returns each rank's error text ("" when none).
 std::vector<std::string> on_ranks(int n, const std::function<void(int)>& task) {

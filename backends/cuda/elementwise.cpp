@@ -1,0 +1,45 @@
+// Elementwise unary ops, their backward, and broadcasting binary ops on the
+// CUDA backend's own kernels (elementwise.cu). f32 only for now: bf16 tensors
+// (and the integer dtypes binary ops accept) raise UnsupportedError, and
+// supports() says so beforehand.
+#include <string>
+
+#include "backends/cuda/broadcast_index.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/elementwise_kernels.hpp"
+
+namespace tessera {
+namespace {
+
+void require_f32(const Tensor& t, const std::string& op, const Device& device) {
+  if (t.dtype() != DType::f32)
+    throw UnsupportedError(op + ": dtype " + std::string(dtype_name(t.dtype())) +
+                           " is not supported on " + device.str() + " (f32 is)");
+}
+
+}  // namespace
+
+void CudaBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
+  require_f32(x, "unary " + std::string(tessera::name(op)), device());
+  CudaDeviceGuard guard(device().index);
+  cuda_unary(op, x.data<float>(), y.data<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy,
+                                     const Tensor& dx) {
+  require_f32(x, "unary " + std::string(tessera::name(op)) + " backward", device());
+  CudaDeviceGuard guard(device().index);
+  cuda_unary_backward(op, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  require_f32(a, "binary " + std::string(tessera::name(op)), device());
+  if (out.numel() == 0) return;
+  const BroadcastIndex index = make_broadcast_index(a.shape().dims(), b.shape().dims(),
+                                                    out.shape().dims());
+  CudaDeviceGuard guard(device().index);
+  cuda_binary(op, a.data<float>(), b.data<float>(), out.data<float>(), index, out.numel(), stream_);
+}
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+// Elementwise unary, unary-backward and broadcasting binary kernels: grid-stride
+// loops (launch.hpp) around the host/device element functions of
+// elementwise.hpp and broadcast_index.hpp, which tests check on the host.
+// The op is a kernel argument switched on per element: it is the same for
+// every thread (no divergence) and the kernels are memory-bound.
+#include "backends/cuda/elementwise_kernels.hpp"
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/elementwise.hpp"
+#include "backends/cuda/launch.hpp"
+
+namespace tessera {
+namespace {
+
+__device__ inline std::int64_t first_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t grid_stride() {
+  return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+}
+
+__global__ void unary_kernel(UnaryOp op, const float* x, float* y, std::int64_t count) {
+  for (std::int64_t i = first_index(); i < count; i += grid_stride()) y[i] = unary_forward(op, x[i]);
+}
+
+__global__ void unary_backward_kernel(UnaryOp op, const float* x, const float* dy, float* dx,
+                                      std::int64_t count) {
+  for (std::int64_t i = first_index(); i < count; i += grid_stride())
+    dx[i] = unary_backward(op, x[i], dy[i]);
+}
+
+__global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* out,
+                              BroadcastIndex index, std::int64_t count) {
+  for (std::int64_t i = first_index(); i < count; i += grid_stride()) {
+    const BroadcastOffsets o = index(i);
+    out[i] = binary_apply(op, a[o.a], b[o.b]);
+  }
+}
+
+}  // namespace
+
+void cuda_unary(UnaryOp op, const float* x, float* y, std::int64_t count, cudaStream_t stream) {
+  const LaunchConfig cfg = launch_config(count);
+  if (cfg.blocks == 0) return;
+  unary_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, y, count);
+  cuda_check(cudaGetLastError(), "unary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+}
+
+void cuda_unary_backward(UnaryOp op, const float* x, const float* dy, float* dx,
+                         std::int64_t count, cudaStream_t stream) {
+  const LaunchConfig cfg = launch_config(count);
+  if (cfg.blocks == 0) return;
+  unary_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, dy, dx, count);
+  cuda_check(cudaGetLastError(), "unary_backward_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+             __LINE__);
+}
+
+void cuda_binary(BinaryOp op, const float* a, const float* b, float* out,
+                 const BroadcastIndex& index, std::int64_t count, cudaStream_t stream) {
+  const LaunchConfig cfg = launch_config(count);
+  if (cfg.blocks == 0) return;
+  binary_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, index, count);
+  cuda_check(cudaGetLastError(), "binary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+}
+
+}  // namespace tessera
