@@ -46,6 +46,7 @@ std::pair<const char*, int> classify(const std::exception& e) {
   if (is<DeviceError>(e)) return {"device error", kBadInput};
   if (is<LayoutError>(e)) return {"layout error", kBadInput};
   if (is<CollectiveError>(e)) return {"collective error", kFailed};
+  if (is<OutOfMemoryError>(e)) return {"out of memory", kFailed};
   if (is<UnsupportedError>(e)) return {"unsupported", kUnsupported};
   return {"error", kFailed};
 }

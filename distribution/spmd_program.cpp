@@ -41,9 +41,15 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
   Entry entry{sharding, {}};
-  for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
-    entry.blocks.push_back(extract_block(v->value, sharding, mesh_, static_cast<int>(rank),
-                                         mesh_.devices()[static_cast<std::size_t>(rank)]));
+  for (std::int64_t rank = 0; rank < mesh_.size(); ++rank) {
+    try {
+      entry.blocks.push_back(extract_block(v->value, sharding, mesh_, static_cast<int>(rank),
+                                           mesh_.devices()[static_cast<std::size_t>(rank)]));
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError("variable '" + path + "' (its block " + sharding.local_shape(v->value.shape(), mesh_).str() +
+                             " as " + sharding.str(mesh_) + "): " + e.what());
+    }
+  }
   return entries_.emplace(path, std::move(entry)).first->second.blocks;
 }
 

@@ -48,6 +48,13 @@ class LayoutError : public Error {
   using Error::Error;
 };
 
+// A device has no memory left for an allocation; the message names the
+// device, the bytes asked for and, where the caller knows, the tensor.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A collective that could not complete: a member missing after the timeout,
 // an aborted communicator, or mismatched calls; names the collective, the
 // group's mesh axes and the ranks concerned.

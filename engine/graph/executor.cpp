@@ -36,7 +36,12 @@ void Executor::bind(ValueId leaf, const Tensor& tensor) {
 }
 
 void Executor::allocate_arena() {
-  arena_ = std::make_shared<Buffer>(backend_.allocator(), std::max<std::size_t>(plan_.arena_bytes, 1));
+  try {
+    arena_ = std::make_shared<Buffer>(backend_.allocator(), std::max<std::size_t>(plan_.arena_bytes, 1));
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("the step's workspace (" + std::to_string(plan_.arena_bytes) +
+                           " bytes for its activations, gradients and temporaries; a smaller batch needs less): " + e.what());
+  }
   for (NodeId n : plan_.schedule)
     for (ValueId v : graph_.node(n).outputs)
       if (plan_.storage_of[v] == v && plan_.offset[v] != MemoryPlan::kExternal)

@@ -152,3 +152,14 @@ TEST_CASE("the memory plan shares bytes only between values that are never live 
       CHECK(plan.offset[a] + bytes(a) <= static_cast<std::int64_t>(plan.arena_bytes));
     }
 }
+
+TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {
+  Graph g;
+  ValueId x = g.input("x", {1});
+  ValueId huge = g.broadcast_to(x, {std::int64_t{1} << 44});  // 64 TiB of f32
+  ValueId y = g.reduce(ReduceOp::sum, huge, {0});
+  Executor exec(g, {y});
+  exec.bind(x, Tensor::from_vector<float>({1.0f}, {1}));
+  CHECK_THROWS_WITH_AS(exec.run(), doctest::Contains("the step's workspace (70368744177"), OutOfMemoryError);
+  CHECK_THROWS_WITH_AS(exec.run(), doctest::Contains("out of memory on cpu:0"), OutOfMemoryError);
+}
