@@ -87,7 +87,23 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::unary:
     case Kernel::unary_backward:
     case Kernel::binary:
+    case Kernel::reduce:
+    case Kernel::softmax:
+    case Kernel::softmax_backward:
+    case Kernel::layer_norm:
+    case Kernel::layer_norm_backward:
+    case Kernel::random_uniform:
+    case Kernel::random_normal:
+    case Kernel::dropout:
+    case Kernel::sgd_update:
+    case Kernel::adam_update:
+    case Kernel::moving_average:
       return dtype == DType::f32;  // bf16 kernels not written yet
+    case Kernel::broadcast_to:
+    case Kernel::transpose:
+    case Kernel::concat:
+    case Kernel::slice:
+      return true;  // data movement: any element size
     default:
       return false;
   }

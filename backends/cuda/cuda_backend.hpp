@@ -5,15 +5,21 @@
 // per call), all released by the destructor. Kernels are asynchronous: a copy
 // into host memory, and synchronize(), wait for the stream. Matmul goes through
 // cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp; unary
-// and binary ops (f32) run the backend's own kernels (elementwise.cu).
+// and binary ops, reductions, softmax, layer norm, random fills, dropout and
+// the optimizer updates (f32), and the data-movement ops broadcast_to,
+// transpose, slice and concat (any dtype) run the backend's own kernels
+// (elementwise.cu, reduce.cu, softmax.cu, layer_norm.cu, random.cu,
+// optimizer.cu, layout.cu).
 //
 // This header has no CUDA includes (the CUDA handle types are forward
 // declared), so the registry and the tests compile against it as plain C++.
 // Only compiled when the build has CUDA (TESSERA_HAVE_CUDA).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_allocator.hpp"
@@ -49,6 +55,36 @@ class CudaBackend final : public Backend {
   void run_unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
   void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  // reduce.cpp
+  void run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+  // layout.cpp
+  void run_broadcast_to(const Tensor& x, const Tensor& out) override;
+  void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) override;
+  void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) override;
+  void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) override;
+  // softmax.cpp
+  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) override;
+  void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
+                            bool log) override;
+  // layer_norm.cpp
+  void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd, float epsilon) override;
+  void run_layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                               const Tensor& dgamma, const Tensor& dbeta) override;
+  // random.cpp
+  void run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float low,
+                          float high) override;
+  void run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset, float mean,
+                         float stddev) override;
+  void run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
+                   std::uint64_t offset) override;
+  // optimizer.cpp
+  void run_moving_average(const Tensor& state, const Tensor& value, float momentum) override;
+  void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                      const SgdArgs& args) override;
+  void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamArgs& args) override;
 
  private:
   void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)

@@ -7,19 +7,10 @@
 #include "backends/cuda/broadcast_index.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/require_f32.hpp"
 #include "backends/cuda/elementwise_kernels.hpp"
 
 namespace tessera {
-namespace {
-
-void require_f32(const Tensor& t, const std::string& op, const Device& device) {
-  if (t.dtype() != DType::f32)
-    throw UnsupportedError(op + ": dtype " + std::string(dtype_name(t.dtype())) +
-                           " is not supported on " + device.str() + " (f32 is)");
-}
-
-}  // namespace
-
 void CudaBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
   require_f32(x, "unary " + std::string(tessera::name(op)), device());
   CudaDeviceGuard guard(device().index);

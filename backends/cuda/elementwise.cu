@@ -12,13 +12,6 @@
 namespace tessera {
 namespace {
 
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-}
-
 __global__ void unary_kernel(UnaryOp op, const float* x, float* y, std::int64_t count) {
   for (std::int64_t i = first_index(); i < count; i += grid_stride()) y[i] = unary_forward(op, x[i]);
 }

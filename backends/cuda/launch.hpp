@@ -31,4 +31,14 @@ inline LaunchConfig launch_config(std::int64_t elements, int max_blocks = kLaunc
   return {static_cast<int>(blocks), kLaunchThreads};
 }
 
+#if defined(__CUDACC__)
+// The start and the step of the grid-stride loop, in 64-bit indices.
+__device__ inline std::int64_t first_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t grid_stride() {
+  return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+}
+#endif
+
 }  // namespace tessera

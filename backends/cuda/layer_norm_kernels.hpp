@@ -1,0 +1,25 @@
+// Host-side launchers of the layer norm kernels (layer_norm.cu), f32. Each
+// enqueues on `stream` and checks the launches; none synchronizes.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/layer_norm.hpp"
+
+namespace tessera {
+
+// layer_norm_row for every row of x viewed as [rows, features].
+void cuda_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                     float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
+                     cudaStream_t stream);
+
+// layer_norm_backward_row for every row, then layer_norm_param_grad for every
+// feature (dgamma and dbeta are overwritten; zero when there are no rows).
+void cuda_layer_norm_backward(const float* x, const float* gamma, const float* mean,
+                              const float* rstd, const float* dy, float* dx, float* dgamma,
+                              float* dbeta, std::int64_t rows, std::int64_t features,
+                              cudaStream_t stream);
+
+}  // namespace tessera

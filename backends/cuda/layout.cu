@@ -1,0 +1,40 @@
+// The strided copy kernel (layout.hpp), instantiated per element size: the
+// data-movement ops move opaque words, so one kernel serves every dtype.
+#include "backends/cuda/layout_kernels.hpp"
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/launch.hpp"
+
+namespace tessera {
+namespace {
+
+template <typename Word>
+__global__ void strided_copy_kernel(const Word* src, Word* dst, StridedCopy copy) {
+  for (std::int64_t i = first_index(); i < copy.count; i += grid_stride()) copy(src, dst, i);
+}
+
+template <typename Word>
+void launch(const void* src, void* dst, const StridedCopy& copy, const LaunchConfig& cfg,
+            cudaStream_t stream) {
+  strided_copy_kernel<Word><<<cfg.blocks, cfg.threads, 0, stream>>>(
+      static_cast<const Word*>(src), static_cast<Word*>(dst), copy);
+}
+
+}  // namespace
+
+void cuda_strided_copy(const void* src, void* dst, int element_size, const StridedCopy& copy,
+                       cudaStream_t stream) {
+  const LaunchConfig cfg = launch_config(copy.count);
+  if (cfg.blocks == 0) return;
+  switch (element_size) {
+    case 2: launch<std::uint16_t>(src, dst, copy, cfg, stream); break;
+    case 4: launch<std::uint32_t>(src, dst, copy, cfg, stream); break;
+    default: launch<std::uint64_t>(src, dst, copy, cfg, stream); break;
+  }
+  cuda_check(cudaGetLastError(), "strided_copy_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+             __LINE__);
+}
+
+}  // namespace tessera

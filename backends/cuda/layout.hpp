@@ -1,0 +1,89 @@
+// The data-movement ops (broadcast_to, transpose, slice, concat) as one
+// host/device copy: element i goes from src[src_base + src(i)] to
+// dst[dst_base + dst(i)]. layout.cu launches it for element sizes 2, 4 and 8
+// (any dtype: no arithmetic happens), and tests run it on the host against the
+// CPU backend. The builders below turn each op's shapes into a StridedCopy.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/strided_index.hpp"
+#include "backends/host_device.hpp"
+
+namespace tessera {
+
+struct StridedCopy {
+  StridedIndex src, dst;
+  std::int64_t src_base = 0, dst_base = 0;
+  std::int64_t count = 0;  // elements to copy
+
+  template <typename Word>
+  TESSERA_HOST_DEVICE void operator()(const Word* from, Word* to, std::int64_t i) const {
+    to[dst_base + dst(i)] = from[src_base + src(i)];
+  }
+};
+
+// out = x broadcast to `out` (NumPy rules; the caller checked them).
+inline StridedCopy make_broadcast_copy(const std::vector<std::int64_t>& x,
+                                       const std::vector<std::int64_t>& out) {
+  std::vector<std::int64_t> strides(out.size(), 0);
+  const std::size_t lead = out.size() - x.size();
+  const std::vector<std::int64_t> x_strides = contiguous_strides(x);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (x[i] != 1) strides[lead + i] = x_strides[i];  // 0 where broadcast
+  StridedCopy c;
+  c.src = make_strided_index(out, strides, "broadcast_to");
+  c.dst = make_strided_index(out, contiguous_strides(out), "broadcast_to");
+  c.count = 1;
+  for (std::int64_t e : out) c.count *= e;
+  return c;
+}
+
+// out = x with axes permuted: out.shape[i] = x.shape[perm[i]].
+inline StridedCopy make_transpose_copy(const std::vector<std::int64_t>& x,
+                                       const std::vector<int>& perm) {
+  const std::vector<std::int64_t> x_strides = contiguous_strides(x);
+  std::vector<std::int64_t> out(perm.size()), strides(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    out[i] = x[static_cast<std::size_t>(perm[i])];
+    strides[i] = x_strides[static_cast<std::size_t>(perm[i])];
+  }
+  StridedCopy c;
+  c.src = make_strided_index(out, strides, "transpose");
+  c.dst = make_strided_index(out, contiguous_strides(out), "transpose");
+  c.count = 1;
+  for (std::int64_t e : out) c.count *= e;
+  return c;
+}
+
+// out = x[..., start : start + out[axis], ...].
+inline StridedCopy make_slice_copy(const std::vector<std::int64_t>& x,
+                                   const std::vector<std::int64_t>& out, int axis,
+                                   std::int64_t start) {
+  const std::vector<std::int64_t> x_strides = contiguous_strides(x);
+  StridedCopy c;
+  c.src = make_strided_index(out, x_strides, "slice");
+  c.src_base = start * x_strides[static_cast<std::size_t>(axis)];
+  c.dst = make_strided_index(out, contiguous_strides(out), "slice");
+  c.count = 1;
+  for (std::int64_t e : out) c.count *= e;
+  return c;
+}
+
+// The part of a concat that copies `input` into `out` at `offset` along `axis`
+// (offset: the extents of the inputs before it).
+inline StridedCopy make_concat_copy(const std::vector<std::int64_t>& input,
+                                    const std::vector<std::int64_t>& out, int axis,
+                                    std::int64_t offset) {
+  const std::vector<std::int64_t> out_strides = contiguous_strides(out);
+  StridedCopy c;
+  c.src = make_strided_index(input, contiguous_strides(input), "concat");
+  c.dst = make_strided_index(input, out_strides, "concat");
+  c.dst_base = offset * out_strides[static_cast<std::size_t>(axis)];
+  c.count = 1;
+  for (std::int64_t e : input) c.count *= e;
+  return c;
+}
+
+}  // namespace tessera

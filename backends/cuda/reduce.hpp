@@ -1,0 +1,69 @@
+// Sum, mean and max reductions (keepdims) as host/device functions: reduce.cu
+// runs reduce_element with one thread per output element, and tests check it
+// on the host against the CPU backend.
+//
+// x's axes split into kept ones (out has x's extent) and reduced ones (out
+// has 1): output element o reads x at kept(o) + reduced(r) for r in
+// [0, count). Any set of axes works, not only the outer × reduced × inner
+// patterns the CPU backend's own loops take. The accumulation order (r
+// ascending, a float accumulator, mean as sum * (1/count)) is the CPU loops',
+// so results match them bit for bit.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/strided_index.hpp"
+#include "backends/host_device.hpp"
+#include "backends/op_kinds.hpp"
+
+namespace tessera {
+
+struct ReduceIndex {
+  StridedIndex kept;     // output flat index → x offset of its first reduced element
+  StridedIndex reduced;  // reduced-element counter → x offset relative to that
+  std::int64_t count = 1;  // reduced elements per output element
+
+  TESSERA_HOST_DEVICE std::int64_t offset(std::int64_t out_index, std::int64_t r) const {
+    return kept(out_index) + reduced(r);
+  }
+};
+
+// x and out have the same rank; out's extent is x's or 1 on every axis (the
+// caller checked it).
+inline ReduceIndex make_reduce_index(const std::vector<std::int64_t>& x,
+                                     const std::vector<std::int64_t>& out) {
+  const std::vector<std::int64_t> strides = contiguous_strides(x);
+  std::vector<std::int64_t> reduced(x.size(), 1);
+  ReduceIndex index;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (out[i] == 1) reduced[i] = x[i];
+    index.count *= reduced[i];
+  }
+  index.kept = make_strided_index(out, strides, "reduce");
+  index.reduced = make_strided_index(reduced, strides, "reduce");
+  return index;
+}
+
+// out[out_index] of the reduction `op` of x.
+TESSERA_HOST_DEVICE inline float reduce_element(ReduceOp op, const float* x,
+                                                const ReduceIndex& index, std::int64_t out_index) {
+  const float* base = x + index.kept(out_index);
+  if (op == ReduceOp::max) {
+    float acc = -INFINITY;
+    for (std::int64_t r = 0; r < index.count; ++r) {
+      const float v = base[index.reduced(r)];
+      acc = acc < v ? v : acc;  // std::max(acc, v), as the CPU loop: NaNs are skipped
+    }
+    return acc;
+  }
+  float acc = 0.0f;
+  for (std::int64_t r = 0; r < index.count; ++r) acc += base[index.reduced(r)];
+  if (op == ReduceOp::mean) acc *= 1.0f / static_cast<float>(index.count);
+  return acc;
+}
+
+}  // namespace tessera
