@@ -103,7 +103,15 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::transpose:
     case Kernel::concat:
     case Kernel::slice:
+    case Kernel::embedding:
+    case Kernel::embedding_block:
       return true;  // data movement: any element size
+    case Kernel::cast:
+      return true;  // between any two of f32, bf16, i32, i64
+    case Kernel::one_hot:
+      return dtype == DType::f32 || dtype == DType::bf16;
+    case Kernel::embedding_backward:
+      return dtype == DType::f32;
     default:
       return false;
   }

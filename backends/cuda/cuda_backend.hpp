@@ -6,10 +6,12 @@
 // into host memory, and synchronize(), wait for the stream. Matmul goes through
 // cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp; unary
 // and binary ops, reductions, softmax, layer norm, random fills, dropout and
-// the optimizer updates (f32), and the data-movement ops broadcast_to,
-// transpose, slice and concat (any dtype) run the backend's own kernels
-// (elementwise.cu, reduce.cu, softmax.cu, layer_norm.cu, random.cu,
-// optimizer.cu, layout.cu).
+// the optimizer updates (f32), the data-movement ops broadcast_to,
+// transpose, slice and concat (any dtype), cast (f32, bf16, i32, i64),
+// embedding and embedding_block (any dtype), one_hot (f32, bf16) and
+// embedding_backward (f32) run the backend's own kernels (elementwise.cu,
+// reduce.cu, softmax.cu, layer_norm.cu, random.cu, optimizer.cu, layout.cu,
+// cast.cu, embedding.cu).
 //
 // This header has no CUDA includes (the CUDA handle types are forward
 // declared), so the registry and the tests compile against it as plain C++.
@@ -62,6 +64,14 @@ class CudaBackend final : public Backend {
   void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) override;
   void run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) override;
   void run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) override;
+  // cast.cpp
+  void run_cast(const Tensor& x, const Tensor& out) override;
+  // embedding.cpp
+  void run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out,
+                           std::int64_t first_row, std::int64_t vocab) override;
+  void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void run_one_hot(const Tensor& ids, const Tensor& out) override;
   // softmax.cpp
   void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) override;
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
