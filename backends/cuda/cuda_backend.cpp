@@ -88,6 +88,11 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::unary_backward:
     case Kernel::binary:
     case Kernel::reduce:
+    case Kernel::conv2d_forward:
+    case Kernel::conv2d_backward_data:
+    case Kernel::conv2d_backward_weights:
+    case Kernel::pool2d_forward:
+    case Kernel::pool2d_backward:
     case Kernel::softmax:
     case Kernel::softmax_backward:
     case Kernel::layer_norm:

@@ -5,13 +5,13 @@
 // per call), all released by the destructor. Kernels are asynchronous: a copy
 // into host memory, and synchronize(), wait for the stream. Matmul goes through
 // cuBLAS with the row-major → column-major mapping of gemm_mapping.hpp; unary
-// and binary ops, reductions, softmax, layer norm, random fills, dropout and
-// the optimizer updates (f32), the data-movement ops broadcast_to,
-// transpose, slice and concat (any dtype), cast (f32, bf16, i32, i64),
-// embedding and embedding_block (any dtype), one_hot (f32, bf16) and
-// embedding_backward (f32) run the backend's own kernels (elementwise.cu,
-// reduce.cu, softmax.cu, layer_norm.cu, random.cu, optimizer.cu, layout.cu,
-// cast.cu, embedding.cu).
+// and binary ops, reductions, direct 2-D convolution and pooling, softmax,
+// layer norm, random fills, dropout and the optimizer updates (f32), the
+// data-movement ops broadcast_to, transpose, slice and concat (any dtype),
+// cast (f32, bf16, i32, i64), embedding and embedding_block (any dtype),
+// one_hot (f32, bf16) and embedding_backward (f32) run the backend's own
+// kernels (elementwise.cu, reduce.cu, conv_pool.cu, softmax.cu, layer_norm.cu,
+// random.cu, optimizer.cu, layout.cu, cast.cu, embedding.cu).
 //
 // This header has no CUDA includes (the CUDA handle types are forward
 // declared), so the registry and the tests compile against it as plain C++.
@@ -53,6 +53,16 @@ class CudaBackend final : public Backend {
   void run_fill(const Tensor& out, double value) override;
   void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   const MatmulArgs& args) override;
+  // conv_pool.cpp
+  void run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                          const Conv2dArgs& args) override;
+  void run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                const Conv2dArgs& args) override;
+  void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                   const Tensor* db, const Conv2dArgs& args) override;
+  void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;
+  void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                           const Pool2dArgs& args) override;
   // elementwise.cpp
   void run_unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
   void run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) override;
