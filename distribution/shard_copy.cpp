@@ -42,13 +42,23 @@ void check_whole(const Sharding& sharding, const DeviceMesh& mesh) {
 }  // namespace
 
 Tensor extract_block(const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank, Device device) {
-  check_whole(sharding, mesh);
-  if (global.device().kind != DeviceKind::cpu) throw DeviceError("extract_block: " + global.describe() + " is not in host memory");
-  Shape block = sharding.local_shape(global.shape(), mesh);
-  Tensor local = Tensor::empty(block, global.dtype(), device);
-  copy_block(static_cast<std::byte*>(global.raw_data()), global.shape(), static_cast<std::byte*>(local.raw_data()), block,
-             sharding.block_start(global.shape(), mesh, rank), dtype_size(global.dtype()), true);
+  Tensor local = Tensor::empty(sharding.local_shape(global.shape(), mesh), global.dtype(), device);
+  extract_block_into(global, sharding, mesh, rank, local);
   return local;
+}
+
+void extract_block_into(const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank,
+                        const Tensor& block) {
+  check_whole(sharding, mesh);
+  if (global.device().kind != DeviceKind::cpu || block.device().kind != DeviceKind::cpu)
+    throw DeviceError("extract_block: " + global.describe() + " and " + block.describe() + " must be in host memory");
+  Shape expected = sharding.local_shape(global.shape(), mesh);
+  if (block.shape() != expected || block.dtype() != global.dtype())
+    throw ShapeError("extract_block: device " + std::to_string(rank) + "'s block of " + global.describe() + " as " +
+                     sharding.str(mesh) + " is " + std::string(dtype_name(global.dtype())) + expected.str() + ", not " +
+                     block.describe());
+  copy_block(static_cast<std::byte*>(global.raw_data()), global.shape(), static_cast<std::byte*>(block.raw_data()), expected,
+             sharding.block_start(global.shape(), mesh, rank), dtype_size(global.dtype()), true);
 }
 
 void insert_block(const Tensor& block, const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank) {

@@ -11,6 +11,9 @@ namespace tessera {
 // Device `rank`'s block of `global` (partial sums are not allowed: a whole
 // tensor holds no partial sums), as a new tensor on `device`.
 Tensor extract_block(const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank, Device device);
+// The same into an existing `block` of the block's shape (no allocation).
+void extract_block_into(const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank,
+                        const Tensor& block);
 // Writes device `rank`'s `block` into its place in `global`.
 void insert_block(const Tensor& block, const Tensor& global, const Sharding& sharding, const DeviceMesh& mesh, int rank);
 

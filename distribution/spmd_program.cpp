@@ -65,17 +65,9 @@ void ShardedVariables::write_back() const {
 
 void ShardedVariables::reload() {
   for (auto& [path, entry] : entries_)
-    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank) {
-      const Tensor& block = entry.blocks[static_cast<std::size_t>(rank)];
-      Tensor fresh = extract_block(store_.find(path)->value, entry.sharding, mesh_, static_cast<int>(rank), block.device());
-      std::memcpy(block.raw_data(), fresh.raw_data(), block.nbytes());
-    }
-}
-
-std::int64_t ShardedVariables::bytes_on(int rank) const {
-  std::int64_t bytes = 0;
-  for (const auto& [path, entry] : entries_) bytes += static_cast<std::int64_t>(entry.blocks[static_cast<std::size_t>(rank)].nbytes());
-  return bytes;
+    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
+      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, static_cast<int>(rank),
+                         entry.blocks[static_cast<std::size_t>(rank)]);
 }
 
 SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,

@@ -58,8 +58,6 @@ class ShardedVariables {
   void write_back() const;
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
-  // Bytes of variable blocks on device `rank`.
-  std::int64_t bytes_on(int rank) const;
 
  private:
   struct Entry {

@@ -2,7 +2,9 @@
 // validation, with messages that name the variable, dimension, sizes and axis.
 #include <doctest/doctest.h>
 
+#include "backends/registry.hpp"
 #include "distribution/layout_map.hpp"
+#include "distribution/shard_copy.hpp"
 #include "engine/error.hpp"
 
 using namespace tessera;
@@ -83,4 +85,25 @@ TEST_CASE("layout map lookup follows Keras: exact key, then one regex match, els
   CHECK(contains(e, "'kernel'"));
   CHECK(contains(error_of([&] { map.add("kernel", TensorLayout()); }), "given twice"));
   CHECK(contains(error_of([&] { map.add("dense[", TensorLayout()); }), "not a valid regular expression"));
+}
+
+TEST_CASE("distribute_tensor gives each device its block, and insert_block puts it back") {
+  set_cpu_device_count(4, 1);
+  DeviceMesh mesh({2, 2}, {"batch", "model"}, cpu_devices(4));
+  std::vector<float> values(24);
+  for (int i = 0; i < 24; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  Tensor whole = Tensor::from_vector(values, {4, 6});  // row r holds 6r .. 6r + 5
+  auto blocks = distribute_tensor(whole, TensorLayout({"batch", "model"}), mesh);
+  REQUIRE(blocks.size() == 4);
+  // Rank 3 = (batch 1, model 1): rows 2-3, columns 3-5.
+  CHECK(blocks[3].shape() == Shape{2, 3});
+  CHECK(blocks[3].to_vector<float>() == std::vector<float>{15, 16, 17, 21, 22, 23});
+  CHECK(blocks[1].to_vector<float>() == std::vector<float>{3, 4, 5, 9, 10, 11});
+  Tensor rebuilt = Tensor::from_vector(std::vector<float>(24, -1.0f), {4, 6});
+  Sharding sharding = Sharding::from_layout(TensorLayout({"batch", "model"}), mesh);
+  for (int r = 0; r < 4; ++r) insert_block(blocks[static_cast<std::size_t>(r)], rebuilt, sharding, mesh, r);
+  CHECK(rebuilt.to_vector<float>() == values);
+  CHECK_THROWS_WITH_AS(distribute_tensor(whole, TensorLayout({"model", "model"}), mesh), doctest::Contains("model"),
+                       LayoutError);
+  set_cpu_device_count(1);
 }
