@@ -165,11 +165,17 @@ void print_collectives(const CollectiveAccounting& accounting) {
     fmt::print("\nCollectives: none (every value stayed where it was computed)\n");
     return;
   }
-  fmt::print("\n{:<16} {:<14} {:>10} {:>14} {:>10}\n", "collective", "mesh axes", "calls", "MiB moved", "seconds");
+  // Jobs of several processes also show what crossed between processes.
+  bool processes = false;
+  for (const auto& [key, stats] : total) processes |= stats.inter_process_bytes > 0;
+  fmt::print("\n{:<16} {:<14} {:>10} {:>14} {:>10}{}\n", "collective", "mesh axes", "calls", "MiB moved", "seconds",
+             processes ? fmt::format(" {:>18}", "MiB between procs") : "");
   for (const auto& [key, stats] : total)
-    fmt::print("{:<16} {:<14} {:>10} {:>14.2f} {:>10.3f}\n", name(key.first), key.second, stats.calls,
-               static_cast<double>(stats.bytes) / (1 << 20), stats.seconds);
-  fmt::print("(summed over devices; bytes are what each device sent, as NCCL's bus bytes)\n");
+    fmt::print("{:<16} {:<14} {:>10} {:>14.2f} {:>10.3f}{}\n", name(key.first), key.second, stats.calls,
+               static_cast<double>(stats.bytes) / (1 << 20), stats.seconds,
+               processes ? fmt::format(" {:>18.2f}", static_cast<double>(stats.inter_process_bytes) / (1 << 20)) : "");
+  fmt::print("(summed over {}devices; bytes are what each device sent, as NCCL's bus bytes)\n",
+             processes ? "this process's " : "");
 }
 
 }  // namespace tessera

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -14,6 +16,7 @@
 
 #include "backends/registry.hpp"
 #include "distribution/calibration_cache.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "bin/distribution_report.hpp"
 #include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
@@ -117,7 +120,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
              store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
   if (run.distribution) fmt::print("Distribution: {}\n", run.distribution->distribution->str());
   std::ofstream log;
-  if (!log_path.empty()) {
+  if (!log_path.empty() && MpiSession::placement().process == 0) {  // one log for the job
     log.open(log_path, std::ios::app);
     if (!log) throw Error("cannot open the metrics log '" + log_path + "' for writing");
   }
@@ -136,7 +139,8 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     if (const Communicator* comm = trainer.communicator()) {  // totals over devices, since the start
       for (const auto& [key, stats] : comm->accounting().total())
         j["collectives"][std::string(name(key.first)) + " " + key.second] = {
-            {"calls", stats.calls}, {"bytes", stats.bytes}, {"seconds", stats.seconds}};
+            {"calls", stats.calls}, {"bytes", stats.bytes}, {"seconds", stats.seconds},
+            {"inter_process_bytes", stats.inter_process_bytes}};
     }
     log << j.dump() << "\n" << std::flush;
   };
@@ -347,6 +351,19 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--profile", profile, "Print the time spent in each op after training");
   CLI11_PARSE(app, argc, argv);
 
+  // Under mpirun every process runs this program; process 0 alone prints
+  // (its progress, tables and logs stand for the job) and every process
+  // reports its own fatal error, naming its rank, then ends the job.
+  std::optional<MpiSession> mpi;
+  ProcessPlacement where;
+  try {
+    if (MpiSession::launched_by_mpirun()) mpi.emplace();
+    where = MpiSession::placement();
+  } catch (const std::exception& e) {
+    std::cerr << "tessera: error: " << e.what() << "\n";
+    return kFailed;
+  }
+  if (where.process != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return kFailed;
   try {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
@@ -363,7 +380,9 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     auto [label, code] = classify(e);
-    std::cerr << "tessera: " << label << ": " << e.what() << "\n";
+    const std::string rank = where.multi_process() ? "rank " + std::to_string(where.process) + ": " : "";
+    std::cerr << "tessera: " << rank << label << ": " << e.what() << std::endl;
+    if (where.multi_process()) MpiSession::abort_job(code);  // the other processes must not wait for this one
     return code;
   }
   return kUsage;

@@ -4,8 +4,9 @@
 
 namespace tessera {
 
-DeviceWorkers::DeviceWorkers(int count, Communicator* comm) : comm_(comm), errors_(static_cast<std::size_t>(count)) {
-  for (int rank = 0; rank < count; ++rank) threads_.emplace_back([this, rank] { loop(rank); });
+DeviceWorkers::DeviceWorkers(std::vector<int> ranks, Communicator* comm)
+    : ranks_(std::move(ranks)), comm_(comm), errors_(ranks_.size()) {
+  for (std::size_t worker = 0; worker < ranks_.size(); ++worker) threads_.emplace_back([this, worker] { loop(worker); });
 }
 
 DeviceWorkers::~DeviceWorkers() {
@@ -17,7 +18,8 @@ DeviceWorkers::~DeviceWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-void DeviceWorkers::loop(int rank) {
+void DeviceWorkers::loop(std::size_t worker) {
+  const int rank = ranks_[worker];
   std::uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* task;
@@ -39,7 +41,7 @@ void DeviceWorkers::loop(int rank) {
       if (comm_ != nullptr) comm_->abort("device " + std::to_string(rank) + " failed");
     }
     std::lock_guard lock(mutex_);
-    errors_[static_cast<std::size_t>(rank)] = error;
+    errors_[worker] = error;
     if (--pending_ == 0) done_.notify_all();
   }
 }

@@ -1,7 +1,7 @@
-// DeviceWorkers: one persistent thread per device of a mesh, so that the
-// devices run their part of a step at the same time (a collective needs every
-// member running). run() hands each worker the same function with its rank
-// and returns when all are done.
+// DeviceWorkers: one persistent thread per device of a mesh that this process
+// owns, so that the devices run their part of a step at the same time (a
+// collective needs every member running). run() hands each worker the same
+// function with its device's mesh rank and returns when all are done.
 //
 // When a worker throws, the communicator is aborted so that its peers leave
 // their collectives instead of waiting for the timeout, and run() rethrows the
@@ -21,7 +21,8 @@ class Communicator;
 
 class DeviceWorkers {
  public:
-  DeviceWorkers(int count, Communicator* comm);
+  // One worker per mesh rank in `ranks`.
+  DeviceWorkers(std::vector<int> ranks, Communicator* comm);
   ~DeviceWorkers();
   DeviceWorkers(const DeviceWorkers&) = delete;
   DeviceWorkers& operator=(const DeviceWorkers&) = delete;
@@ -31,8 +32,9 @@ class DeviceWorkers {
   void run(const std::function<void(int rank)>& task);
 
  private:
-  void loop(int rank);
+  void loop(std::size_t worker);
 
+  std::vector<int> ranks_;
   Communicator* comm_;
   std::mutex mutex_;
   std::condition_variable start_, done_;

@@ -38,9 +38,15 @@ std::optional<TensorLayout> Distribution::tensor_layout(const std::string& path,
   return match->layout;
 }
 
+void Distribution::set_placement(ProcessPlacement placement) {
+  placement.check(mesh_.size());
+  placement_ = placement;
+}
+
 std::string Distribution::str() const {
   return std::string(kind_ == Kind::data_parallel ? "data_parallel" : "model_parallel") + " on " + mesh_.str() +
-         ", batch axis '" + batch_dim_name_ + "'" + (zero_ ? ", optimizer state split along it (zero: 1)" : "");
+         ", batch axis '" + batch_dim_name_ + "'" + (zero_ ? ", optimizer state split along it (zero: 1)" : "") +
+         (placement_.multi_process() ? ", " + std::to_string(placement_.processes) + " processes" : "");
 }
 
 DataParallel::DataParallel(DeviceMesh mesh) : Distribution(Kind::data_parallel, std::move(mesh), {}, "") {}

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distribution/layout_map.hpp"
+#include "distribution/process_placement.hpp"
 
 namespace tessera {
 
@@ -48,6 +49,12 @@ class Distribution {
   void set_zero(bool on) { zero_ = on; }
   bool zero() const { return zero_; }
 
+  // Which of the mesh's devices this process owns in a job of several
+  // processes (default: all of them). Throws LayoutError when the processes
+  // cannot share the mesh evenly.
+  void set_placement(ProcessPlacement placement);
+  const ProcessPlacement& placement() const { return placement_; }
+
   std::string str() const;  // "model_parallel on mesh [2, 4] (batch, model) ..., batch axis 'batch'"
 
  protected:
@@ -59,6 +66,7 @@ class Distribution {
   LayoutMap layout_map_;
   std::string batch_dim_name_;
   bool zero_ = false;
+  ProcessPlacement placement_;
 };
 
 // Replicates every variable and splits batches along the mesh's first axis

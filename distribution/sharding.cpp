@@ -19,6 +19,21 @@ TensorLayout Sharding::to_layout(const DeviceMesh& mesh) const {
 
 bool Sharding::is_replicated() const { return partial == 0 && axes_used() == 0; }
 
+bool Sharding::splits_rows_only() const {
+  if (dims.empty() || dims[0] == kNone) return false;
+  for (std::size_t d = 1; d < dims.size(); ++d)
+    if (dims[d] != kNone) return false;
+  return true;
+}
+
+bool Sharding::is_first_copy(const DeviceMesh& mesh, std::int64_t rank) const {
+  const std::vector<std::int64_t> at = mesh.coordinates(rank);
+  const std::uint32_t used = axes_used();
+  for (int a = 0; a < mesh.rank(); ++a)
+    if (!(used & (1u << a)) && at[static_cast<std::size_t>(a)] != 0) return false;
+  return true;
+}
+
 std::uint32_t Sharding::axes_used() const {
   std::uint32_t used = partial;
   for (int a : dims)

@@ -38,6 +38,11 @@ struct Sharding {
   int dim_of_axis(int axis) const;
   // One device's block: each split dimension divided by its axis size.
   Shape local_shape(const Shape& global, const DeviceMesh& mesh) const;
+  // Whether the first dimension is split and no other is (a batch).
+  bool splits_rows_only() const;
+  // Whether `rank` is the first device holding its block: its position is 0
+  // along every mesh axis the sharding does not use (one writer per block).
+  bool is_first_copy(const DeviceMesh& mesh, std::int64_t rank) const;
   // Where `rank`'s block starts along each dimension.
   std::vector<std::int64_t> block_start(const Shape& global, const DeviceMesh& mesh, std::int64_t rank) const;
 

@@ -4,7 +4,11 @@
 #include <cstring>
 #include <set>
 
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
+#if TESSERA_HAVE_MPI
+#include "distribution/collectives/mpi_communicator.hpp"
+#endif
 #include "distribution/shard_copy.hpp"
 
 namespace tessera {
@@ -20,15 +24,36 @@ const Distribution& check_cpu(const Distribution& distribution) {
   return distribution;
 }
 
+std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const ProcessPlacement& placement) {
+  if (!placement.multi_process()) return std::make_unique<ShmCommunicator>(static_cast<int>(mesh.size()));
+#if TESSERA_HAVE_MPI
+  return std::make_unique<MpiCommunicator>(mesh, placement);
+#else
+  throw UnsupportedError("a job of " + std::to_string(placement.processes) +
+                         " processes needs the MPI communicator, and this build has none (rebuild with MPI)");
+#endif
+}
+
 }  // namespace
 
 SpmdRuntime::SpmdRuntime(const Distribution& distribution)
-    : distribution_(check_cpu(distribution)), comm_(std::make_unique<ShmCommunicator>(static_cast<int>(distribution.mesh().size()))) {
+    : distribution_(check_cpu(distribution)),
+      local_ranks_(distribution.placement().local_ranks(distribution.mesh().size())),
+      comm_(make_communicator(distribution.mesh(), distribution.placement())) {
   for (std::int64_t rank = 0; rank < mesh().size(); ++rank) contexts_.emplace_back(mesh(), *comm_, static_cast<int>(rank));
-  workers_ = std::make_unique<DeviceWorkers>(static_cast<int>(mesh().size()), comm_.get());
+  workers_ = std::make_unique<DeviceWorkers>(local_ranks_, comm_.get());
 }
 
 SpmdRuntime::~SpmdRuntime() = default;
+
+std::size_t SpmdRuntime::local_index(int rank) const {
+  auto it = std::find(local_ranks_.begin(), local_ranks_.end(), rank);
+  if (it == local_ranks_.end())
+    throw Error("device " + std::to_string(rank) + " of the mesh belongs to another process (" +
+                distribution_.placement().str() + " runs devices " + std::to_string(local_ranks_.front()) + ".." +
+                std::to_string(local_ranks_.back()) + ")");
+  return static_cast<std::size_t>(it - local_ranks_.begin());
+}
 
 const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, const Sharding& sharding) {
   auto it = entries_.find(path);
@@ -41,10 +66,9 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
   Entry entry{sharding, {}};
-  for (std::int64_t rank = 0; rank < mesh_.size(); ++rank) {
+  for (int rank : local_ranks_) {
     try {
-      entry.blocks.push_back(extract_block(v->value, sharding, mesh_, static_cast<int>(rank),
-                                           mesh_.devices()[static_cast<std::size_t>(rank)]));
+      entry.blocks.push_back(extract_block(v->value, sharding, mesh_, rank, mesh_.devices()[static_cast<std::size_t>(rank)]));
     } catch (const OutOfMemoryError& e) {
       throw OutOfMemoryError("variable '" + path + "' (its block " + sharding.local_shape(v->value.shape(), mesh_).str() +
                              " as " + sharding.str(mesh_) + "): " + e.what());
@@ -54,20 +78,31 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
 }
 
 void ShardedVariables::write_back() const {
+  const bool whole_mesh = local_ranks_.size() == static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
-    const Variable* v = store_.find(path);
-    // Devices that differ only along axes the variable is not split on hold
-    // equal copies; writing each is simpler than picking one.
-    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
-      insert_block(entry.blocks[static_cast<std::size_t>(rank)], v->value, entry.sharding, mesh_, static_cast<int>(rank));
+    const Tensor& value = store_.find(path)->value;
+    if (whole_mesh) {
+      // Devices that differ only along axes the variable is not split on hold
+      // equal copies; writing each is simpler than picking one.
+      for (std::size_t i = 0; i < local_ranks_.size(); ++i)
+        insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
+      continue;
+    }
+    // Several processes: each block is written by exactly one device (the
+    // first of its copies) into zeros, and OR-ing the processes' bytes merges
+    // them exactly.
+    std::memset(value.raw_data(), 0, value.nbytes());
+    for (std::size_t i = 0; i < local_ranks_.size(); ++i)
+      if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
+        insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
+    MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()});
   }
 }
 
 void ShardedVariables::reload() {
   for (auto& [path, entry] : entries_)
-    for (std::int64_t rank = 0; rank < mesh_.size(); ++rank)
-      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, static_cast<int>(rank),
-                         entry.blocks[static_cast<std::size_t>(rank)]);
+    for (std::size_t i = 0; i < local_ranks_.size(); ++i)
+      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.blocks[i]);
 }
 
 SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
@@ -75,9 +110,9 @@ SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& output
                          int zero_axis)
     : global_(global), runtime_(runtime), partition_(tessera::partition(global, outputs, runtime.mesh(), leaf_shardings, constraints, zero_axis)), outputs_(outputs) {
   const DeviceMesh& mesh = runtime.mesh();
-  for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
+  for (int rank : runtime.local_ranks()) {
     auto exec = std::make_unique<Executor>(partition_.local, partition_.outputs, mesh.devices()[static_cast<std::size_t>(rank)]);
-    exec->set_spmd(&runtime.context(static_cast<int>(rank)));
+    exec->set_spmd(&runtime.context(rank));
     executors_.push_back(std::move(exec));
   }
   const auto& schedule = executors_[0]->plan().schedule;
@@ -87,7 +122,7 @@ SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& output
 }
 
 std::int64_t SpmdProgram::workspace_bytes(int rank) const {
-  return static_cast<std::int64_t>(executors_[static_cast<std::size_t>(rank)]->plan().arena_bytes);
+  return static_cast<std::int64_t>(executors_[runtime_.local_index(rank)]->plan().arena_bytes);
 }
 
 ValueId SpmdProgram::local(ValueId global) const {
@@ -106,8 +141,8 @@ void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
   // Variables are updated in place: each device needs its own copy.
   const bool copy = global_.node(global_.value(leaf).producer).kind == OpKind::variable;
   const bool inner_split = s.rank() > 1 && std::any_of(s.dims.begin() + 1, s.dims.end(), [](int a) { return a != Sharding::kNone; });
-  for (std::int64_t rank = 0; rank < mesh.size(); ++rank) {
-    Executor& exec = *executors_[static_cast<std::size_t>(rank)];
+  for (int rank : runtime_.local_ranks()) {
+    Executor& exec = *executors_[runtime_.local_index(rank)];
     if (inner_split || copy) {
       exec.bind(local_leaf, extract_block(whole, s, mesh, static_cast<int>(rank), mesh.devices()[static_cast<std::size_t>(rank)]));
     } else if (s.rank() > 0 && s.dims[0] != Sharding::kNone) {
@@ -119,6 +154,37 @@ void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
   }
 }
 
+std::pair<std::int64_t, std::int64_t> SpmdProgram::local_rows(ValueId leaf) const {
+  const Sharding& s = sharding(leaf);
+  const Shape& shape = global_.shape(leaf);
+  const std::int64_t rows = shape.rank() > 0 ? shape[0] : 1;
+  if (!s.splits_rows_only()) return {0, rows};
+  const std::int64_t block = s.local_shape(shape, mesh())[0];
+  std::int64_t begin = rows, end = 0;
+  for (int rank : runtime_.local_ranks()) {
+    const std::int64_t start = s.block_start(shape, mesh(), rank)[0];
+    begin = std::min(begin, start);
+    end = std::max(end, start + block);
+  }
+  return {begin, end};
+}
+
+void SpmdProgram::bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) {
+  const ValueId local_leaf = local(leaf);
+  const Sharding& s = sharding(leaf);
+  const Shape& shape = global_.shape(leaf);
+  const auto [begin, end] = local_rows(leaf);
+  if (rows.rank() != shape.rank() || first_row > begin || first_row + rows.shape()[0] < end ||
+      rows.numel() / std::max<std::int64_t>(rows.shape()[0], 1) != shape.numel() / std::max<std::int64_t>(shape[0], 1))
+    throw ShapeError("bind_rows: '" + global_.value(leaf).name + "' of shape " + shape.str() + " needs rows " +
+                     std::to_string(begin) + ".." + std::to_string(end) + " here, got " + rows.describe() +
+                     " from row " + std::to_string(first_row));
+  if (!s.splits_rows_only()) return bind(leaf, rows);
+  const std::int64_t block = s.local_shape(shape, mesh())[0];
+  for (int rank : runtime_.local_ranks())
+    executors_[runtime_.local_index(rank)]->bind(local_leaf, rows.rows(s.block_start(shape, mesh(), rank)[0] - first_row, block));
+}
+
 void SpmdProgram::bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks) {
   if (blocks.size() != executors_.size())
     throw Error("bind_blocks: " + std::to_string(blocks.size()) + " blocks for " + std::to_string(executors_.size()) + " devices");
@@ -126,7 +192,7 @@ void SpmdProgram::bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks) {
 }
 
 void SpmdProgram::run() {
-  runtime_.workers().run([this](int rank) { executors_[static_cast<std::size_t>(rank)]->run(); });
+  runtime_.workers().run([this](int rank) { executors_[runtime_.local_index(rank)]->run(); });
 }
 
 Tensor SpmdProgram::output(ValueId global) const {

@@ -28,10 +28,13 @@
 namespace tessera {
 
 // What the programs of one distribution share: the communicator between its
-// devices, their worker threads and their collective contexts.
+// devices, their worker threads and their collective contexts. In a job of
+// several processes (the distribution's placement) it runs this process's
+// devices only, and the communicator reaches the others over MPI.
 class SpmdRuntime {
  public:
-  // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not built yet).
+  // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not
+  // built yet) and for several processes in a build without MPI.
   explicit SpmdRuntime(const Distribution& distribution);
   ~SpmdRuntime();
 
@@ -40,21 +43,31 @@ class SpmdRuntime {
   Communicator& comm() { return *comm_; }
   DeviceWorkers& workers() { return *workers_; }
   const SpmdContext& context(int rank) const { return contexts_[static_cast<std::size_t>(rank)]; }
+  // The mesh ranks this process runs, ascending; a rank's position among them.
+  const std::vector<int>& local_ranks() const { return local_ranks_; }
+  std::size_t local_index(int rank) const;
 
  private:
   const Distribution& distribution_;
+  std::vector<int> local_ranks_;
   std::unique_ptr<Communicator> comm_;
-  std::vector<SpmdContext> contexts_;
+  std::vector<SpmdContext> contexts_;  // by mesh rank
   std::unique_ptr<DeviceWorkers> workers_;
 };
 
 class ShardedVariables {
  public:
-  ShardedVariables(const DeviceMesh& mesh, VariableStore& store) : mesh_(mesh), store_(store) {}
-  // Every device's block of variable `path` split as `sharding`, made from the
-  // store's value on first use. Throws LayoutError when asked for another sharding.
+  // The blocks of the devices in `local_ranks` (all of the mesh's in one process).
+  ShardedVariables(const DeviceMesh& mesh, std::vector<int> local_ranks, VariableStore& store)
+      : mesh_(mesh), local_ranks_(std::move(local_ranks)), store_(store) {}
+  // This process's devices' blocks of variable `path` split as `sharding` (in
+  // local_ranks order), made from the store's value on first use. Throws
+  // LayoutError when asked for another sharding.
   const std::vector<Tensor>& blocks(const std::string& path, const Sharding& sharding);
-  // Copies the blocks back into the store's tensors (for checkpoints, tests and the end of fit).
+  // Copies the blocks back into the store's tensors (for checkpoints, tests
+  // and the end of fit). With several processes each fills in the blocks it
+  // holds and the processes merge the rest, so every store ends up whole (a
+  // collective call of every process).
   void write_back() const;
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
@@ -65,6 +78,7 @@ class ShardedVariables {
     std::vector<Tensor> blocks;
   };
   const DeviceMesh& mesh_;
+  std::vector<int> local_ranks_;
   VariableStore& store_;
   std::map<std::string, Entry> entries_;
 };
@@ -86,7 +100,8 @@ class SpmdProgram {
   // The collectives one run performs per device, in order (those feeding an
   // output or an update; the partition may hold dead ones the executor skips).
   const std::vector<PlannedCollective>& collectives() const { return live_collectives_; }
-  // Bytes of device `rank`'s step workspace (activations, gradients, temporaries: its memory plan's arena).
+  // Bytes of device `rank`'s step workspace (activations, gradients,
+  // temporaries: its memory plan's arena); `rank` must be this process's.
   std::int64_t workspace_bytes(int rank) const;
   const Sharding& sharding(ValueId global) const { return partition_.sharding[static_cast<std::size_t>(global)]; }
 
@@ -94,14 +109,22 @@ class SpmdProgram {
   // block (a view of an input when only the first dimension is split, as
   // batches are; a copy of a variable, which each device updates).
   void bind(ValueId leaf, const Tensor& whole);
-  // Binds each device's block (rank order) to a global input or variable.
+  // Binds rows [first_row, first_row + rows.shape()[0]) of a global input
+  // whose first dimension alone is split (a batch), as a process of a job of
+  // several holds them: they must cover local_rows(leaf).
+  void bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row);
+  // The rows of `leaf` that this process's devices need: all of them unless
+  // the first dimension alone is split.
+  std::pair<std::int64_t, std::int64_t> local_rows(ValueId leaf) const;
+  // Binds each of this process's devices' block (local_ranks order) to a global input or variable.
   void bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks);
   void run();
-  // A requested output (replicated on every device): device 0's copy, valid until the next run.
+  // A requested output (replicated on every device): the copy of this
+  // process's first device, valid until the next run.
   Tensor output(ValueId global) const;
 
   void set_update_step(std::int64_t step, float learning_rate);
-  // Per-op times of device 0 (each device runs the same ops).
+  // Per-op times of this process's first device (each device runs the same ops).
   void enable_profiling(std::map<std::string, Executor::OpTime>* sink);
 
  private:
@@ -111,7 +134,7 @@ class SpmdProgram {
   SpmdRuntime& runtime_;
   Partition partition_;
   std::vector<ValueId> outputs_;
-  std::vector<std::unique_ptr<Executor>> executors_;
+  std::vector<std::unique_ptr<Executor>> executors_;  // this process's devices, in local_ranks order
   std::vector<PlannedCollective> live_collectives_;
 };
 

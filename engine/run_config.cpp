@@ -1,6 +1,7 @@
 #include "engine/run_config.hpp"
 
 #include "distribution/calibration_cache.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/distribution_config.hpp"
 
 #include <algorithm>
@@ -91,7 +92,14 @@ Dataset load_dataset(ConfigNode spec) {
 }
 
 std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
-  if (!run.distribution) return std::make_unique<Trainer>(run.model, run.training, store);
+  const ProcessPlacement where = MpiSession::placement();
+  if (!run.distribution) {
+    if (where.multi_process())
+      throw ConfigError(run.root.location() + ": " + std::to_string(where.processes) +
+                        " processes were started, but the config has no distribution: section to share the "
+                        "work (each would train its own copy)");
+    return std::make_unique<Trainer>(run.model, run.training, store);
+  }
   run.model.build(store, run.training.seed);
   DistributionConfig& config = *run.distribution;
   const bool zero = config.distribution->zero();  // kept when the layouts are chosen below
@@ -117,6 +125,11 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
                                                           placeholder.batch_dim_name());
   }
   config.distribution->set_zero(zero);
+  try {
+    config.distribution->set_placement(where);
+  } catch (const LayoutError& e) {
+    throw ConfigError(config.location + ": " + e.what());
+  }
   // Every variable's layout is checked now, so that an error points at its layout-map entry.
   const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {

@@ -13,6 +13,7 @@ packages=(
   libcli11-dev      # the tessera command line (a maintained parser beats a hand-written one)
   nlohmann-json3-dev  # JSON output of inspect/bench and checkpoint headers
   zlib1g-dev        # gzipped IDX datasets and deflated .npz archives
+  libopenmpi-dev openmpi-bin  # jobs of several processes: mpirun, and MPI collectives between them
   dataset-fashion-mnist  # the default config's data: /usr/share/datasets/fashion-mnist
   bible-kjv         # the GPT's byte corpus, written to data/kjv.txt below
 )

@@ -29,8 +29,22 @@ const char* name(CollectiveKind kind) { return kKindNames[static_cast<std::size_
 
 CollectiveAccounting::CollectiveAccounting(int ranks) : per_rank_(static_cast<std::size_t>(std::max(ranks, 0))) {}
 
+std::int64_t bus_bytes(CollectiveKind kind, std::int64_t in_bytes, std::int64_t out_bytes, int n, bool root) {
+  if (n <= 1) return 0;
+  auto share = [n](std::int64_t bytes) { return bytes * (n - 1) / n; };
+  switch (kind) {
+    case CollectiveKind::all_reduce: return 2 * share(in_bytes);
+    case CollectiveKind::all_gather: return share(out_bytes);
+    case CollectiveKind::reduce_scatter: return share(in_bytes);
+    case CollectiveKind::all_to_all: return share(in_bytes);
+    case CollectiveKind::broadcast: return root ? in_bytes : 0;
+    case CollectiveKind::barrier: return 0;
+  }
+  return 0;
+}
+
 void CollectiveAccounting::record(int rank, CollectiveKind kind, const std::string& axes, std::int64_t bytes,
-                                  double seconds) {
+                                  double seconds, std::int64_t inter_process_bytes) {
   if (rank < 0) throw Error("collective accounting: negative rank " + std::to_string(rank));
   std::lock_guard lock(mutex_);
   // A default-constructed accounting does not know the world size: grow on demand.
@@ -39,6 +53,7 @@ void CollectiveAccounting::record(int rank, CollectiveKind kind, const std::stri
   stats.calls += 1;
   stats.bytes += bytes;
   stats.seconds += seconds;
+  stats.inter_process_bytes += inter_process_bytes;
 }
 
 std::map<CollectiveAccounting::Key, CollectiveStats> CollectiveAccounting::of_rank(int rank) const {
@@ -56,6 +71,7 @@ std::map<CollectiveAccounting::Key, CollectiveStats> CollectiveAccounting::total
       s.calls += stats.calls;
       s.bytes += stats.bytes;
       s.seconds += stats.seconds;
+      s.inter_process_bytes += stats.inter_process_bytes;
     }
   return sum;
 }

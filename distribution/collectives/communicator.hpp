@@ -12,8 +12,9 @@
 // every pending and later call throw at once (one failing worker must not leave
 // its peers waiting).
 //
-// Implementations: ShmCommunicator (threads of one process, shm_communicator.hpp);
-// NCCL and MPI come later behind this same interface.
+// Implementations: ShmCommunicator (threads of one process, shm_communicator.hpp),
+// MpiCommunicator (the devices of several processes, mpi_communicator.hpp) and
+// NcclCommunicator (GPUs, nccl_communicator.hpp).
 #pragma once
 
 #include <chrono>
@@ -48,17 +49,25 @@ const char* name(CollectiveKind kind);
 // rank sent over the links (NCCL's bus bytes): all_reduce 2(n-1)/n of the
 // buffer, all_gather (n-1)/n of the output, reduce_scatter (n-1)/n of the
 // input, all_to_all (n-1)/n of the input, broadcast the buffer (root only).
+// `inter_process_bytes` is the part of them that crossed between processes
+// (MpiCommunicator; always 0 in one process).
 struct CollectiveStats {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
   double seconds = 0;
+  std::int64_t inter_process_bytes = 0;
 };
+
+// The bus bytes above for one member of an n-member collective whose input
+// and output hold `in_bytes` and `out_bytes`; `root`: it is broadcast's root.
+std::int64_t bus_bytes(CollectiveKind kind, std::int64_t in_bytes, std::int64_t out_bytes, int n, bool root);
 
 // Per rank: (kind, group axes) -> stats. Thread-safe.
 class CollectiveAccounting {
  public:
   explicit CollectiveAccounting(int ranks = 0);
-  void record(int rank, CollectiveKind kind, const std::string& axes, std::int64_t bytes, double seconds);
+  void record(int rank, CollectiveKind kind, const std::string& axes, std::int64_t bytes, double seconds,
+              std::int64_t inter_process_bytes = 0);
   using Key = std::pair<CollectiveKind, std::string>;
   std::map<Key, CollectiveStats> of_rank(int rank) const;
   // Summed over ranks.
@@ -96,13 +105,17 @@ class Communicator {
 
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  CollectiveAccounting& accounting() { return accounting_; }
-  const CollectiveAccounting& accounting() const { return accounting_; }
+  CollectiveAccounting& accounting() { return *recorder_; }
+  const CollectiveAccounting& accounting() const { return *recorder_; }
+  // Records into `outer` from now on: a communicator that runs inside another
+  // (the shared-memory part of an MPI one) reports to the outer one's accounting.
+  void report_to(CollectiveAccounting& outer) { recorder_ = &outer; }
 
  protected:
   explicit Communicator(int ranks) : accounting_(ranks) {}
   std::chrono::milliseconds timeout_{60000};
   CollectiveAccounting accounting_;
+  CollectiveAccounting* recorder_ = &accounting_;
 };
 
 }  // namespace tessera

@@ -133,7 +133,7 @@ void NcclCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor
   TESSERA_NCCL_CHECK(ncclAllReduce(in.raw_data(), out.raw_data(), static_cast<std::size_t>(in.numel()), nccl_type(in.dtype()),
                                    nccl_op(op), comm_for(group, rank), streams_[static_cast<std::size_t>(rank)]));
   wait("all_reduce", group, rank);
-  accounting_.record(rank, CollectiveKind::all_reduce, group.axes, 2 * share(in.nbytes(), group.size()),
+  accounting().record(rank, CollectiveKind::all_reduce, group.axes, 2 * share(in.nbytes(), group.size()),
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
 
@@ -146,7 +146,7 @@ void NcclCommunicator::all_gather(const CommGroup& group, int rank, const Tensor
   TESSERA_NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<std::size_t>(in.numel()), nccl_type(in.dtype()),
                                    comm_for(group, rank), streams_[static_cast<std::size_t>(rank)]));
   wait("all_gather", group, rank);
-  accounting_.record(rank, CollectiveKind::all_gather, group.axes, share(out.nbytes(), group.size()),
+  accounting().record(rank, CollectiveKind::all_gather, group.axes, share(out.nbytes(), group.size()),
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
 
@@ -161,7 +161,7 @@ void NcclCommunicator::reduce_scatter(const CommGroup& group, int rank, const Te
                                        nccl_type(in.dtype()), nccl_op(op), comm_for(group, rank),
                                        streams_[static_cast<std::size_t>(rank)]));
   wait("reduce_scatter", group, rank);
-  accounting_.record(rank, CollectiveKind::reduce_scatter, group.axes, share(in.nbytes(), group.size()),
+  accounting().record(rank, CollectiveKind::reduce_scatter, group.axes, share(in.nbytes(), group.size()),
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
 
@@ -171,7 +171,7 @@ void NcclCommunicator::broadcast(const CommGroup& group, int rank, const Tensor&
   TESSERA_NCCL_CHECK(ncclBroadcast(x.raw_data(), x.raw_data(), static_cast<std::size_t>(x.numel()), nccl_type(x.dtype()), root,
                                    comm_for(group, rank), streams_[static_cast<std::size_t>(rank)]));
   wait("broadcast", group, rank);
-  accounting_.record(rank, CollectiveKind::broadcast, group.axes,
+  accounting().record(rank, CollectiveKind::broadcast, group.axes,
                      group.index_of(rank) == root ? static_cast<std::int64_t>(x.nbytes()) : 0,
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
@@ -194,7 +194,7 @@ void NcclCommunicator::all_to_all(const CommGroup& group, int rank, const Tensor
   }
   TESSERA_NCCL_CHECK(ncclGroupEnd());
   wait("all_to_all", group, rank);
-  accounting_.record(rank, CollectiveKind::all_to_all, group.axes, share(in.nbytes(), n),
+  accounting().record(rank, CollectiveKind::all_to_all, group.axes, share(in.nbytes(), n),
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
 
@@ -203,7 +203,7 @@ void NcclCommunicator::barrier(const CommGroup& group, int rank) {
   void* p = scratch_[static_cast<std::size_t>(rank)];
   TESSERA_NCCL_CHECK(ncclAllReduce(p, p, 1, ncclInt32, ncclSum, comm_for(group, rank), streams_[static_cast<std::size_t>(rank)]));
   wait("barrier", group, rank);
-  accounting_.record(rank, CollectiveKind::barrier, group.axes, 0, 0);
+  accounting().record(rank, CollectiveKind::barrier, group.axes, 0, 0);
 }
 
 }  // namespace tessera

@@ -425,21 +425,6 @@ void execute(const Job& job, std::size_t stream_threshold) {
   if (stream) ShmKernels::store_fence();  // streamed stores, visible before the closing barrier
 }
 
-// What this member sent over the links, as communicator.hpp defines it.
-std::int64_t bus_bytes(const Call& c, int n, int me) {
-  if (n <= 1) return 0;
-  auto share = [n](std::size_t bytes) { return static_cast<std::int64_t>(bytes) * (n - 1) / n; };
-  switch (c.kind) {
-    case CollectiveKind::all_reduce: return 2 * share(c.in->nbytes());
-    case CollectiveKind::all_gather: return share(c.out->nbytes());
-    case CollectiveKind::reduce_scatter: return share(c.in->nbytes());
-    case CollectiveKind::all_to_all: return share(c.in->nbytes());
-    case CollectiveKind::broadcast: return me == c.root ? static_cast<std::int64_t>(c.in->nbytes()) : 0;
-    case CollectiveKind::barrier: return 0;
-  }
-  return 0;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -509,7 +494,8 @@ void ShmCommunicator::run(const CommGroup& group, int rank, const Call& call) {
     execute(Job{slots, me, ws}, stream_threshold_);
     phase_barrier(rv);  // every peer is done with this member's buffers
   }
-  accounting_.record(rank, call.kind, group.axes, bus_bytes(call, group.size(), me),
+  accounting().record(rank, call.kind, group.axes, bus_bytes(call.kind, call.in ? static_cast<std::int64_t>(call.in->nbytes()) : 0,
+                               call.out ? static_cast<std::int64_t>(call.out->nbytes()) : 0, group.size(), me == call.root),
                      std::chrono::duration<double>(Clock::now() - start).count());
 }
 

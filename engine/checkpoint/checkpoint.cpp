@@ -1,4 +1,5 @@
 #include "engine/checkpoint/checkpoint.hpp"
+#include "engine/checkpoint/json_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -111,18 +112,7 @@ StateFile read_state(const fs::path& file) {
   auto error = [&](const std::string& message) {
     return CheckpointError("load_checkpoint: '" + file.string() + "': " + message);
   };
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw error("cannot open: " + errno_text(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw error("cannot read");
-  Json j;
-  try {
-    j = Json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw error(std::string("not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw error("not a JSON object");
+  Json j = read_json_object(file, "load_checkpoint: '" + file.string() + "'");
   if (!j.contains("format") || j["format"] != kFormat)
     throw error(std::string("not a Tessera checkpoint state (\"format\" is not \"") + kFormat + "\")");
   if (!j.contains("format_version") || !j["format_version"].is_number_integer())

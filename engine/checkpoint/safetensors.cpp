@@ -13,6 +13,7 @@
 #include <set>
 #include <system_error>
 #include <unordered_set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,7 @@ class ReadFd {
   ~ReadFd() {
     if (fd_ >= 0) ::close(fd_);
   }
+  ReadFd(ReadFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   ReadFd(const ReadFd&) = delete;
   ReadFd& operator=(const ReadFd&) = delete;
   int get() const { return fd_; }
@@ -85,12 +87,181 @@ struct Entry {
   std::uint64_t begin = 0, end = 0;
 };
 
+// Reads and checks the header of the open file `fd` (at `path`); `what` names
+// the caller in messages.
+SafetensorsHeader read_header(int fd, const std::filesystem::path& path, const char* what) {
+  auto error = [&](const std::string& message) {
+    return CheckpointError(std::string(what) + ": '" + path.string() + "': " + message);
+  };
+  auto tensor_error = [&](const std::string& name, const std::string& message) {
+    return error("tensor '" + name + "': " + message);
+  };
+
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) throw error("cannot read its size: " + errno_text(errno));
+  const auto file_size = static_cast<std::uint64_t>(info.st_size);
+  if (file_size < 8)
+    throw error("the file has " + std::to_string(file_size) +
+                " bytes, fewer than the 8 of the header length (truncated?)");
+
+  std::uint8_t length_bytes[8];
+  if (!read_at(fd, length_bytes, 8, 0)) throw error("cannot read the header length");
+  const std::uint64_t header_size = data_detail::load_le64(length_bytes);
+  if (header_size > file_size - 8)
+    throw error("the header length is " + std::to_string(header_size) + " bytes but only " +
+                std::to_string(file_size - 8) +
+                " follow it (a truncated file, or not a safetensors file)");
+  const std::uint64_t data_size = file_size - 8 - header_size;
+
+  std::string text(static_cast<std::size_t>(header_size), '\0');
+  if (!read_at(fd, text.data(), text.size(), 8)) throw error("cannot read the header");
+  // Duplicate top-level keys would silently shadow one another in the parsed
+  // object: note them while parsing.
+  std::set<std::string> keys;
+  std::string duplicate;
+  Json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event,
+                                          Json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, note_keys);
+  } catch (const nlohmann::json::exception& e) {
+    throw error(std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw error("the header is not a JSON object");
+  if (!duplicate.empty()) throw error("the header names '" + duplicate + "' twice");
+
+  SafetensorsHeader out;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object()) throw error("__metadata__ is not a JSON object");
+      for (const auto& [key, item] : value.items()) {
+        if (!item.is_string())
+          throw error("__metadata__ maps strings to strings, but '" + key + "' is " +
+                      item.type_name());
+        out.metadata[key] = item.get<std::string>();
+      }
+      continue;
+    }
+    if (!value.is_object()) throw tensor_error(name, "the entry is not a JSON object");
+    for (const auto& [key, item] : value.items())
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        throw tensor_error(name, "unknown key '" + key + "' (known: dtype, shape, data_offsets)");
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!value.contains(key)) throw tensor_error(name, std::string("has no '") + key + "'");
+
+    Entry entry;
+    entry.name = name;
+    const Json& dtype = value["dtype"];
+    if (!dtype.is_string()) throw tensor_error(name, "dtype is not a string");
+    const std::optional<DType> known = parse_safetensors_dtype(dtype.get<std::string>());
+    if (!known)
+      throw tensor_error(name, "dtype '" + dtype.get<std::string>() +
+                                   "' is not one Tessera reads (F32, BF16, I32, I64)");
+    entry.dtype = *known;
+
+    const Json& shape = value["shape"];
+    if (!shape.is_array()) throw tensor_error(name, "shape is not an array");
+    std::uint64_t numel = 1;
+    bool too_large = false;
+    for (const Json& dim : shape) {
+      if (!dim.is_number_unsigned())  // the parser gives non-negative integers this type
+        throw tensor_error(name, "shape " + shape.dump() + " has an entry that is not a size");
+      const auto extent = dim.get<std::uint64_t>();
+      if (extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+          __builtin_mul_overflow(numel, extent, &numel))
+        too_large = true;
+      entry.dims.push_back(static_cast<std::int64_t>(extent));
+    }
+    std::uint64_t bytes = 0;
+    if (too_large || numel > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+        __builtin_mul_overflow(numel, dtype_size(entry.dtype), &bytes))
+      throw tensor_error(name, "shape " + shape.dump() + " is too large");
+
+    const Json& offsets = value["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
+      throw tensor_error(name, "data_offsets " + offsets.dump() +
+                                   " is not a pair [begin, end] of byte offsets");
+    entry.begin = offsets[0].get<std::uint64_t>();
+    entry.end = offsets[1].get<std::uint64_t>();
+    if (entry.begin > entry.end)
+      throw tensor_error(name, "data_offsets " + offsets_text(entry.begin, entry.end) +
+                                   " end before they begin");
+    if (entry.end > data_size)
+      throw tensor_error(name, "data_offsets " + offsets_text(entry.begin, entry.end) +
+                                   " run past the end of the data (" + std::to_string(data_size) +
+                                   " bytes after the header; a truncated file?)");
+    if (entry.end - entry.begin != bytes)
+      throw tensor_error(name, dtype.get<std::string>() + shape_text(entry.dims) + " takes " +
+                                   std::to_string(bytes) + " bytes but data_offsets " +
+                                   offsets_text(entry.begin, entry.end) + " hold " +
+                                   std::to_string(entry.end - entry.begin));
+    entries.push_back(std::move(entry));
+  }
+
+  // The tensors tile the data: no overlaps, no gaps, nothing after the last
+  // (what the reference reader requires). Empty tensors occupy nothing.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& entry : entries) {
+    if (entry.begin == entry.end) continue;
+    if (entry.begin < covered)
+      throw tensor_error(entry.name, "data_offsets " + offsets_text(entry.begin, entry.end) +
+                                         " overlap tensor '" + previous->name + "' at " +
+                                         offsets_text(previous->begin, previous->end));
+    if (entry.begin > covered)
+      throw tensor_error(entry.name, "data_offsets " + offsets_text(entry.begin, entry.end) +
+                                         " leave a gap of " +
+                                         std::to_string(entry.begin - covered) +
+                                         " bytes before them");
+    covered = entry.end;
+    previous = &entry;
+  }
+  if (covered != data_size)
+    throw error("the tensors cover " + std::to_string(covered) + " of the " +
+                std::to_string(data_size) + " data bytes; the rest belongs to no tensor");
+
+  const std::uint64_t data_start = 8 + header_size;
+  out.tensors.reserve(entries.size());
+  for (Entry& entry : entries)
+    out.tensors.push_back({std::move(entry.name), entry.dtype, std::move(entry.dims),
+                           data_start + entry.begin, entry.end - entry.begin});
+  return out;
+}
+
+// `path` opened for reading, or a CheckpointError naming it.
+ReadFd open_for_reading(const std::filesystem::path& path, const char* what) {
+  auto error = [&](const std::string& message) {
+    return CheckpointError(std::string(what) + ": '" + path.string() + "': " + message);
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw error("is a directory");
+  ReadFd fd(path);
+  if (fd.get() < 0) throw error("cannot open: " + errno_text(errno));
+  return fd;
+}
+
 }  // namespace
 
 std::string safetensors_dtype_name(DType dtype) {
   for (const auto& d : kDTypeNames)
     if (d.dtype == dtype) return d.name;
   throw DTypeError("safetensors: no name for dtype " + std::string(dtype_name(dtype)));
+}
+
+std::optional<DType> parse_safetensors_dtype(std::string_view name) {
+  for (const auto& d : kDTypeNames)
+    if (name == d.name) return d.dtype;
+  return std::nullopt;
 }
 
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
@@ -142,162 +313,31 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
   }
 }
 
+const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
+  for (const SafetensorsEntry& entry : tensors)
+    if (entry.name == name) return &entry;
+  return nullptr;
+}
+
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
+  ReadFd fd = open_for_reading(path, "read_safetensors_header");
+  return read_header(fd.get(), path, "read_safetensors_header");
+}
+
 SafetensorsFile load_safetensors(const std::filesystem::path& path) {
-  auto error = [&](const std::string& message) {
-    return CheckpointError("load_safetensors: '" + path.string() + "': " + message);
-  };
-  auto tensor_error = [&](const std::string& name, const std::string& message) {
-    return error("tensor '" + name + "': " + message);
-  };
-
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw error("is a directory");
-  ReadFd fd(path);
-  if (fd.get() < 0) throw error("cannot open: " + errno_text(errno));
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) throw error("cannot read its size: " + errno_text(errno));
-  const auto file_size = static_cast<std::uint64_t>(info.st_size);
-  if (file_size < 8)
-    throw error("the file has " + std::to_string(file_size) +
-                " bytes, fewer than the 8 of the header length (truncated?)");
-
-  std::uint8_t length_bytes[8];
-  if (!read_at(fd.get(), length_bytes, 8, 0)) throw error("cannot read the header length");
-  const std::uint64_t header_size = data_detail::load_le64(length_bytes);
-  if (header_size > file_size - 8)
-    throw error("the header length is " + std::to_string(header_size) + " bytes but only " +
-                std::to_string(file_size - 8) +
-                " follow it (a truncated file, or not a safetensors file)");
-  const std::uint64_t data_size = file_size - 8 - header_size;
-
-  std::string text(static_cast<std::size_t>(header_size), '\0');
-  if (!read_at(fd.get(), text.data(), text.size(), 8)) throw error("cannot read the header");
-  // Duplicate top-level keys would silently shadow one another in the parsed
-  // object: note them while parsing.
-  std::set<std::string> keys;
-  std::string duplicate;
-  Json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event,
-                                          Json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
-        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  Json header;
-  try {
-    header = Json::parse(text, note_keys);
-  } catch (const nlohmann::json::exception& e) {
-    throw error(std::string("the header is not valid JSON: ") + e.what());
-  }
-  if (!header.is_object()) throw error("the header is not a JSON object");
-  if (!duplicate.empty()) throw error("the header names '" + duplicate + "' twice");
-
+  const char* what = "load_safetensors";
+  ReadFd fd = open_for_reading(path, what);
+  SafetensorsHeader header = read_header(fd.get(), path, what);
   SafetensorsFile out;
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object()) throw error("__metadata__ is not a JSON object");
-      for (const auto& [key, item] : value.items()) {
-        if (!item.is_string())
-          throw error("__metadata__ maps strings to strings, but '" + key + "' is " +
-                      item.type_name());
-        out.metadata[key] = item.get<std::string>();
-      }
-      continue;
-    }
-    if (!value.is_object()) throw tensor_error(name, "the entry is not a JSON object");
-    for (const auto& [key, item] : value.items())
-      if (key != "dtype" && key != "shape" && key != "data_offsets")
-        throw tensor_error(name, "unknown key '" + key + "' (known: dtype, shape, data_offsets)");
-    for (const char* key : {"dtype", "shape", "data_offsets"})
-      if (!value.contains(key)) throw tensor_error(name, std::string("has no '") + key + "'");
-
-    Entry entry;
-    entry.name = name;
-    const Json& dtype = value["dtype"];
-    if (!dtype.is_string()) throw tensor_error(name, "dtype is not a string");
-    const auto* known = std::find_if(std::begin(kDTypeNames), std::end(kDTypeNames),
-                                     [&](const DTypeName& d) { return dtype == d.name; });
-    if (known == std::end(kDTypeNames))
-      throw tensor_error(name, "dtype '" + dtype.get<std::string>() +
-                                   "' is not one Tessera reads (F32, BF16, I32, I64)");
-    entry.dtype = known->dtype;
-
-    const Json& shape = value["shape"];
-    if (!shape.is_array()) throw tensor_error(name, "shape is not an array");
-    std::uint64_t numel = 1;
-    bool too_large = false;
-    for (const Json& dim : shape) {
-      if (!dim.is_number_unsigned())  // the parser gives non-negative integers this type
-        throw tensor_error(name, "shape " + shape.dump() + " has an entry that is not a size");
-      const auto extent = dim.get<std::uint64_t>();
-      if (extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
-          __builtin_mul_overflow(numel, extent, &numel))
-        too_large = true;
-      entry.dims.push_back(static_cast<std::int64_t>(extent));
-    }
-    std::uint64_t bytes = 0;
-    if (too_large || numel > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
-        __builtin_mul_overflow(numel, dtype_size(entry.dtype), &bytes))
-      throw tensor_error(name, "shape " + shape.dump() + " is too large");
-
-    const Json& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned())
-      throw tensor_error(name, "data_offsets " + offsets.dump() +
-                                   " is not a pair [begin, end] of byte offsets");
-    entry.begin = offsets[0].get<std::uint64_t>();
-    entry.end = offsets[1].get<std::uint64_t>();
-    if (entry.begin > entry.end)
-      throw tensor_error(name, "data_offsets " + offsets_text(entry.begin, entry.end) +
-                                   " end before they begin");
-    if (entry.end > data_size)
-      throw tensor_error(name, "data_offsets " + offsets_text(entry.begin, entry.end) +
-                                   " run past the end of the data (" + std::to_string(data_size) +
-                                   " bytes after the header; a truncated file?)");
-    if (entry.end - entry.begin != bytes)
-      throw tensor_error(name, std::string(known->name) + shape_text(entry.dims) + " takes " +
-                                   std::to_string(bytes) + " bytes but data_offsets " +
-                                   offsets_text(entry.begin, entry.end) + " hold " +
-                                   std::to_string(entry.end - entry.begin));
-    entries.push_back(std::move(entry));
-  }
-
-  // The tensors tile the data: no overlaps, no gaps, nothing after the last
-  // (what the reference reader requires). Empty tensors occupy nothing.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  std::uint64_t covered = 0;
-  const Entry* previous = nullptr;
-  for (const Entry& entry : entries) {
-    if (entry.begin == entry.end) continue;
-    if (entry.begin < covered)
-      throw tensor_error(entry.name, "data_offsets " + offsets_text(entry.begin, entry.end) +
-                                         " overlap tensor '" + previous->name + "' at " +
-                                         offsets_text(previous->begin, previous->end));
-    if (entry.begin > covered)
-      throw tensor_error(entry.name, "data_offsets " + offsets_text(entry.begin, entry.end) +
-                                         " leave a gap of " +
-                                         std::to_string(entry.begin - covered) +
-                                         " bytes before them");
-    covered = entry.end;
-    previous = &entry;
-  }
-  if (covered != data_size)
-    throw error("the tensors cover " + std::to_string(covered) + " of the " +
-                std::to_string(data_size) + " data bytes; the rest belongs to no tensor");
-
-  const std::uint64_t data_start = 8 + header_size;
-  out.tensors.reserve(entries.size());
-  for (const Entry& entry : entries) {
-    Tensor tensor = Tensor::empty(Shape(entry.dims), entry.dtype);
-    if (tensor.nbytes() > 0 &&
-        !read_at(fd.get(), tensor.raw_data(), tensor.nbytes(), data_start + entry.begin))
-      throw tensor_error(entry.name, "cannot read its data: " +
-                                         (errno != 0 ? errno_text(errno)
-                                                     : std::string("the file ended early")));
-    out.tensors.emplace_back(entry.name, std::move(tensor));
+  out.metadata = std::move(header.metadata);
+  out.tensors.reserve(header.tensors.size());
+  for (SafetensorsEntry& entry : header.tensors) {
+    Tensor tensor = Tensor::empty(Shape(entry.shape), entry.dtype);
+    if (tensor.nbytes() > 0 && !read_at(fd.get(), tensor.raw_data(), tensor.nbytes(), entry.offset))
+      throw CheckpointError(std::string(what) + ": '" + path.string() + "': tensor '" + entry.name +
+                            "': cannot read its data: " +
+                            (errno != 0 ? errno_text(errno) : std::string("the file ended early")));
+    out.tensors.emplace_back(std::move(entry.name), std::move(tensor));
   }
   return out;
 }

@@ -13,9 +13,12 @@
 // (safetensors.torch/numpy) and vice versa for these dtypes.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,7 +48,30 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
 // Throws CheckpointError naming the file and, where one is at fault, the tensor.
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
+// One tensor of a file's header, checked as load_safetensors checks it.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t offset = 0;  // where its bytes start, counted from the start of the file
+  std::uint64_t bytes = 0;   // numel x dtype size
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;  // in data order
+  std::map<std::string, std::string> metadata;
+  // The entry named `name`, or nullptr.
+  const SafetensorsEntry* find(const std::string& name) const;
+};
+
+// Reads and validates only the header of `path` (all the checks of
+// load_safetensors except reading the data), for readers that then read parts
+// of the data themselves. Throws CheckpointError naming the file and tensor.
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
+
 // "F32", "BF16", "I32", "I64": the format's names of Tessera's dtypes.
 std::string safetensors_dtype_name(DType dtype);
+// The inverse: nullopt for a name that is not one of those four.
+std::optional<DType> parse_safetensors_dtype(std::string_view name);
 
 }  // namespace tessera

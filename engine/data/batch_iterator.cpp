@@ -109,13 +109,14 @@ Batch gather_batch(const Dataset& dataset, std::span<const std::int64_t> indices
 }
 
 BatchIterator::BatchIterator(const Dataset& dataset, std::int64_t batch_size, bool shuffle,
-                             std::uint64_t seed, bool drop_remainder, BatchTransform transform)
+                             std::uint64_t seed, bool drop_remainder, BatchTransform transform, RowWindow window)
     : dataset_(dataset),
       batch_size_(batch_size),
       shuffle_(shuffle),
       seed_(seed),
       batches_per_epoch_(checked_batches(dataset, batch_size, drop_remainder)),
       transform_(std::move(transform)),
+      window_(std::move(window)),
       order_(static_cast<std::size_t>(dataset.size())) {
   make_order(order_, shuffle_, seed_, 0);
   worker_ = std::jthread([this](std::stop_token stop) { run(stop); });
@@ -149,7 +150,12 @@ void BatchIterator::run(std::stop_token stop) {
 
 void BatchIterator::fill(Slot& slot, std::int64_t batch_index) {
   const std::int64_t first = batch_index * batch_size_;
-  const std::int64_t rows = std::min(batch_size_, dataset_.size() - first);
+  const std::int64_t size = std::min(batch_size_, dataset_.size() - first);
+  auto [begin, end] = window_ ? window_(size) : std::pair<std::int64_t, std::int64_t>{0, size};
+  if (begin < 0 || end > size || begin >= end)
+    throw DataError("batch iterator: the row window " + std::to_string(begin) + ".." + std::to_string(end) +
+                    " does not lie in a batch of " + std::to_string(size));
+  const std::int64_t rows = end - begin;
   if (!slot.inputs.defined()) {  // the only allocations: once per slot
     const std::int64_t capacity = std::min(batch_size_, dataset_.size());
     slot.inputs =
@@ -157,10 +163,10 @@ void BatchIterator::fill(Slot& slot, std::int64_t batch_index) {
     slot.targets =
         Tensor::empty(with_rows(dataset_.targets.shape(), capacity), dataset_.targets.dtype());
   }
-  std::span<const std::int64_t> indices(order_.data() + first, static_cast<std::size_t>(rows));
+  std::span<const std::int64_t> indices(order_.data() + first + begin, static_cast<std::size_t>(rows));
   gather_rows(dataset_.inputs, indices, slot.inputs);
   gather_rows(dataset_.targets, indices, slot.targets);
-  slot.batch = Batch{leading_rows(slot.inputs, rows), leading_rows(slot.targets, rows), rows};
+  slot.batch = Batch{leading_rows(slot.inputs, rows), leading_rows(slot.targets, rows), size, begin};
   if (transform_) transform_(slot.batch);
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/data/dataset.hpp"
@@ -22,10 +23,16 @@
 namespace tessera {
 
 struct Batch {
-  Tensor inputs;          // [size, ...]
-  Tensor targets;         // [size] or [size, ...]
+  Tensor inputs;          // [rows, ...]: rows [first_row, first_row + rows) of the batch
+  Tensor targets;         // [rows] or [rows, ...]
   std::int64_t size = 0;  // samples: the batch size, or fewer in a last partial batch
+  std::int64_t first_row = 0;  // with a RowWindow, where inputs and targets start; else 0 (all rows)
+  std::int64_t rows() const { return inputs.defined() ? inputs.shape()[0] : 0; }
 };
+
+// Which rows [begin, end) of a batch of `size` samples to gather: a process of
+// a job of several gathers only the rows its devices train on.
+using RowWindow = std::function<std::pair<std::int64_t, std::int64_t>(std::int64_t size)>;
 
 // The sample order of `epoch` over `n` samples: a Fisher-Yates shuffle drawing
 // from Philox keyed on (seed, epoch), or 0..n-1 without `shuffle`.
@@ -53,8 +60,10 @@ class BatchIterator {
   // tensors are shared, not copied. Throws DataError for an empty or
   // inconsistent dataset (inputs and targets of different lengths, not on the
   // CPU), batch_size < 1, or drop_remainder with fewer samples than one batch.
+  // With `window`, each batch holds only the rows the window gives (a
+  // transform then sees those rows alone).
   BatchIterator(const Dataset& dataset, std::int64_t batch_size, bool shuffle, std::uint64_t seed,
-                bool drop_remainder, BatchTransform transform = {});
+                bool drop_remainder, BatchTransform transform = {}, RowWindow window = {});
   ~BatchIterator() = default;  // worker_ (a jthread) is stopped and joined first
   BatchIterator(const BatchIterator&) = delete;
   BatchIterator& operator=(const BatchIterator&) = delete;
@@ -94,6 +103,7 @@ class BatchIterator {
   const std::uint64_t seed_;
   const std::int64_t batches_per_epoch_;
   const BatchTransform transform_;
+  const RowWindow window_;
 
   mutable std::mutex mutex_;
   std::condition_variable_any changed_;  // any change of the state below

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
@@ -72,6 +73,10 @@ struct Trainer::Program {
   std::unique_ptr<SpmdProgram> spmd;  // or a distribution's mesh
 
   void bind(ValueId leaf, const Tensor& t) { spmd ? spmd->bind(leaf, t) : exec->bind(leaf, t); }
+  // Rows [first_row, ...) of a batch input: a process of a job of several holds only its devices' rows.
+  void bind_rows(ValueId leaf, const Tensor& t, std::int64_t first_row) {
+    spmd ? spmd->bind_rows(leaf, t, first_row) : exec->bind(leaf, t);
+  }
   void run() { spmd ? spmd->run() : exec->run(); }
   Tensor result(ValueId v) const { return spmd ? spmd->output(v) : exec->output(v); }
   void set_update_step(std::int64_t step, float lr) {
@@ -101,7 +106,7 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, co
     : Trainer(model, std::move(spec), store, distribution.mesh().devices()[0]) {
   distribution_ = std::make_unique<Distribution>(distribution);
   runtime_ = std::make_unique<SpmdRuntime>(*distribution_);
-  sharded_ = std::make_unique<ShardedVariables>(distribution_->mesh(), store_);
+  sharded_ = std::make_unique<ShardedVariables>(distribution_->mesh(), runtime_->local_ranks(), store_);
 }
 
 Trainer::~Trainer() = default;
@@ -237,22 +242,48 @@ Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) 
   return inputs.reshape(Shape(dims));
 }
 
+std::pair<std::int64_t, std::int64_t> Trainer::process_rows(std::int64_t size) const {
+  if (!distribution_ || !distribution_->placement().multi_process()) return {0, size};
+  // As distribute() splits batches: along the batch axis when it divides them.
+  const DeviceMesh& mesh = distribution_->mesh();
+  const int axis = mesh.axis_index(distribution_->batch_dim_name());
+  const std::int64_t parts = mesh.shape()[static_cast<std::size_t>(axis)];
+  if (size % parts != 0) return {0, size};
+  const std::int64_t block = size / parts;
+  std::int64_t begin = size, end = 0;
+  for (int rank : runtime_->local_ranks()) {
+    const std::int64_t at = mesh.coordinates(rank)[static_cast<std::size_t>(axis)] * block;
+    begin = std::min(begin, at);
+    end = std::max(end, at + block);
+  }
+  return {begin, end};
+}
+
+RowWindow Trainer::row_window() const {
+  if (!distribution_ || !distribution_->placement().multi_process()) return {};
+  return [this](std::int64_t size) { return process_rows(size); };
+}
+
 void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& output,
-                         const Tensor& targets, std::int64_t batch) const {
+                         const Tensor& targets, std::int64_t batch, std::int64_t first_row) const {
   if (p.loss >= 0) {
     float loss = p.result(p.loss).to_vector<float>()[0];
     total.loss += static_cast<double>(loss) * static_cast<double>(batch);
   }
   total.samples += batch;
   if (spec_.metrics.empty()) return;
-  // Classification metrics over the last axis: rows of `classes` scores.
-  std::int64_t classes = output.shape()[output.rank() - 1];
-  std::int64_t rows = output.numel() / classes;
-  const float* scores = output.data<float>();
-  for (const auto& metric : spec_.metrics) {
-    int k = metric_k(metric);
-    std::int64_t hits = 0;
-    for (std::int64_t r = 0; r < rows; ++r) {
+  // Classification metrics over the last axis: rows of `classes` scores. The
+  // targets may be some of the batch's samples (a process's share): they
+  // score the output's rows of those samples, and the processes add up.
+  const std::int64_t classes = output.shape()[output.rank() - 1];
+  const std::int64_t rows = output.numel() / classes;
+  const std::int64_t rows_per_sample = rows / batch;
+  const std::int64_t samples_here = targets.shape()[0];
+  const float* scores = output.data<float>() + first_row * rows_per_sample * classes;
+  std::vector<double> hits(spec_.metrics.size(), 0.0);
+  for (std::size_t m = 0; m < spec_.metrics.size(); ++m) {
+    const int k = metric_k(spec_.metrics[m]);
+    for (std::int64_t r = 0; r < samples_here * rows_per_sample; ++r) {
       const float* row = scores + r * classes;
       std::int64_t label;
       if (targets.dtype() == DType::i32) {
@@ -263,17 +294,19 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
       }
       std::int64_t higher = 0;  // scores above the label's: top-k when fewer than k
       for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[label];
-      hits += higher < k;
+      hits[m] += higher < k;
     }
-    // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
-    total.metrics[metric] += static_cast<double>(hits) / static_cast<double>(rows) * static_cast<double>(batch);
   }
+  if (samples_here < batch) MpiSession::sum_over_processes(hits);
+  for (std::size_t m = 0; m < spec_.metrics.size(); ++m)
+    // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
+    total.metrics[spec_.metrics[m]] += hits[m] / static_cast<double>(rows) * static_cast<double>(batch);
 }
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
                                    const FitCallbacks& callbacks) {
   Dataset data{as_model_input(train.inputs, train.source), train.targets, train.source};
-  BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false);
+  BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
   total_steps_ = per_epoch * spec_.epochs;
   // Where to begin: epoch 1, or the position resume() gave (used once).
@@ -301,7 +334,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     for (std::int64_t b = skip; batches.next(batch); ++b) {
       Evaluation step;
       try {
-        step = train_step(batch.inputs, batch.targets);
+        step = run_step(batch.inputs, batch.targets, batch.size, batch.first_row);
       } catch (const NonFiniteLoss& e) {
         batches_done_ = b + 1;
         throw Error("training stopped: the loss is " + e.loss + " at epoch " + std::to_string(epoch) +
@@ -327,8 +360,10 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
       TrainingState now = state();
-      sync_store();
-      save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
+      sync_store();  // every process's store is whole now
+      if (!distribution_ || distribution_->placement().process == 0)
+        save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
+      MpiSession::barrier();  // no process runs ahead of a checkpoint being written
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
   }
@@ -338,16 +373,16 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
 
 Evaluation Trainer::evaluate(const Dataset& dataset) {
   Dataset data{as_model_input(dataset.inputs, dataset.source), dataset.targets, dataset.source};
-  BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false);
+  BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, row_window());
   batches.start_epoch(0);
   Evaluation total;
   Batch batch;
   while (batches.next(batch)) {
     Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
-    p.bind(p.input, batch.inputs);
-    p.bind(p.target, batch.targets);
+    p.bind_rows(p.input, batch.inputs, batch.first_row);
+    p.bind_rows(p.target, batch.targets, batch.first_row);
     p.run();
-    accumulate(total, p, p.result(p.output), batch.targets, batch.size);
+    accumulate(total, p, p.result(p.output), batch.targets, batch.size, batch.first_row);
   }
   if (total.samples > 0) {
     total.loss /= static_cast<double>(total.samples);
@@ -358,17 +393,20 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
 
 Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) {
   Tensor inputs = as_model_input(raw_inputs, "train_step inputs");
-  const std::int64_t n = inputs.shape()[0];
+  return run_step(inputs, targets, inputs.shape()[0], 0);
+}
+
+Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row) {
   Program& p = program(n, /*training=*/true, /*with_loss=*/true);
-  p.bind(p.input, inputs);
-  p.bind(p.target, targets);
+  p.bind_rows(p.input, inputs, first_row);
+  p.bind_rows(p.target, targets, first_row);
   p.set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
   p.run();
   ++step_;
   float loss = p.result(p.loss).to_vector<float>()[0];
   if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.result(p.output), targets, n);
+  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.result(p.output), targets, n, first_row);
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.hpp"
+#include "engine/data/batch_iterator.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/model.hpp"
@@ -157,8 +158,14 @@ class Trainer {
   void distribute(Program& p, const Model::Traced& traced, const std::vector<std::pair<std::string, ValueId>>& leaves,
                   const std::vector<ValueId>& outputs);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
+  // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
+  Evaluation run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row);
+  // The rows of a batch of `size` that this process's devices train on (all in one process).
+  std::pair<std::int64_t, std::int64_t> process_rows(std::int64_t size) const;
+  RowWindow row_window() const;  // process_rows for the batch iterator; none in one process
+  // Adds a batch's loss and metrics; `targets` are its rows from first_row on.
   void accumulate(Evaluation& total, const Program& p, const Tensor& output, const Tensor& targets,
-                  std::int64_t batch) const;
+                  std::int64_t batch, std::int64_t first_row) const;
 
   const Model& model_;
   TrainingSpec spec_;

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/temp_dir.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
@@ -26,36 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system's temporary folder, removed with its content.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("tessera_checkpoint_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-  // The names in the folder, sorted: leftovers of a failed save show up here.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 std::vector<std::uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

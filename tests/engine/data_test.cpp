@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/temp_dir.hpp"
 #include "backends/registry.hpp"
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/csv.hpp"
@@ -27,26 +28,7 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-// A fresh directory under the system temp dir, removed with its content.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("tessera_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 void write_file(const fs::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);

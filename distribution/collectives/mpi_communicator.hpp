@@ -1,0 +1,90 @@
+// MpiCommunicator: the collectives of a mesh whose devices belong to several
+// processes (mpirun -np N), behind the Communicator interface.
+//
+// Hierarchical: inside a process the members of a group meet through shared
+// memory (a ShmCommunicator), and one member per process (the leader: its
+// first member of the group) exchanges with the other processes over MPI.
+//   all_reduce      reduce in the process, MPI_Iallreduce among leaders, broadcast in the process
+//   all_gather      members write their blocks into a staging buffer of the process,
+//                   MPI_Iallgatherv among leaders, members unpack it along `dim`
+//   reduce_scatter  reduce in the process, MPI_Ireduce_scatter among leaders,
+//                   each member takes its block
+//   broadcast       MPI_Ibcast from the root's process, broadcast in the process
+//   all_to_all      an all_gather of every member's blocks, each keeping its own
+// A group whose members all live in this process runs on shared memory alone.
+//
+// Every group that spans processes gets its own MPI communicator, made when
+// the communicator is built (a collective call of every process), so that the
+// leaders of different groups can talk at once (MPI_THREAD_MULTIPLE).
+// MPI calls are non-blocking and polled, so a process that never joins is a
+// CollectiveError after timeout() instead of a hang.
+//
+// Requires a process's members of every group to be consecutive in group
+// order, which ProcessPlacement's consecutive ranks give on any mesh.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distribution/collectives/communicator.hpp"
+#include "distribution/collectives/shm_communicator.hpp"
+#include "distribution/device_mesh.hpp"
+#include "distribution/process_placement.hpp"
+
+namespace tessera {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Collective over every process of MPI_COMM_WORLD (an MpiSession must be active).
+  MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placement);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int size() const override { return shm_.size(); }
+
+  void all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out,
+                  ReduceOp op = ReduceOp::sum) override;
+  void all_gather(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim) override;
+  void reduce_scatter(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim,
+                      ReduceOp op = ReduceOp::sum) override;
+  void broadcast(const CommGroup& group, int rank, const Tensor& x, int root) override;
+  void all_to_all(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int split_dim,
+                  int concat_dim) override;
+  void barrier(const CommGroup& group, int rank) override;
+
+  void abort(const std::string& reason) override;
+
+ private:
+  struct Group;
+  struct MpiOps;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  Group& group_of(const CommGroup& group, int rank);
+  // The staging buffer a group's members in this process share, viewed as `shape` x `dtype`.
+  Tensor staging(Group& g, const Shape& shape, DType dtype);
+  // A buffer of this rank's own for the group, viewed as `shape` x `dtype`.
+  Tensor scratch(Group& g, int rank, const Shape& shape, DType dtype);
+  void local_barrier(Group& g, int rank);
+  // Every member's block, packed in group order in the staging buffer.
+  Tensor gather_packed(Group& g, int rank, const std::byte* block, std::size_t block_bytes, const CommGroup& group,
+                       TimePoint start, std::int64_t& inter_process_bytes);
+  // Polls an MPI_Request (passed as void*: no mpi.h here) until done, the timeout or an abort.
+  void wait(void* request, CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start);
+  void record(int rank, CollectiveKind kind, const CommGroup& group, std::int64_t in_bytes, std::int64_t out_bytes,
+              bool root, std::int64_t inter_process_bytes, TimePoint start);
+
+  ProcessPlacement placement_;
+  ShmCommunicator shm_;  // the members inside this process
+  std::unique_ptr<MpiOps> ops_;
+  std::map<std::vector<int>, std::unique_ptr<Group>> groups_;  // by the group's ranks; made in the constructor
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;
+  std::string abort_reason_;
+};
+
+}  // namespace tessera
