@@ -21,6 +21,8 @@
 #include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/checkpoint/sharded_checkpoint.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/idx.hpp"
 #include "engine/data/npy.hpp"
@@ -296,6 +298,22 @@ int selfcheck(int cpu_devices) {
   return ok ? kOk : kFailed;
 }
 
+// One safetensors file of the model's variables (no optimizer state), whole,
+// from a checkpoint of either form: the file other tools load.
+int export_checkpoint(const std::string& dir, const std::string& out) {
+  const std::map<std::string, std::string> metadata{{"format", "pt"}, {"source", "tessera export of " + dir}};
+  auto is_model = [](const std::string& name) { return name.rfind("optimizer/", 0) != 0; };
+  if (std::filesystem::exists(std::filesystem::path(dir) / kShardIndexFile)) {
+    export_consolidated(dir, out, metadata, is_model);
+  } else {
+    SafetensorsFile model = load_safetensors(std::filesystem::path(dir) / "model.safetensors");
+    save_safetensors(out, model.tensors, metadata);
+  }
+  SafetensorsHeader written = read_safetensors_header(out);
+  fmt::print("Wrote {} tensors of '{}' to '{}'\n", written.tensors.size(), dir, out);
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -321,6 +339,10 @@ int main(int argc, char** argv) {
   auto* plan_cmd = app.add_subcommand("plan", "Show a distribution's plan without running a step: layouts, collectives, "
                                               "predicted memory and step time");
   auto* bench_cmd = app.add_subcommand("bench", "Benchmark sharding configurations side by side");
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint's model variables, whole, into one safetensors file");
+  std::string export_out;
+  export_cmd->add_option("checkpoint", checkpoint, "Checkpoint directory (single-file or sharded)")->required();
+  export_cmd->add_option("output", export_out, "The .safetensors file to write")->required();
   BenchOptions bench;
   bool recalibrate = false;
   bench_cmd->add_option("--mesh", bench.meshes, "Meshes BATCHxMODEL, comma-separated")->capture_default_str();
@@ -372,6 +394,7 @@ int main(int argc, char** argv) {
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
     if (*plan_cmd) return plan(config, overrides, recalibrate);
+    if (*export_cmd) return export_checkpoint(checkpoint, export_out);
     if (*bench_cmd) {
       bench.config = config;
       bench.overrides = overrides;

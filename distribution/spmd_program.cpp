@@ -77,7 +77,7 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   return entries_.emplace(path, std::move(entry)).first->second.blocks;
 }
 
-void ShardedVariables::write_back() const {
+void ShardedVariables::write_back(std::chrono::milliseconds timeout) const {
   const bool whole_mesh = local_ranks_.size() == static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
@@ -95,7 +95,7 @@ void ShardedVariables::write_back() const {
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
         insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
-    MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()});
+    MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
   }
 }
 
@@ -103,6 +103,33 @@ void ShardedVariables::reload() {
   for (auto& [path, entry] : entries_)
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.blocks[i]);
+}
+
+ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) const {
+  ShardedSave save;
+  save.writer = where.process;
+  save.writers = where.processes;
+  const std::int64_t size = mesh_.size();
+  for (const Variable& v : store_.variables()) {
+    const Shape& shape = v.value.shape();
+    auto it = entries_.find(v.path);
+    if (it == entries_.end()) {  // never bound: the store's value is current
+      add_shard(save.index, v.path, v.value.dtype(), shape.dims(), 0, where.processes, ShardSlice::whole(shape.dims()));
+      if (where.process == 0) save.blocks.push_back({v.path, ShardSlice::whole(shape.dims()), v.value});
+      continue;
+    }
+    const Sharding& sharding = it->second.sharding;
+    const Shape block = sharding.local_shape(shape, mesh_);
+    for (int rank = 0; rank < size; ++rank) {
+      if (!sharding.is_first_copy(mesh_, rank)) continue;
+      const ShardSlice slice{sharding.block_start(shape, mesh_, rank), block.dims()};
+      const int writer = where.owner(rank, size);
+      add_shard(save.index, v.path, v.value.dtype(), shape.dims(), writer, where.processes, slice);
+      if (writer == where.process)
+        save.blocks.push_back({v.path, slice, it->second.blocks[static_cast<std::size_t>(rank - where.first_rank(size))]});
+    }
+  }
+  return save;
 }
 
 SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,

@@ -23,6 +23,7 @@
 #include "distribution/partitioner.hpp"
 #include "distribution/spmd_context.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/variable_store.hpp"
 
 namespace tessera {
@@ -67,10 +68,14 @@ class ShardedVariables {
   // Copies the blocks back into the store's tensors (for checkpoints, tests
   // and the end of fit). With several processes each fills in the blocks it
   // holds and the processes merge the rest, so every store ends up whole (a
-  // collective call of every process).
-  void write_back() const;
+  // collective call of every process, which waits up to `timeout` for the others).
+  void write_back(std::chrono::milliseconds timeout) const;
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
+  // This process's part of a sharded checkpoint: the blocks whose first copy
+  // its devices hold (each block of the mesh is written once), whole store
+  // variables that no program holds (by process 0), and every process's index.
+  ShardedSave sharded_save(const ProcessPlacement& where) const;
 
  private:
   struct Entry {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "distribution/collectives/group_plan.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/sharding.hpp"
 
 namespace tessera {
@@ -216,31 +217,23 @@ void MpiCommunicator::local_barrier(Group& g, int rank) {
 
 void MpiCommunicator::wait(void* request, CollectiveKind kind, const CommGroup& group, const Group& g,
                            Clock::time_point start) {
-  auto* req = static_cast<MPI_Request*>(request);
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "': MPI reported an error");
-    if (done) return;
-    if (aborted_) {
-      std::lock_guard lock(abort_mutex_);
-      throw CollectiveError(abort_reason_);
-    }
-    if (Clock::now() - start > timeout()) {
-      std::vector<int> others;
-      for (int p : g.processes)
-        if (p != placement_.process) others.push_back(p);
-      throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " +
-                            list(group.ranks) + "): process " + std::to_string(placement_.process) +
-                            " waited " + std::to_string(timeout().count() / 1000.0).substr(0, 5) +
-                            " s for processes " + list(others) + ", which did not join (one stopped or is stuck)");
-    }
-    // Spin briefly for latency, then let other threads and processes run.
-    if (polls < 2000)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  bool timed_out = false;
+  const bool done = MpiSession::poll(request, [&] {
+    timed_out = Clock::now() - start > timeout();
+    return aborted_ || timed_out;
+  });
+  if (done) return;
+  if (!timed_out) {
+    std::lock_guard lock(abort_mutex_);
+    throw CollectiveError(abort_reason_);
   }
+  std::vector<int> others;
+  for (int p : g.processes)
+    if (p != placement_.process) others.push_back(p);
+  throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " + list(group.ranks) +
+                        "): process " + std::to_string(placement_.process) + " waited " +
+                        std::to_string(timeout().count() / 1000.0).substr(0, 5) + " s for processes " + list(others) +
+                        ", which did not join (one stopped or is stuck)");
 }
 
 void MpiCommunicator::record(int rank, CollectiveKind kind, const CommGroup& group, std::int64_t in_bytes,

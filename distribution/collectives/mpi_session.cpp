@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <limits>
+#include <string>
+#include <thread>
 
 #include "engine/error.hpp"
 
@@ -68,25 +70,55 @@ void MpiSession::abort_job(int code) {
   if (active()) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-void MpiSession::sum_over_processes(std::span<double> values) {
+bool MpiSession::poll(void* request, const std::function<bool()>& give_up) {
+  auto* req = static_cast<MPI_Request*>(request);
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw CollectiveError("MPI_Test reported an error");
+    if (done) return true;
+    if (give_up()) return false;
+    if (polls < 2000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+namespace {
+// Runs start(&request) and waits for it, or throws naming `what` after `timeout`.
+template <typename Start>
+void exchange(const char* what, std::chrono::milliseconds timeout, Start start) {
+  MPI_Request request;
+  if (start(&request) != MPI_SUCCESS) throw CollectiveError(std::string(what) + " over processes failed");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!MpiSession::poll(&request, [&] { return std::chrono::steady_clock::now() > deadline; }))
+    throw CollectiveError(std::string(what) + ": process " + std::to_string(MpiSession::placement().process) +
+                          " waited " + std::to_string(timeout.count() / 1000.0).substr(0, 5) +
+                          " s for the other processes, which did not join (one stopped or is stuck)");
+}
+}  // namespace
+
+void MpiSession::sum_over_processes(std::span<double> values, std::chrono::milliseconds timeout) {
   if (!placement().multi_process()) return;
   in_pieces(values.size(), [&](std::size_t start, int n) {
-    if (MPI_Allreduce(MPI_IN_PLACE, values.data() + start, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-      throw CollectiveError("summing host values over processes failed (MPI_Allreduce)");
+    exchange("summing metrics over processes", timeout, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, values.data() + start, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, r);
+    });
   });
 }
 
-void MpiSession::merge_over_processes(std::span<std::byte> bytes) {
+void MpiSession::merge_over_processes(std::span<std::byte> bytes, std::chrono::milliseconds timeout) {
   if (!placement().multi_process()) return;
   in_pieces(bytes.size(), [&](std::size_t start, int n) {
-    if (MPI_Allreduce(MPI_IN_PLACE, bytes.data() + start, n, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD) != MPI_SUCCESS)
-      throw CollectiveError("merging tensors over processes failed (MPI_Allreduce)");
+    exchange("merging variables over processes", timeout, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, bytes.data() + start, n, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD, r);
+    });
   });
 }
 
-void MpiSession::barrier() {
-  if (placement().multi_process() && MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS)
-    throw CollectiveError("the barrier over processes failed (MPI_Barrier)");
+void MpiSession::barrier(std::chrono::milliseconds timeout) {
+  if (!placement().multi_process()) return;
+  exchange("the barrier of all processes", timeout, [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
 }
 
 #else  // built without MPI
@@ -102,9 +134,10 @@ MpiSession::MpiSession() {
 MpiSession::~MpiSession() = default;
 ProcessPlacement MpiSession::placement() { return {}; }
 void MpiSession::abort_job(int) {}
-void MpiSession::sum_over_processes(std::span<double>) {}
-void MpiSession::merge_over_processes(std::span<std::byte>) {}
-void MpiSession::barrier() {}
+void MpiSession::sum_over_processes(std::span<double>, std::chrono::milliseconds) {}
+void MpiSession::merge_over_processes(std::span<std::byte>, std::chrono::milliseconds) {}
+void MpiSession::barrier(std::chrono::milliseconds) {}
+bool MpiSession::poll(void*, const std::function<bool()>&) { return true; }
 
 #endif
 

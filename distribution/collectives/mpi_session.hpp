@@ -14,7 +14,9 @@
 // device threads inside a step.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 
 #include "distribution/process_placement.hpp"
@@ -40,14 +42,22 @@ class MpiSession {
   // Ends every process of the job with `code` (MPI_Abort); returns without a session.
   static void abort_job(int code);
 
-  // Host-side exchanges over every process of the job (no-ops in one process):
+  // Host-side exchanges over every process of the job (no-ops in one
+  // process). A process that does not join within `timeout` is a
+  // CollectiveError saying what was exchanged, not a hang.
   // values[i] = sum over processes of values[i].
-  static void sum_over_processes(std::span<double> values);
+  static void sum_over_processes(std::span<double> values, std::chrono::milliseconds timeout);
   // bytes[i] = OR over processes of bytes[i]: merges tensors that each process
   // filled in its own parts of (zeros elsewhere), bit-exactly for any dtype.
-  static void merge_over_processes(std::span<std::byte> bytes);
+  static void merge_over_processes(std::span<std::byte> bytes, std::chrono::milliseconds timeout);
   // Waits for every process.
-  static void barrier();
+  static void barrier(std::chrono::milliseconds timeout);
+
+  // Polls `request` (an MPI_Request*, passed as void* to keep mpi.h out of
+  // headers) until it completes (true) or give_up() says to stop (false),
+  // spinning briefly, then sleeping between polls so that device threads and
+  // oversubscribed processes get the cores.
+  static bool poll(void* request, const std::function<bool()>& give_up);
 };
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -164,10 +165,9 @@ void check_fingerprint(const Json& listed, const NamedTensors& tensors, const fs
                         file.string() + "' (files of different checkpoints?): " + detail);
 }
 
-}  // namespace
-
-void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const TrainingState& state,
-                     const std::string& resolved_config) {
+// The checkpoint directory `dir_arg` names, checked: a name of its own, a
+// non-negative state, its parent created, and nothing there that is not a checkpoint.
+fs::path checked_dir(const fs::path& dir_arg, const TrainingState& state) {
   fs::path dir = dir_arg.lexically_normal();
   if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();  // "runs/x/"
   auto error = [&](const std::string& message) {
@@ -179,15 +179,6 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
     throw error("the training state (step " + std::to_string(state.step) + ", epoch " +
                 std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) +
                 ") must not be negative");
-
-  NamedTensors model, optimizer;
-  for (const Variable& v : store.variables()) {
-    if (!v.value.defined()) throw error("variable '" + v.path + "' is undefined (it has no storage)");
-    if (v.value.device().kind != DeviceKind::cpu)
-      throw error("variable '" + v.path + "' is " + v.value.describe() + ", not a host tensor");
-    (is_optimizer_state(v.path) ? optimizer : model).emplace_back(v.path, v.value);
-  }
-
   std::error_code ec;
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
@@ -200,7 +191,81 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
       throw error(std::string("exists and is not a checkpoint (it has no ") + kStateFile +
                   "); refusing to replace it");
   }
+  return dir;
+}
 
+// The store's variables, model and optimizer state apart, checked to be defined host tensors.
+std::pair<NamedTensors, NamedTensors> split_store(const VariableStore& store, const fs::path& dir) {
+  NamedTensors model, optimizer;
+  for (const Variable& v : store.variables()) {
+    if (!v.value.defined())
+      throw CheckpointError("save_checkpoint: '" + dir.string() + "': variable '" + v.path +
+                            "' is undefined (it has no storage)");
+    if (v.value.device().kind != DeviceKind::cpu)
+      throw CheckpointError("save_checkpoint: '" + dir.string() + "': variable '" + v.path + "' is " +
+                            v.value.describe() + ", not a host tensor");
+    (is_optimizer_state(v.path) ? optimizer : model).emplace_back(v.path, v.value);
+  }
+  return {std::move(model), std::move(optimizer)};
+}
+
+void write_state(const fs::path& folder, const TrainingState& state, const NamedTensors& model,
+                 const NamedTensors& optimizer, const std::string& resolved_config) {
+  Json json{{"format", kFormat},
+            {"format_version", kCheckpointFormatVersion},
+            {"step", state.step},
+            {"epoch", state.epoch},
+            {"batch", state.batch},
+            {"seed", state.seed},
+            {"model_variables", fingerprint(model)},
+            {"optimizer_variables", fingerprint(optimizer)},
+            {"config", resolved_config}};
+  std::string text;
+  try {
+    text = json.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a path or the config
+    throw CheckpointError(std::string("cannot encode ") + kStateFile + ": " + e.what());
+  }
+  data_detail::write_file_atomic(folder / kStateFile, {{text.data(), text.size()}}, "save_checkpoint");
+}
+
+// Syncs the complete `scratch` and swaps it into place at `dir`.
+void finish(const fs::path& scratch, const fs::path& dir) {
+  auto error = [&](const std::string& message) {
+    return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
+  };
+  data_detail::sync_directory(scratch);
+  install(scratch, dir, error);
+  data_detail::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
+}
+
+// The tensors `listed` (a fingerprint of training_state.json) read whole from
+// the shards of a sharded checkpoint, in that order: whichever mesh and
+// process count wrote them.
+SafetensorsFile read_sharded(const fs::path& dir, const Json& listed) {
+  const ShardIndex index = load_shard_index(dir);
+  SafetensorsFile file;
+  for (const auto& entry : listed) {
+    const std::string path = entry.contains("path") && entry["path"].is_string() ? entry["path"].get<std::string>() : "";
+    auto it = index.tensors.find(path);
+    if (it == index.tensors.end())
+      throw CheckpointError("load_checkpoint: '" + (dir / kShardIndexFile).string() + "' has no tensor '" + path +
+                            "', which " + kStateFile + " lists");
+    file.tensors.emplace_back(path, read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)));
+  }
+  return file;
+}
+
+}  // namespace
+
+void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const TrainingState& state,
+                     const std::string& resolved_config) {
+  const fs::path dir = checked_dir(dir_arg, state);
+  auto error = [&](const std::string& message) {
+    return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
+  };
+  const auto [model, optimizer] = split_store(store, dir);
+  std::error_code ec;
   ScratchDir scratch(unique_sibling(dir, ".tmp-"));
   if (!fs::create_directory(scratch.path(), ec) || ec)
     throw error("cannot create '" + scratch.path().string() + "': " +
@@ -211,29 +276,48 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
                      {{"format", "tessera"}, {"content", "model"}, {"step", step}});
     save_safetensors(scratch.path() / kOptimizerFile, optimizer,
                      {{"format", "tessera"}, {"content", "optimizer"}, {"step", step}});
-    Json json{{"format", kFormat},
-              {"format_version", kCheckpointFormatVersion},
-              {"step", state.step},
-              {"epoch", state.epoch},
-              {"batch", state.batch},
-              {"seed", state.seed},
-              {"model_variables", fingerprint(model)},
-              {"optimizer_variables", fingerprint(optimizer)},
-              {"config", resolved_config}};
-    std::string text;
-    try {
-      text = json.dump(2) + "\n";
-    } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a path or the config
-      throw CheckpointError(std::string("cannot encode ") + kStateFile + ": " + e.what());
-    }
-    data_detail::write_file_atomic(scratch.path() / kStateFile, {{text.data(), text.size()}},
-                                   "save_checkpoint");
+    write_state(scratch.path(), state, model, optimizer, resolved_config);
   } catch (const Error& e) {  // CheckpointError or DataError, naming the scratch file
     throw error(e.what());
   }
-  data_detail::sync_directory(scratch.path());
-  install(scratch.path(), dir, error);
-  data_detail::sync_directory(parent);
+  finish(scratch.path(), dir);
+}
+
+void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const TrainingState& state,
+                     const std::string& resolved_config, const ShardedSave& sharded) {
+  const fs::path dir = checked_dir(dir_arg, state);
+  auto error = [&](const std::string& message) {
+    return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
+  };
+  const auto [model, optimizer] = split_store(store, dir);
+  // Every writer must find the same scratch folder: named by the step, made
+  // afresh by writer 0 (a crashed save's leftover is replaced).
+  const fs::path scratch_path = dir.parent_path() / (dir.filename().string() + ".tmp-step" + std::to_string(state.step));
+  std::optional<ScratchDir> scratch;  // writer 0's: removed once installed (then it holds the old checkpoint)
+  if (sharded.writer == 0) {
+    std::error_code ec;
+    fs::remove_all(scratch_path, ec);
+    if (!fs::create_directory(scratch_path, ec) || ec)
+      throw error("cannot create '" + scratch_path.string() + "': " + (ec ? ec.message() : std::string("it exists")));
+    scratch.emplace(scratch_path);
+  }
+  sharded.barrier();
+  try {
+    write_shard_file(scratch_path, sharded.writer, sharded.writers, sharded.blocks);
+  } catch (const Error& e) {
+    throw error(e.what());
+  }
+  sharded.barrier();
+  if (sharded.writer == 0) {
+    try {
+      save_shard_index(scratch_path, sharded.index);
+      write_state(scratch_path, state, model, optimizer, resolved_config);
+    } catch (const Error& e) {
+      throw error(e.what());
+    }
+    finish(scratch_path, dir);
+  }
+  sharded.barrier();
 }
 
 TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
@@ -243,14 +327,16 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw error(fs::exists(dir, ec) ? "is not a directory" : "no such checkpoint directory");
-  for (const char* file : {kStateFile, kModelFile, kOptimizerFile})
+  const bool sharded = fs::exists(dir / kShardIndexFile, ec);
+  for (const char* file : {kStateFile, sharded ? kShardIndexFile : kModelFile, sharded ? kShardIndexFile : kOptimizerFile})
     if (!fs::exists(dir / file, ec))
       throw error(std::string("has no ") + file + " (not a checkpoint, or an incomplete one)");
 
   // Phase 1: read and check everything; the store is not touched.
   StateFile state_file = read_state(dir / kStateFile);
-  SafetensorsFile model = load_safetensors(dir / kModelFile);
-  SafetensorsFile optimizer = load_safetensors(dir / kOptimizerFile);
+  SafetensorsFile model = sharded ? read_sharded(dir, state_file.model_variables) : load_safetensors(dir / kModelFile);
+  SafetensorsFile optimizer =
+      sharded ? read_sharded(dir, state_file.optimizer_variables) : load_safetensors(dir / kOptimizerFile);
   check_fingerprint(state_file.model_variables, model.tensors, dir / kModelFile, dir / kStateFile);
   check_fingerprint(state_file.optimizer_variables, optimizer.tensors, dir / kOptimizerFile,
                     dir / kStateFile);

@@ -14,6 +14,18 @@
 // A layer that draws random numbers while training must likewise key them on
 // (seed, step), never on state that lives only in memory.
 //
+// A job of several processes writes a sharded checkpoint instead of the two
+// safetensors files: each process writes the blocks its devices hold into its
+// own file, and an index says which file holds which slice of each tensor
+// (engine/checkpoint/sharded_checkpoint.hpp):
+//
+//   runs/x/model.safetensors.index.json          tensor -> file, slice
+//   runs/x/model-00001-of-00002.safetensors      process 0's blocks (model and optimizer)
+//   runs/x/training_state.json                   as above
+//
+// load_checkpoint reads either form, so a checkpoint saved on one mesh and
+// process count loads on any other (or one device).
+//
 // A checkpoint is written into a temporary sibling directory and renamed into
 // place only when complete, replacing an older checkpoint at the same path:
 // after a crash, `dir` holds the old checkpoint or the new one, never a mix.
@@ -21,7 +33,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
+
+#include "engine/checkpoint/sharded_checkpoint.hpp"
 
 #include "engine/variable_store.hpp"
 
@@ -46,6 +62,23 @@ struct TrainingState {
 // old checkpoint, if any, is then untouched).
 void save_checkpoint(const std::filesystem::path& dir, const VariableStore& store,
                      const TrainingState& state, const std::string& resolved_config);
+
+// One process's part of a sharded checkpoint: every process calls
+// save_checkpoint with the same dir, state and index at once.
+struct ShardedSave {
+  int writer = 0, writers = 1;     // this process, and how many write
+  std::vector<ShardBlock> blocks;  // what this process writes
+  ShardIndex index;                // every process's blocks (writer 0 writes it)
+  std::function<void()> barrier;   // returns once every writer has called it
+};
+
+// The same, sharded: the store supplies only the variables' paths, shapes and
+// dtypes (for training_state.json); the values are the blocks'. Writer 0
+// prepares the scratch directory, installs it and reports its errors; another
+// writer's failure ends the job (its error names it), so no barrier waits
+// for ever in a job of several processes.
+void save_checkpoint(const std::filesystem::path& dir, const VariableStore& store, const TrainingState& state,
+                     const std::string& resolved_config, const ShardedSave& sharded);
 
 // Loads `dir` into `store` and returns its TrainingState. Everything is read
 // and checked before anything is written: every file present and well-formed,

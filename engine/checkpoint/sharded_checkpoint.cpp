@@ -433,14 +433,14 @@ Tensor read_tensor_slice(const fs::path& dir, const ShardIndex& index, const std
   return SliceReader(dir).read(index, name, slice);
 }
 
-void export_consolidated(const fs::path& dir, const fs::path& out,
-                         const std::map<std::string, std::string>& metadata) {
+void export_consolidated(const fs::path& dir, const fs::path& out, const std::map<std::string, std::string>& metadata,
+                         const std::function<bool(const std::string& tensor)>& include) {
   const ShardIndex index = load_shard_index(dir);
   SliceReader reader(dir);
   NamedTensors tensors;
   tensors.reserve(index.tensors.size());
   for (const auto& [name, info] : index.tensors)
-    tensors.emplace_back(name, reader.read(index, name, ShardSlice::whole(info.shape)));
+    if (!include || include(name)) tensors.emplace_back(name, reader.read(index, name, ShardSlice::whole(info.shape)));
   std::map<std::string, std::string> merged = index.metadata;
   for (const auto& [key, value] : metadata) merged[key] = value;
   save_safetensors(out, tensors, merged);

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -121,8 +122,10 @@ Tensor read_tensor_slice(const std::filesystem::path& dir, const ShardIndex& ind
 
 // Writes every tensor of the sharded checkpoint `dir`, whole, into one
 // safetensors file `out` (in name order), with the index's metadata updated
-// by `metadata`. Holds all tensors in memory at once.
+// by `metadata`; with `include`, only the tensors it accepts. Holds them all
+// in memory at once.
 void export_consolidated(const std::filesystem::path& dir, const std::filesystem::path& out,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {},
+                         const std::function<bool(const std::string& tensor)>& include = {});
 
 }  // namespace tessera

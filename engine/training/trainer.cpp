@@ -112,7 +112,7 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, co
 Trainer::~Trainer() = default;
 
 void Trainer::sync_store() {
-  if (sharded_) sharded_->write_back();
+  if (sharded_) sharded_->write_back(runtime_->comm().timeout());
 }
 
 const Communicator* Trainer::communicator() const { return runtime_ ? &runtime_->comm() : nullptr; }
@@ -297,7 +297,7 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
       hits[m] += higher < k;
     }
   }
-  if (samples_here < batch) MpiSession::sum_over_processes(hits);
+  if (samples_here < batch) MpiSession::sum_over_processes(hits, runtime_->comm().timeout());
   for (std::size_t m = 0; m < spec_.metrics.size(); ++m)
     // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
     total.metrics[spec_.metrics[m]] += hits[m] / static_cast<double>(rows) * static_cast<double>(batch);
@@ -360,10 +360,15 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
       TrainingState now = state();
-      sync_store();  // every process's store is whole now
-      if (!distribution_ || distribution_->placement().process == 0)
+      if (distribution_ && distribution_->placement().multi_process()) {
+        // Each process writes its devices' blocks: nothing is gathered.
+        ShardedSave save = sharded_->sharded_save(distribution_->placement());
+        save.barrier = [this] { MpiSession::barrier(runtime_->comm().timeout()); };
+        save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config, save);
+      } else {
+        sync_store();
         save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
-      MpiSession::barrier();  // no process runs ahead of a checkpoint being written
+      }
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
   }

@@ -7,23 +7,7 @@ tessera=$1
 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_fail() {  # expect_fail CODE PATTERN -- command...
-  local code=$1 pattern=$2; shift 3
-  set +e; out=$("$@" 2>&1); rc=$?; set -e
-  [ "$rc" = "$code" ] || fail "expected exit $code, got $rc from: $* -- $out"
-  grep -q -- "$pattern" <<<"$out" || fail "expected '$pattern' in: $out"
-}
-
-same_losses() {  # same_losses SINGLE.jsonl OTHER.jsonl: every epoch's loss within 1e-5 relative
-  python3 - "$1" "$2" <<'PY' || fail "losses of $2 differ from $1"
-import json, sys
-single, other = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
-assert len(single) == len(other)
-for a, b in zip(single, other):
-    assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["loss"], b["loss"])
-PY
-}
+source "$(dirname "$0")/lib.sh"
 
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
 "$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckpt" --set training.epochs=2 \

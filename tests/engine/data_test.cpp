@@ -727,3 +727,30 @@ TEST_CASE("data_test: an iterator shuts down cleanly at any point") {
   }
   CHECK(true);
 }
+
+TEST_CASE("data_test: a row window gathers only its rows of each batch") {
+  // A process of a job of several trains on rows [size/2, size) of each batch
+  // (its devices' share), and on every row of a last batch it cannot split.
+  Dataset d = indexed_dataset(22);
+  RowWindow second_half = [](std::int64_t size) {
+    return size % 2 == 0 ? std::pair<std::int64_t, std::int64_t>{size / 2, size} : std::pair<std::int64_t, std::int64_t>{0, size};
+  };
+  BatchIterator it(d, 8, true, 3, false, {}, second_half);
+  it.start_epoch(1);
+  const auto order = epoch_order(22, true, 3, 1);
+  Batch b;
+  std::vector<std::int64_t> sizes, first_rows, rows;
+  for (std::int64_t k = 0; it.next(b); ++k) {
+    sizes.push_back(b.size);
+    first_rows.push_back(b.first_row);
+    rows.push_back(b.rows());
+    for (std::int64_t r = 0; r < b.rows(); ++r)
+      CHECK(b.targets.data<std::int32_t>()[r] == order[static_cast<std::size_t>(k * 8 + b.first_row + r)]);
+  }
+  CHECK(sizes == std::vector<std::int64_t>{8, 8, 6});
+  CHECK(first_rows == std::vector<std::int64_t>{4, 4, 3});
+  CHECK(rows == std::vector<std::int64_t>{4, 4, 3});
+
+  BatchIterator bad(d, 8, false, 0, false, {}, [](std::int64_t size) { return std::pair<std::int64_t, std::int64_t>{0, size + 1}; });
+  CHECK_THROWS_WITH_AS(bad.next(b), doctest::Contains("row window 0..9 does not lie in a batch of 8"), DataError);
+}

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   if (where.process != 0) context.setOption("minimal", true);  // one full report for the job
   int failed = context.run() != 0 ? 1 : 0;
   double any[1] = {static_cast<double>(failed)};
-  tessera::MpiSession::sum_over_processes(any);
+  tessera::MpiSession::sum_over_processes(any, std::chrono::minutes(1));
   if (where.process == 0 && any[0] > 0) std::printf("mpi suite: %d of %d processes failed\n", static_cast<int>(any[0]), where.processes);
   return any[0] > 0 ? 1 : 0;
 }

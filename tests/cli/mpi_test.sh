@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Jobs of several processes, end to end: `mpirun -np N tessera train` gives the
+# single-process run of the same mesh (losses and weights), a checkpoint saved
+# sharded by 2 processes on mesh 2x2 loads on 1x4 and on one device with the
+# same predictions, a killed process ends the job with an error naming it,
+# and bad placements are config errors.
+# Usage: mpi_test.sh TESSERA_BINARY SOURCE_DIR MPIRUN [MPIRUN_ARGS...]
+set -euo pipefail
+tessera=$1
+src=$2
+shift 2
+mpirun=("$@" --oversubscribe --allow-run-as-root)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+
+# 96 samples in batches of 32: three optimizer steps.
+cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
+three_steps=(--set training.epochs=1 --set data.train.samples=96)
+layouts="layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}"
+mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:4
+  echo "distribution={devices: cpu:4, mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
+}
+
+# Training: N processes equal one process holding the whole mesh.
+for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2x2 model_parallel 4" "1x4 model_parallel 2"; do
+  set -- $run
+  name="$1-$2-np$3"
+  "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh "$1" "$2")" \
+    --set training.checkpoint.dir="$work/$name.one" --log "$work/$name.one.jsonl" > /dev/null
+  "${mpirun[@]}" -np "$3" "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh "$1" "$2")" \
+    --set training.checkpoint.dir="$work/$name.mpi" --log "$work/$name.mpi.jsonl" > "$work/$name.out"
+  [ "$(wc -l < "$work/$name.mpi.jsonl")" = 1 ] || fail "$name: expected one log line (process 0 logs), got $(cat "$work/$name.mpi.jsonl")"
+  [ "$(grep -c "^Training" "$work/$name.out")" = 1 ] || fail "$name: expected process 0 alone to print: $(cat "$work/$name.out")"
+  [ -f "$work/$name.mpi/model.safetensors.index.json" ] || fail "$name: the checkpoint is not sharded"
+  same_losses "$work/$name.one.jsonl" "$work/$name.mpi.jsonl"
+  "$tessera" export "$work/$name.one" "$work/$name.one.safetensors" > /dev/null
+  "$tessera" export "$work/$name.mpi" "$work/$name.mpi.safetensors" > /dev/null
+  same_tensors "$work/$name.one.safetensors" "$work/$name.mpi.safetensors" 2e-5
+done
+grep -q "MiB between procs" "$work/4x1-data_parallel-np2.out" || fail "no bytes between processes reported"
+
+# A checkpoint saved sharded on mesh 2x2 by 2 processes loads on 1x4 in one
+# process and on one device: the same weights, the same predictions (up to
+# the order of the row-parallel sum, 1e-5).
+python3 - "$work/x.npy" <<'PY'
+import random, struct, sys
+random.seed(0)
+rows, cols = 10, 8
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack("<%df" % (rows * cols), *[random.gauss(0, 1) for _ in range(rows * cols)]))
+PY
+ckpt="$work/2x2-model_parallel-np2.mpi"
+"$tessera" predict "$work/run.yaml" --set "$(mesh 1x4 model_parallel)" --checkpoint "$ckpt" \
+  --input "$work/x.npy" --output "$work/p14.csv" > /dev/null
+"$tessera" predict "$work/run.yaml" --set distribution=null --checkpoint "$ckpt" \
+  --input "$work/x.npy" --output "$work/p11.csv" > /dev/null
+same_csv "$work/p11.csv" "$work/p14.csv" 1e-5
+# Resuming a sharded checkpoint in one process continues the run.
+"$tessera" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 1x4 model_parallel)" \
+  --resume "$ckpt" > "$work/resume.txt"
+grep -q "Resuming from" "$work/resume.txt" || fail "no resume: $(cat "$work/resume.txt")"
+
+# Bad placements.
+expect_fail 3 "distribution: the mesh has 4 devices, which 3 processes cannot share evenly" -- \
+  "${mpirun[@]}" -np 3 "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh 4x1 data_parallel)"
+expect_fail 3 "2 processes were started, but the config has no distribution" -- \
+  "${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" "${three_steps[@]}"
+
+# A process that dies or stops ends the job: the other one does not wait for
+# ever, and the job's error names it. A killed one is seen by mpirun, which
+# names its rank; a stopped one (alive, silent) by the collective timeout.
+stop_rank_1() {  # stop_rank_1 SIGNAL NAME: starts a long job, sends SIGNAL to rank 1, waits for the job's end
+  local signal=$1 name=$2 job victim="" start
+  "${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set "$(mesh 4x1 data_parallel)" \
+    --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
+  [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
+  for pid in $(pgrep -f "$work/run.yaml"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+  done
+  [ -n "$victim" ] || fail "no process of rank 1 found"
+  start=$SECONDS
+  kill "-$signal" "$victim"
+  set +e; wait "$job"; rc=$?; set -e
+  [ "$rc" != 0 ] || fail "$name: the job succeeded"
+  [ $((SECONDS - start)) -le 10 ] || fail "$name: the job took $((SECONDS - start)) s to end"
+}
+stop_rank_1 KILL kill
+grep -q "process rank 1 .*exited on signal 9" "$work/kill.out" || fail "the error does not name rank 1: $(cat "$work/kill.out")"
+stop_rank_1 STOP stop
+grep -q "rank 0: collective error: all_reduce over mesh axis 'batch' .*waited 3.000 s for processes 1, which did not join" \
+  "$work/stop.out" || fail "the timeout does not name process 1: $(cat "$work/stop.out")"
+echo "mpi_test: all checks passed"
