@@ -91,10 +91,14 @@ void exchange(const char* what, std::chrono::milliseconds timeout, Start start) 
   MPI_Request request;
   if (start(&request) != MPI_SUCCESS) throw CollectiveError(std::string(what) + " over processes failed");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!MpiSession::poll(&request, [&] { return std::chrono::steady_clock::now() > deadline; }))
-    throw CollectiveError(std::string(what) + ": process " + std::to_string(MpiSession::placement().process) +
-                          " waited " + std::to_string(timeout.count() / 1000.0).substr(0, 5) +
-                          " s for the other processes, which did not join (one stopped or is stuck)");
+  if (MpiSession::poll(&request, [&] { return std::chrono::steady_clock::now() > deadline; })) return;
+  const ProcessPlacement where = MpiSession::placement();
+  std::string others;
+  for (int p = 0; p < where.processes; ++p)
+    if (p != where.process) others += (others.empty() ? "" : ",") + std::to_string(p);
+  throw CollectiveError(std::string(what) + ": process " + std::to_string(where.process) + " waited " +
+                        std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s for processes " + others +
+                        ", which did not join (one stopped or is stuck)");
 }
 }  // namespace
 
