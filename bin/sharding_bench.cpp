@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -13,6 +14,7 @@
 
 #include "backends/registry.hpp"
 #include "distribution/calibration_cache.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/run_config.hpp"
 
@@ -26,12 +28,42 @@ struct MeshShape {
 
 struct Row {
   std::string mesh, layout, chosen;  // chosen: what `auto` picked
+  int processes = 1;
   double median_ms = 0, min_ms = 0, max_ms = 0, predicted_ms = 0;
   double samples_per_s = 0, speedup = 0, comm_share = 0;
   std::int64_t peak_bytes = 0, param_bytes = 0;
   std::map<std::string, std::int64_t> bytes_per_step;  // "all_reduce batch" -> bus bytes per device
   std::map<std::string, std::int64_t> predicted_bytes;
+  std::int64_t inter_process_bytes = 0;  // per step and device: what crossed between processes
 };
+
+nlohmann::json to_json(const Row& r) {
+  return {{"mesh", r.mesh}, {"layout", r.layout}, {"chosen", r.chosen}, {"processes", r.processes},
+          {"median_ms", r.median_ms}, {"min_ms", r.min_ms}, {"max_ms", r.max_ms}, {"samples_per_s", r.samples_per_s},
+          {"speedup", r.speedup}, {"peak_bytes", r.peak_bytes}, {"param_bytes", r.param_bytes},
+          {"comm_share", r.comm_share}, {"predicted_ms", r.predicted_ms},
+          {"collective_bytes_per_step", r.bytes_per_step}, {"predicted_collective_bytes_per_step", r.predicted_bytes},
+          {"inter_process_bytes_per_step", r.inter_process_bytes}};
+}
+
+Row row_from_json(const nlohmann::json& j) {
+  Row r;
+  r.mesh = j.at("mesh"), r.layout = j.at("layout"), r.chosen = j.at("chosen"), r.processes = j.at("processes");
+  r.median_ms = j.at("median_ms"), r.min_ms = j.at("min_ms"), r.max_ms = j.at("max_ms");
+  r.samples_per_s = j.at("samples_per_s"), r.peak_bytes = j.at("peak_bytes"), r.param_bytes = j.at("param_bytes");
+  r.comm_share = j.at("comm_share"), r.predicted_ms = j.at("predicted_ms");
+  r.bytes_per_step = j.at("collective_bytes_per_step").get<std::map<std::string, std::int64_t>>();
+  r.predicted_bytes = j.at("predicted_collective_bytes_per_step").get<std::map<std::string, std::int64_t>>();
+  r.inter_process_bytes = j.at("inter_process_bytes_per_step");
+  return r;
+}
+
+// A word for a POSIX shell, in single quotes.
+std::string shell_quote(const std::string& word) {
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -138,11 +170,22 @@ class Bench {
       if (m.batch * m.model > devices)
         throw ConfigError("--mesh " + m.str() + " needs " + std::to_string(m.batch * m.model) + " devices, --devices gives " +
                           std::to_string(devices));
+    std::vector<int> processes;
+    for (const auto& n : split_list(o_.processes)) {
+      int np = 0;
+      try {
+        np = std::stoi(n);
+      } catch (const std::exception&) {
+      }
+      if (np < 1) throw ConfigError("--np: '" + n + "' is not a process count");
+      if (np > 1 && !MpiSession::available())
+        throw UnsupportedError("--np " + n + " needs MPI, and this tessera was built without it");
+      processes.push_back(np);
+    }
     calibration_ = cached_calibration(o_.recalibrate);
     cores_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     batch_ = run_.training.batch_size;
-
-    // One device using every core: the speed-up's reference.
+    // One device using every core: the synthetic batch, and the speed-up's reference.
     set_cpu_device_count(1, cores_);
     {
       VariableStore store;
@@ -151,17 +194,29 @@ class Bench {
       Tensor probe = synthetic_batch(run_, store, batch_, Shape{1}).first;
       output_shape_ = trainer.forward(probe).shape();
       std::tie(inputs_, targets_) = synthetic_batch(run_, store, batch_, output_shape_);
-      total_ = static_cast<int>(meshes.size() * layouts.size()) + 1;
+      if (o_.mpi_child) return run_child(meshes, layouts, devices);
+      total_ = static_cast<int>(meshes.size() * layouts.size() * processes.size()) + 1;
       progress("1 device");
       single_ = time_steps(trainer).median_ms;
     }
     set_cpu_device_count(static_cast<int>(devices), 0);
     threads_ = std::max(1, cores_ / static_cast<int>(devices));
-    for (const auto& m : meshes)
-      for (const auto& l : layouts) {
-        progress(m.str() + " " + l);
-        rows_.push_back(measure(m, l));
+    for (int np : processes) {
+      if (np > 1) {  // a child job measures these rows
+        progress(std::to_string(np) + " processes: " + o_.meshes + " x " + o_.layouts);
+        done_ += static_cast<int>(meshes.size() * layouts.size()) - 1;
+        for (Row& r : run_job(np, devices)) {
+          r.speedup = single_ / r.median_ms;
+          rows_.push_back(std::move(r));
+        }
+        continue;
       }
+      for (const auto& m : meshes)
+        for (const auto& l : layouts) {
+          progress(m.str() + " " + l);
+          rows_.push_back(measure(m, l));
+        }
+    }
     if (isatty(STDERR_FILENO)) fmt::print(stderr, "\r\033[K");
     print();
     if (!o_.chart.empty()) write_chart();
@@ -213,9 +268,56 @@ class Bench {
     return predict_step(*trainer.sharded_program(batch_), calibration_, threads_).seconds();
   }
 
-  Row measure(const MeshShape& shape, const std::string& layout) {
+  // One process of a job of several (--np): measures the rows whose mesh the
+  // job's processes can share, and process 0 prints them as JSON.
+  int run_child(const std::vector<MeshShape>& meshes, const std::vector<std::string>& layouts, std::int64_t devices) {
+    const ProcessPlacement where = MpiSession::placement();
+    set_cpu_device_count(static_cast<int>(devices), 0);
+    threads_ = std::max(1, cores_ / static_cast<int>(devices / where.processes));
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& m : meshes)
+      for (const auto& l : layouts)
+        if ((m.batch * m.model) % where.processes == 0) rows.push_back(to_json(measure(m, l, where)));
+    fmt::print("{}\n", rows.dump());
+    return 0;
+  }
+
+  // Runs this bench as a child job of `np` processes and returns its rows.
+  std::vector<Row> run_job(int np, std::int64_t devices) {
+    std::vector<std::string> words = {TESSERA_MPIEXEC, "-np", std::to_string(np), "--oversubscribe"};
+    if (::geteuid() == 0) words.push_back("--allow-run-as-root");  // CI containers run as root
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw Error("bench --np: cannot find the tessera program (/proc/self/exe)");
+    words.insert(words.end(), {std::string(self, static_cast<std::size_t>(n)), "bench", o_.config, "--mpi-child",
+                               "--mesh", o_.meshes, "--layout", o_.layouts, "--devices", "cpu:" + std::to_string(devices),
+                               "--steps", std::to_string(o_.steps), "--warmup", std::to_string(o_.warmup)});
+    for (const auto& o : o_.overrides) words.insert(words.end(), {"--set", o});
+    std::string command;
+    for (const auto& w : words) command += (command.empty() ? "" : " ") + shell_quote(w);
+    std::string output;
+    {
+      std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+      if (!pipe) throw Error("bench --np: cannot run " + command);
+      char buffer[4096];
+      while (std::size_t got = std::fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, got);
+      if (const int status = ::pclose(pipe.release()); status != 0)
+        throw Error("bench --np " + std::to_string(np) + ": the job failed (status " + std::to_string(status) +
+                    "); its errors are above. Command: " + command);
+    }
+    std::vector<Row> rows;
+    try {
+      for (const auto& j : nlohmann::json::parse(output)) rows.push_back(row_from_json(j));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("bench --np " + std::to_string(np) + ": the job's output is not its JSON rows (" + e.what() + "): " + output);
+    }
+    return rows;
+  }
+
+  Row measure(const MeshShape& shape, const std::string& layout, const ProcessPlacement& where = {}) {
     DeviceMesh mesh({shape.batch, shape.model}, {"batch", "model"}, cpu_devices(static_cast<int>(shape.batch * shape.model)));
     Row row;
+    row.processes = where.processes;
     row.mesh = shape.str();
     row.layout = row.chosen = layout;
     if (layout == "auto") {
@@ -231,6 +333,7 @@ class Bench {
     VariableStore store;
     run_.model.build(store, run_.training.seed);
     auto d = distribution(mesh, row.chosen, store);
+    d->set_placement(where);
     Trainer trainer(run_.model, run_.training, store, *d);
     const SpmdProgram& program = *trainer.sharded_program(batch_);
     StepCost cost = predict_step(program, calibration_, threads_);
@@ -248,12 +351,16 @@ class Bench {
     for (std::size_t r = 0; r < mesh.devices().size(); ++r)
       row.peak_bytes = std::max(row.peak_bytes, allocator_for(mesh.devices()[r]).stats().peak_bytes - before[r]);
     const auto& accounting = trainer.communicator()->accounting();
-    const double devices = static_cast<double>(mesh.size());
-    for (const auto& [key, stats] : accounting.total())
+    const double devices = static_cast<double>(mesh.size() / where.processes);  // this process's
+    double inter = 0;
+    for (const auto& [key, stats] : accounting.total()) {
       row.bytes_per_step[std::string(name(key.first)) + " " + key.second] =
           static_cast<std::int64_t>(std::llround(static_cast<double>(stats.bytes) / o_.steps / devices));
+      inter += static_cast<double>(stats.inter_process_bytes);
+    }
+    row.inter_process_bytes = static_cast<std::int64_t>(std::llround(inter / o_.steps / devices));
     double comm_seconds = 0;
-    for (const auto& [key, stats] : accounting.of_rank(0)) comm_seconds += stats.seconds;
+    for (const auto& [key, stats] : accounting.of_rank(where.first_rank(mesh.size()))) comm_seconds += stats.seconds;
     row.comm_share = comm_seconds / o_.steps / (t.mean_ms / 1e3);  // both means: one slow step counts in both
     return row;
   }
@@ -270,36 +377,31 @@ class Bench {
     for (const auto& r : rows_) predicted.push_back(r.predicted_ms), measured.push_back(r.median_ms);
     const double rho = spearman(predicted, measured);
     if (o_.format == "csv") {
-      fmt::print("mesh,layout,chosen,median_ms,min_ms,max_ms,samples_per_s,speedup,peak_mib,param_mib,comm_share,predicted_ms,collectives_mib\n");
+      fmt::print("mesh,layout,chosen,median_ms,min_ms,max_ms,samples_per_s,speedup,peak_mib,param_mib,comm_share,predicted_ms,collectives_mib,processes,inter_process_bytes\n");
       for (const auto& r : rows_)
-        fmt::print("{},{},{},{:.3f},{:.3f},{:.3f},{:.1f},{:.3f},{},{},{:.3f},{:.3f},\"{}\"\n", r.mesh, r.layout, r.chosen,
+        fmt::print("{},{},{},{:.3f},{:.3f},{:.3f},{:.1f},{:.3f},{},{},{:.3f},{:.3f},\"{}\",{},{}\n", r.mesh, r.layout, r.chosen,
                    r.median_ms, r.min_ms, r.max_ms, r.samples_per_s, r.speedup, mib(r.peak_bytes), mib(r.param_bytes),
-                   r.comm_share, r.predicted_ms, bytes_text(r.bytes_per_step));
+                   r.comm_share, r.predicted_ms, bytes_text(r.bytes_per_step), r.processes, r.inter_process_bytes);
       fmt::print("# one device: {:.3f} ms; spearman(predicted, measured) = {:.3f}\n", single_, rho);
       return;
     }
     if (o_.format == "json") {
       nlohmann::json j{{"config", o_.config}, {"batch", batch_}, {"steps", o_.steps}, {"warmup", o_.warmup},
                        {"one_device_ms", single_}, {"spearman", rho}, {"rows", nlohmann::json::array()}};
-      for (const auto& r : rows_)
-        j["rows"].push_back({{"mesh", r.mesh}, {"layout", r.layout}, {"chosen", r.chosen}, {"median_ms", r.median_ms},
-                             {"min_ms", r.min_ms}, {"max_ms", r.max_ms}, {"samples_per_s", r.samples_per_s},
-                             {"speedup", r.speedup}, {"peak_bytes", r.peak_bytes}, {"param_bytes", r.param_bytes},
-                             {"comm_share", r.comm_share}, {"predicted_ms", r.predicted_ms},
-                             {"collective_bytes_per_step", r.bytes_per_step},
-                             {"predicted_collective_bytes_per_step", r.predicted_bytes}});
+      for (const auto& r : rows_) j["rows"].push_back(to_json(r));
       fmt::print("{}\n", j.dump(2));
       return;
     }
     fmt::print("{}: batch {}, {} timed steps after {} warm-up; one device ({} threads): {:.2f} ms a step\n", o_.config,
                batch_, o_.steps, o_.warmup, cores_, single_);
-    fmt::print("{:<6} {:<11} {:>9} {:>17} {:>10} {:>7} {:>9} {:>9} {:>6} {:>10}  {}\n", "mesh", "layout", "step ms",
-               "min-max", "samples/s", "speedup", "peak MiB", "param MiB", "comm", "predicted", "MiB moved per step and device");
+    fmt::print("{:<6} {:<11} {:>3} {:>9} {:>17} {:>10} {:>7} {:>9} {:>9} {:>6} {:>10}  {}\n", "mesh", "layout", "np",
+               "step ms", "min-max", "samples/s", "speedup", "peak MiB", "param MiB", "comm", "predicted",
+               "MiB moved per step and device (of it between processes)");
     for (const auto& r : rows_)
-      fmt::print("{:<6} {:<11} {:>9.2f} {:>8.2f}-{:<8.2f} {:>10.0f} {:>6.2f}x {:>9} {:>9} {:>5.0f}% {:>8.2f}ms  {}\n", r.mesh,
-                 r.layout == "auto" ? "auto:" + r.chosen : r.layout, r.median_ms, r.min_ms, r.max_ms, r.samples_per_s,
-                 r.speedup, mib(r.peak_bytes), mib(r.param_bytes), 100 * r.comm_share, r.predicted_ms,
-                 bytes_text(r.bytes_per_step));
+      fmt::print("{:<6} {:<11} {:>3} {:>9.2f} {:>8.2f}-{:<8.2f} {:>10.0f} {:>6.2f}x {:>9} {:>9} {:>5.0f}% {:>8.2f}ms  {}{}\n",
+                 r.mesh, r.layout == "auto" ? "auto:" + r.chosen : r.layout, r.processes, r.median_ms, r.min_ms, r.max_ms,
+                 r.samples_per_s, r.speedup, mib(r.peak_bytes), mib(r.param_bytes), 100 * r.comm_share, r.predicted_ms,
+                 bytes_text(r.bytes_per_step), r.processes > 1 ? " (" + mib(r.inter_process_bytes) + ")" : "");
     fmt::print("cost model: Spearman rank correlation of predicted and measured step times {:.2f} over {} rows\n", rho,
                rows_.size());
   }

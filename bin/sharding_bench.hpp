@@ -13,6 +13,10 @@
 // gathered, gradients scattered, optimizer state split), config (the config's
 // own layout_map), auto (whichever of dp, zero, tp and fsdp the cost model predicts
 // fastest on that mesh).
+//
+// `--np 1,2`: each configuration also runs as a job of that many processes
+// (mpirun, each process owning its share of the mesh's devices); those rows
+// are measured by a child job and say how many bytes crossed between processes.
 #pragma once
 
 #include <string>
@@ -30,6 +34,8 @@ struct BenchOptions {
   std::string format = "table";            // table | csv | json
   std::string chart;                       // an SVG file to write, if any
   bool recalibrate = false;
+  std::string processes = "1";             // --np: process counts, comma-separated
+  bool mpi_child = false;                  // this is one process of such a job: JSON rows only
 };
 
 // Returns the process exit code; throws Error (ConfigError, ...) on bad input.

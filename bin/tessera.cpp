@@ -352,6 +352,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first")->capture_default_str();
   bench_cmd->add_option("--format", bench.format, "table, csv or json")->capture_default_str();
   bench_cmd->add_option("--chart", bench.chart, "Also write an SVG chart of samples/s to this file");
+  bench_cmd->add_option("--np", bench.processes, "Also run each configuration as a job of N processes (mpirun), comma-separated")
+      ->capture_default_str();
+  bench_cmd->add_flag("--mpi-child", bench.mpi_child, "(internal) one process of a --np job: print JSON rows")
+      ->group("");
   for (auto* cmd : {plan_cmd, bench_cmd})
     cmd->add_flag("--recalibrate", recalibrate, "Measure the cost model's device and link speeds again (else cached)");
   for (auto* cmd : {eval_cmd, predict_cmd})

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -55,6 +56,41 @@ struct MpiCommunicator::MpiOps {
     return max ? MPI_MAX : MPI_SUM;
   }
 };
+
+MpiCommunicator::Watchdog::Watchdog(int process)
+    : thread_([this, process](std::stop_token stop) {
+        std::unique_lock lock(mutex_);
+        while (!stop.stop_requested()) {
+          changed_.wait_for(lock, stop, std::chrono::milliseconds(20), [] { return false; });
+          const auto now = std::chrono::steady_clock::now();
+          for (const auto& [id, call] : calls_)
+            if (now > call.deadline) {
+              // The call cannot be interrupted, and its peers are gone or
+              // stuck: say which collective waited for whom, and end the job.
+              std::fprintf(stderr, "tessera: rank %d: collective error: %s\n", process, call.message().c_str());
+              std::fflush(stderr);
+              MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+      }) {}
+
+MpiCommunicator::Watchdog::~Watchdog() {
+  thread_.request_stop();
+  changed_.notify_all();
+}
+
+MpiCommunicator::Watchdog::Watch MpiCommunicator::Watchdog::watch(std::chrono::steady_clock::time_point deadline,
+                                                                  std::function<std::string()> message) {
+  std::lock_guard lock(mutex_);
+  const std::uint64_t id = next_id_++;
+  calls_.emplace(id, Call{deadline, std::move(message)});
+  return Watch(this, id);
+}
+
+MpiCommunicator::Watchdog::Watch::~Watch() {
+  std::lock_guard lock(dog_->mutex_);
+  dog_->calls_.erase(id_);
+}
 
 struct MpiCommunicator::Group {
   CommGroup local;                // this process's members, in group order
@@ -125,7 +161,8 @@ MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placem
     : Communicator(static_cast<int>(mesh.size())),
       placement_(placement),
       shm_(static_cast<int>(mesh.size())),
-      ops_(std::make_unique<MpiOps>()) {
+      ops_(std::make_unique<MpiOps>()),
+      watchdog_(placement.process) {
   placement_.check(mesh.size());
   shm_.report_to(accounting());  // groups inside this process count here too
   const std::int64_t size = mesh.size();
@@ -215,25 +252,24 @@ void MpiCommunicator::local_barrier(Group& g, int rank) {
   if (g.local.size() > 1) shm_.barrier(g.local, rank);
 }
 
-void MpiCommunicator::wait(void* request, CollectiveKind kind, const CommGroup& group, const Group& g,
-                           Clock::time_point start) {
-  bool timed_out = false;
-  const bool done = MpiSession::poll(request, [&] {
-    timed_out = Clock::now() - start > timeout();
-    return aborted_ || timed_out;
-  });
-  if (done) return;
-  if (!timed_out) {
-    std::lock_guard lock(abort_mutex_);
-    throw CollectiveError(abort_reason_);
-  }
+std::string MpiCommunicator::timeout_message(CollectiveKind kind, const CommGroup& group, const Group& g) const {
   std::vector<int> others;
   for (int p : g.processes)
     if (p != placement_.process) others.push_back(p);
-  throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " + list(group.ranks) +
-                        "): process " + std::to_string(placement_.process) + " waited " +
-                        std::to_string(timeout().count() / 1000.0).substr(0, 5) + " s for processes " + list(others) +
-                        ", which did not join (one stopped or is stuck)");
+  return std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " + list(group.ranks) + "): process " +
+         std::to_string(placement_.process) + " waited " + std::to_string(timeout().count() / 1000.0).substr(0, 5) +
+         " s for processes " + list(others) + ", which did not join (one stopped or is stuck)";
+}
+
+template <typename Call>
+void MpiCommunicator::blocking(CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start, Call call) {
+  if (aborted_) {
+    std::lock_guard lock(abort_mutex_);
+    throw CollectiveError(abort_reason_);
+  }
+  const auto watch = watchdog_.watch(start + timeout(), [&] { return timeout_message(kind, group, g); });
+  if (call() != MPI_SUCCESS)
+    throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "': MPI reported an error");
 }
 
 void MpiCommunicator::record(int rank, CollectiveKind kind, const CommGroup& group, std::int64_t in_bytes,
@@ -256,10 +292,11 @@ void MpiCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor&
     std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
   std::int64_t inter = 0;
   if (rank == g.leader()) {
-    MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, out.raw_data(), as_count(static_cast<std::size_t>(out.numel()), "elements"),
-                   ops_->type(out.dtype()), ops_->op(out.dtype(), sum_or_max), g.comm, &req);
-    wait(&req, CollectiveKind::all_reduce, group, g, start);
+    const int count = as_count(static_cast<std::size_t>(out.numel()), "elements");
+    blocking(CollectiveKind::all_reduce, group, g, start, [&] {
+      return MPI_Allreduce(MPI_IN_PLACE, out.raw_data(), count, ops_->type(out.dtype()),
+                           ops_->op(out.dtype(), sum_or_max), g.comm);
+    });
     inter = bus_bytes(CollectiveKind::all_reduce, static_cast<std::int64_t>(out.nbytes()), 0,
                       static_cast<int>(g.processes.size()), false);
   }
@@ -284,10 +321,10 @@ Tensor MpiCommunicator::gather_packed(Group& g, int rank, const std::byte* block
       displs.push_back(offset);
       offset = as_count(static_cast<std::size_t>(offset) + static_cast<std::size_t>(counts.back()), "bytes");
     }
-    MPI_Request req;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), counts.data(), displs.data(), MPI_BYTE, g.comm,
-                    &req);
-    wait(&req, CollectiveKind::all_gather, group, g, start);
+    blocking(CollectiveKind::all_gather, group, g, start, [&] {
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), counts.data(), displs.data(), MPI_BYTE,
+                            g.comm);
+    });
     inter = offset - counts[static_cast<std::size_t>(g.me)];
   }
   local_barrier(g, rank);  // the other processes' blocks are in
@@ -333,10 +370,10 @@ void MpiCommunicator::reduce_scatter(const CommGroup& group, int rank, const Ten
   if (rank == g.leader()) {
     std::vector<int> counts;
     for (int m : g.members) counts.push_back(as_count(static_cast<std::size_t>(m * block), "elements"));
-    MPI_Request req;
-    MPI_Ireduce_scatter(packed.raw_data(), mine.raw_data(), counts.data(), ops_->type(in.dtype()),
-                        ops_->op(in.dtype(), sum_or_max), g.comm, &req);
-    wait(&req, CollectiveKind::reduce_scatter, group, g, start);
+    blocking(CollectiveKind::reduce_scatter, group, g, start, [&] {
+      return MPI_Reduce_scatter(packed.raw_data(), mine.raw_data(), counts.data(), ops_->type(in.dtype()),
+                                ops_->op(in.dtype(), sum_or_max), g.comm);
+    });
     inter = bus_bytes(CollectiveKind::reduce_scatter, static_cast<std::int64_t>(in.nbytes()), 0,
                       static_cast<int>(g.processes.size()), false);
   }
@@ -361,9 +398,9 @@ void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& 
   const int caller = root_process == placement_.process ? root_rank : g.leader();
   std::int64_t inter = 0;
   if (rank == caller) {
-    MPI_Request req;
-    MPI_Ibcast(x.raw_data(), as_count(x.nbytes(), "bytes"), MPI_BYTE, root_index, g.comm, &req);
-    wait(&req, CollectiveKind::broadcast, group, g, start);
+    const int count = as_count(x.nbytes(), "bytes");
+    blocking(CollectiveKind::broadcast, group, g, start,
+             [&] { return MPI_Bcast(x.raw_data(), count, MPI_BYTE, root_index, g.comm); });
     if (rank == root_rank) inter = static_cast<std::int64_t>(x.nbytes());
   }
   if (g.local.size() > 1) shm_.broadcast(g.local, rank, x, g.local_index(caller));
@@ -404,9 +441,7 @@ void MpiCommunicator::barrier(const CommGroup& group, int rank) {
   const auto start = Clock::now();
   local_barrier(g, rank);
   if (rank == g.leader()) {
-    MPI_Request req;
-    MPI_Ibarrier(g.comm, &req);
-    wait(&req, CollectiveKind::barrier, group, g, start);
+    blocking(CollectiveKind::barrier, group, g, start, [&] { return MPI_Barrier(g.comm); });
   }
   local_barrier(g, rank);
   record(rank, CollectiveKind::barrier, group, 0, 0, false, 0, start);

@@ -16,8 +16,10 @@
 // Every group that spans processes gets its own MPI communicator, made when
 // the communicator is built (a collective call of every process), so that the
 // leaders of different groups can talk at once (MPI_THREAD_MULTIPLE).
-// MPI calls are non-blocking and polled, so a process that never joins is a
-// CollectiveError after timeout() instead of a hang.
+// The MPI calls are the blocking ones, whose algorithms are tuned (the
+// non-blocking ones ran at half their speed here); a watchdog thread ends the
+// job when one outlasts timeout(), after printing which collective waited for
+// which processes, so a process that never joins is an error, not a hang.
 //
 // Requires a process's members of every group to be consecutive in group
 // order, which ProcessPlacement's consecutive ranks give on any mesh.
@@ -25,10 +27,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distribution/collectives/communicator.hpp"
@@ -61,6 +66,36 @@ class MpiCommunicator final : public Communicator {
   void abort(const std::string& reason) override;
 
  private:
+  // Ends the job when a blocking MPI call outlasts its deadline.
+  class Watchdog {
+   public:
+    explicit Watchdog(int process);
+    ~Watchdog();
+    class Watch {  // one call under watch, for its scope
+     public:
+      Watch(Watchdog* dog, std::uint64_t id) : dog_(dog), id_(id) {}
+      ~Watch();
+      Watch(const Watch&) = delete;
+      Watch& operator=(const Watch&) = delete;
+
+     private:
+      Watchdog* dog_;
+      std::uint64_t id_;
+    };
+    Watch watch(std::chrono::steady_clock::time_point deadline, std::function<std::string()> message);
+
+   private:
+    struct Call {
+      std::chrono::steady_clock::time_point deadline;
+      std::function<std::string()> message;
+    };
+    std::mutex mutex_;
+    std::condition_variable_any changed_;
+    std::map<std::uint64_t, Call> calls_;
+    std::uint64_t next_id_ = 0;
+    std::jthread thread_;  // last: stopped before the state above goes
+  };
+
   struct Group;
   struct MpiOps;
   using TimePoint = std::chrono::steady_clock::time_point;
@@ -73,14 +108,17 @@ class MpiCommunicator final : public Communicator {
   // Every member's block, packed in group order in the staging buffer.
   Tensor gather_packed(Group& g, int rank, const std::byte* block, std::size_t block_bytes, const CommGroup& group,
                        TimePoint start, std::int64_t& inter_process_bytes);
-  // Polls an MPI_Request (passed as void*: no mpi.h here) until done, the timeout or an abort.
-  void wait(void* request, CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start);
+  // Runs one blocking MPI call under the watchdog (deadline: start + timeout()).
+  template <typename Call>
+  void blocking(CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start, Call call);
+  std::string timeout_message(CollectiveKind kind, const CommGroup& group, const Group& g) const;
   void record(int rank, CollectiveKind kind, const CommGroup& group, std::int64_t in_bytes, std::int64_t out_bytes,
               bool root, std::int64_t inter_process_bytes, TimePoint start);
 
   ProcessPlacement placement_;
   ShmCommunicator shm_;  // the members inside this process
   std::unique_ptr<MpiOps> ops_;
+  Watchdog watchdog_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;  // by the group's ranks; made in the constructor
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;

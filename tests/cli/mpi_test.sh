@@ -64,6 +64,18 @@ same_csv "$work/p11.csv" "$work/p14.csv" 1e-5
   --resume "$ckpt" > "$work/resume.txt"
 grep -q "Resuming from" "$work/resume.txt" || fail "no resume: $(cat "$work/resume.txt")"
 
+# tessera bench --np: the same configuration in one process and as a job of
+# two, the latter with the bytes that crossed between processes.
+"$tessera" bench "$work/run.yaml" --mesh 2x1 --layout dp,zero --np 1,2 --steps 2 --warmup 1 --format csv > "$work/bench.csv"
+python3 - "$work/bench.csv" <<'PY' || fail "bench --np rows are wrong: $(cat "$work/bench.csv")"
+import csv, sys
+rows = list(csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("#")))
+assert [(r["layout"], r["processes"]) for r in rows] == [("dp", "1"), ("zero", "1"), ("dp", "2"), ("zero", "2")], rows
+assert all(float(r["median_ms"]) > 0 for r in rows), rows
+assert all(float(r["inter_process_bytes"]) > 0 for r in rows if r["processes"] == "2"), rows
+assert all(float(r["inter_process_bytes"]) == 0 for r in rows if r["processes"] == "1"), rows
+PY
+
 # Bad placements.
 expect_fail 3 "distribution: the mesh has 4 devices, which 3 processes cannot share evenly" -- \
   "${mpirun[@]}" -np 3 "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh 4x1 data_parallel)"
