@@ -108,7 +108,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (!resume_dir.empty()) {
     // Everything is checked before the store changes: a checkpoint of another
     // model fails here, naming the variable.
-    TrainingState state = load_checkpoint(resume_dir, store);
+    TrainingState state = trainer.load(resume_dir);
     trainer.resume(state);
     fmt::print("Resuming from '{}': {} epoch(s) and {} batch(es) done, step {}\n", resume_dir, state.epoch,
                state.batch, state.step);
@@ -193,11 +193,14 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
   return kOk;
 }
 
-// The model of `run` with the weights of checkpoint `dir` (checked before use).
-void load_weights(const RunConfig& run, VariableStore& store, const std::string& dir) {
+// A trainer of `run` with the weights of checkpoint `dir` (checked before
+// use; a sharded trainer's devices read only their slices).
+std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& store, const std::string& dir) {
   run.model.build(store, run.training.seed);
-  TrainingState state = load_checkpoint(dir, store);
+  std::unique_ptr<Trainer> trainer = make_trainer(run, store);
+  TrainingState state = trainer->load(dir);
   fmt::print("Loaded '{}' (epoch {}, step {})\n", dir, state.epoch, state.step);
+  return trainer;
 }
 
 int eval(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
@@ -207,8 +210,7 @@ int eval(const std::string& file, const std::vector<std::string>& overrides, con
   if (!data) throw ConfigError(file + ": data." + split + " is required to evaluate on it");
   Dataset dataset = load_dataset(*data);
   VariableStore store;
-  load_weights(run, store, checkpoint);
-  std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
+  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
   Trainer& trainer = *trainer_owner;
   fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(trainer.evaluate(dataset)));
   return kOk;
@@ -230,8 +232,7 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   if (extension(output) != ".npy" && extension(output) != ".csv")
     throw DataError("predict: cannot write '" + output + "': expected a .npy or .csv file name");
   VariableStore store;
-  load_weights(run, store, checkpoint);
-  std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
+  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
   Trainer& trainer = *trainer_owner;
   Tensor outputs = trainer.predict(inputs);
   if (extension(output) == ".npy") {

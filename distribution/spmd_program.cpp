@@ -66,6 +66,10 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
   Entry entry{sharding, {}};
+  if (!source_.empty()) {
+    read_blocks(path, entry);
+    return entries_.emplace(path, std::move(entry)).first->second.blocks;
+  }
   for (int rank : local_ranks_) {
     try {
       entry.blocks.push_back(extract_block(v->value, sharding, mesh_, rank, mesh_.devices()[static_cast<std::size_t>(rank)]));
@@ -77,7 +81,36 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   return entries_.emplace(path, std::move(entry)).first->second.blocks;
 }
 
+void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const {
+  const Variable& v = *store_.find(path);
+  const Shape block = entry.sharding.local_shape(v.value.shape(), mesh_);
+  const bool fresh = entry.blocks.empty();
+  for (std::size_t i = 0; i < local_ranks_.size(); ++i) {
+    const int rank = local_ranks_[i];
+    const ShardSlice slice{entry.sharding.block_start(v.value.shape(), mesh_, rank), block.dims()};
+    Tensor values = read_tensor_slice(source_, source_index_, path, slice);
+    if (fresh) entry.blocks.push_back(Tensor::empty(block, v.value.dtype(), mesh_.devices()[static_cast<std::size_t>(rank)]));
+    std::memcpy(entry.blocks[i].raw_data(), values.raw_data(), values.nbytes());
+  }
+}
+
+void ShardedVariables::read_from(const std::filesystem::path& dir) {
+  source_index_ = checkpoint_index(dir);
+  source_ = dir;
+  for (auto& [path, entry] : entries_) read_blocks(path, entry);
+}
+
+void ShardedVariables::refresh_unbound() const {
+  if (source_.empty()) return;
+  for (const Variable& v : store_.variables())
+    if (!entries_.contains(v.path)) {
+      Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.value.shape().dims()));
+      std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
+    }
+}
+
 void ShardedVariables::write_back(std::chrono::milliseconds timeout) const {
+  refresh_unbound();
   const bool whole_mesh = local_ranks_.size() == static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
@@ -100,12 +133,14 @@ void ShardedVariables::write_back(std::chrono::milliseconds timeout) const {
 }
 
 void ShardedVariables::reload() {
+  source_.clear();  // the store is the source again
   for (auto& [path, entry] : entries_)
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.blocks[i]);
 }
 
 ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) const {
+  refresh_unbound();
   ShardedSave save;
   save.writer = where.process;
   save.writers = where.processes;

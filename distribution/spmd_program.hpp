@@ -72,6 +72,12 @@ class ShardedVariables {
   void write_back(std::chrono::milliseconds timeout) const;
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
+  // Makes the checkpoint `dir` the source of every block, now and when made
+  // later: each device reads only its block's slice, from only the files that
+  // hold it (resharding whatever mesh and process count saved it). The
+  // store's values are stale until write_back(); variables no program holds
+  // are read whole when the store or a checkpoint needs them.
+  void read_from(const std::filesystem::path& dir);
   // This process's part of a sharded checkpoint: the blocks whose first copy
   // its devices hold (each block of the mesh is written once), whole store
   // variables that no program holds (by process 0), and every process's index.
@@ -82,6 +88,13 @@ class ShardedVariables {
     Sharding sharding;
     std::vector<Tensor> blocks;
   };
+  // Fills `entry`'s blocks from the checkpoint source.
+  void read_blocks(const std::string& path, Entry& entry) const;
+  // Copies the source's values of variables that no program holds into the store.
+  void refresh_unbound() const;
+
+  std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
+  ShardIndex source_index_;
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;
   VariableStore& store_;

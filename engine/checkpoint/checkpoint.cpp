@@ -239,19 +239,24 @@ void finish(const fs::path& scratch, const fs::path& dir) {
   data_detail::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
 }
 
-// The tensors `listed` (a fingerprint of training_state.json) read whole from
-// the shards of a sharded checkpoint, in that order: whichever mesh and
-// process count wrote them.
-SafetensorsFile read_sharded(const fs::path& dir, const Json& listed) {
-  const ShardIndex index = load_shard_index(dir);
+// The tensors `listed` (a fingerprint of training_state.json), in that
+// order: read whole through `index` (whichever mesh and process count wrote
+// them), or with `read` false zeros of their shapes and dtypes, read from nothing.
+SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read) {
   SafetensorsFile file;
   for (const auto& entry : listed) {
     const std::string path = entry.contains("path") && entry["path"].is_string() ? entry["path"].get<std::string>() : "";
     auto it = index.tensors.find(path);
     if (it == index.tensors.end())
-      throw CheckpointError("load_checkpoint: '" + (dir / kShardIndexFile).string() + "' has no tensor '" + path +
-                            "', which " + kStateFile + " lists");
-    file.tensors.emplace_back(path, read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)));
+      throw CheckpointError("load_checkpoint: '" + dir.string() + "' has no tensor '" + path + "', which " +
+                            kStateFile + " lists");
+    if (read) {
+      file.tensors.emplace_back(path, read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)));
+    } else {
+      Tensor zeros = Tensor::empty(Shape(it->second.shape), it->second.dtype);
+      std::memset(zeros.raw_data(), 0, zeros.nbytes());
+      file.tensors.emplace_back(path, std::move(zeros));
+    }
   }
   return file;
 }
@@ -320,7 +325,17 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   sharded.barrier();
 }
 
-TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
+ShardIndex checkpoint_index(const fs::path& dir) {
+  if (fs::exists(dir / kShardIndexFile)) return load_shard_index(dir);
+  // One file each for the model and the optimizer state: an index of whole tensors.
+  ShardIndex index;
+  for (const char* file : {kModelFile, kOptimizerFile})
+    for (const SafetensorsEntry& e : read_safetensors_header(dir / file).tensors)
+      index.tensors[e.name] = ShardedTensorInfo{e.dtype, e.shape, {ShardEntry{file, e.name, ShardSlice::whole(e.shape)}}};
+  return index;
+}
+
+TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadValues values) {
   auto error = [&](const std::string& message) {
     return CheckpointError("load_checkpoint: '" + dir.string() + "': " + message);
   };
@@ -334,9 +349,16 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
 
   // Phase 1: read and check everything; the store is not touched.
   StateFile state_file = read_state(dir / kStateFile);
-  SafetensorsFile model = sharded ? read_sharded(dir, state_file.model_variables) : load_safetensors(dir / kModelFile);
-  SafetensorsFile optimizer =
-      sharded ? read_sharded(dir, state_file.optimizer_variables) : load_safetensors(dir / kOptimizerFile);
+  const bool read = values == LoadValues::all;
+  SafetensorsFile model, optimizer;
+  if (sharded || !read) {
+    const ShardIndex index = checkpoint_index(dir);
+    model = tensors_of(dir, index, state_file.model_variables, read);
+    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read);
+  } else {
+    model = load_safetensors(dir / kModelFile);
+    optimizer = load_safetensors(dir / kOptimizerFile);
+  }
   check_fingerprint(state_file.model_variables, model.tensors, dir / kModelFile, dir / kStateFile);
   check_fingerprint(state_file.optimizer_variables, optimizer.tensors, dir / kOptimizerFile,
                     dir / kStateFile);
@@ -387,7 +409,7 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store) {
   for (const auto& [path, t] : optimizer.tensors) additions += !in_store.contains(path);
   mutable_variables.reserve(mutable_variables.size() + additions);
   for (const auto& [index, value] : copies)
-    if (value->nbytes() > 0)
+    if (read && value->nbytes() > 0)
       std::memcpy(mutable_variables[index].value.raw_data(), value->raw_data(), value->nbytes());
   for (auto& [path, t] : optimizer.tensors)
     if (!in_store.contains(path))

@@ -91,6 +91,18 @@ void save_checkpoint(const std::filesystem::path& dir, const VariableStore& stor
 // into the store's existing tensors, so executors bound to them see them.
 // Throws CheckpointError naming the file or variable; on error the store is
 // unchanged.
-TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store);
+//
+// With LoadValues::none everything is checked but no value is read: the
+// store keeps its values (and optimizer state it lacked is added as zeros),
+// for a caller that then reads only the slices it needs (checkpoint_index,
+// read_tensor_slice), as a sharded trainer does.
+enum class LoadValues { all, none };
+TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store,
+                              LoadValues values = LoadValues::all);
+
+// Where each tensor of the checkpoint `dir` lies, for either form: a sharded
+// checkpoint's index, or one whole block per tensor of model.safetensors and
+// optimizer.safetensors. Reads headers only.
+ShardIndex checkpoint_index(const std::filesystem::path& dir);
 
 }  // namespace tessera

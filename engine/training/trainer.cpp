@@ -141,10 +141,18 @@ void Trainer::resume(const TrainingState& state) {
   if (state.step < 0 || state.epoch < 0 || state.batch < 0)
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
-  if (sharded_) sharded_->reload();  // the store holds the checkpoint's values now
+  if (sharded_ && !loaded_) sharded_->reload();  // the store holds the checkpoint's values now
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;
+}
+
+TrainingState Trainer::load(const std::filesystem::path& dir) {
+  if (!sharded_) return load_checkpoint(dir, store_);
+  TrainingState state = load_checkpoint(dir, store_, LoadValues::none);  // checked; nothing read yet
+  sharded_->read_from(dir);
+  loaded_ = true;
+  return state;
 }
 
 TrainingState Trainer::state() const {

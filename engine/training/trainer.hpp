@@ -139,8 +139,14 @@ class Trainer {
   // Accumulates per-op times of every program into `sink` (see Executor).
   void enable_profiling(std::map<std::string, Executor::OpTime>* sink);  // optimizer steps taken
 
+  // Loads the checkpoint `dir` (either form, any mesh and process count) and
+  // returns its state. One device reads it into the store; a sharded trainer
+  // checks it against the store, then each device reads only its blocks'
+  // slices. Throws CheckpointError (see load_checkpoint); on error nothing changed.
+  TrainingState load(const std::filesystem::path& dir);
+
   // Makes the next fit() continue a run saved as `state` (the store must hold
-  // the checkpoint's values: load_checkpoint): the step counter (Adam's bias
+  // the checkpoint's values, by load_checkpoint, or the trainer by load()): the step counter (Adam's bias
   // correction, the learning-rate schedule), then epoch state.epoch + 1 from
   // batch state.batch. Throws CheckpointError when the state's seed is not
   // spec.seed, as the data order would then differ from the saved run's.
@@ -181,6 +187,7 @@ class Trainer {
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
   std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
+  bool loaded_ = false;  // load() put a checkpoint's values into the devices' blocks
 };
 
 }  // namespace tessera
