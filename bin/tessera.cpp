@@ -235,6 +235,7 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
   Trainer& trainer = *trainer_owner;
   Tensor outputs = trainer.predict(inputs);
+  if (MpiSession::placement().process != 0) return kOk;  // every process has them; one writes
   if (extension(output) == ".npy") {
     save_npy(output, outputs);
   } else {

@@ -59,6 +59,10 @@ ckpt="$work/2x2-model_parallel-np2.mpi"
 "$tessera" predict "$work/run.yaml" --set distribution=null --checkpoint "$ckpt" \
   --input "$work/x.npy" --output "$work/p11.csv" > /dev/null
 same_csv "$work/p11.csv" "$work/p14.csv" 1e-5
+# The same prediction as a job of two processes (process 0 writes the file).
+"${mpirun[@]}" -np 2 "$tessera" predict "$work/run.yaml" --set "$(mesh 1x4 model_parallel)" --checkpoint "$ckpt" \
+  --input "$work/x.npy" --output "$work/p14_np2.csv" > /dev/null
+same_csv "$work/p14.csv" "$work/p14_np2.csv" 1e-5
 # Resuming a sharded checkpoint in one process continues the run.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 1x4 model_parallel)" \
   --resume "$ckpt" > "$work/resume.txt"
