@@ -66,7 +66,7 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
   Entry entry{sharding, {}};
-  if (!source_.empty()) {
+  if (!source_.empty() && source_index_.tensors.contains(path)) {  // else the store's value is current
     read_blocks(path, entry);
     return entries_.emplace(path, std::move(entry)).first->second.blocks;
   }
@@ -100,17 +100,20 @@ void ShardedVariables::read_from(const std::filesystem::path& dir) {
   for (auto& [path, entry] : entries_) read_blocks(path, entry);
 }
 
-void ShardedVariables::refresh_unbound() const {
+void ShardedVariables::detach_source() const {
   if (source_.empty()) return;
   for (const Variable& v : store_.variables())
-    if (!entries_.contains(v.path)) {
+    if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {
       Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.value.shape().dims()));
       std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
     }
+  // The store and the blocks hold everything now; the checkpoint may be replaced.
+  source_.clear();
+  source_index_ = {};
 }
 
 void ShardedVariables::write_back(std::chrono::milliseconds timeout) const {
-  refresh_unbound();
+  detach_source();
   const bool whole_mesh = local_ranks_.size() == static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
@@ -140,7 +143,7 @@ void ShardedVariables::reload() {
 }
 
 ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) const {
-  refresh_unbound();
+  detach_source();
   ShardedSave save;
   save.writer = where.process;
   save.writers = where.processes;

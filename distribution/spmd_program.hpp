@@ -76,7 +76,8 @@ class ShardedVariables {
   // later: each device reads only its block's slice, from only the files that
   // hold it (resharding whatever mesh and process count saved it). The
   // store's values are stale until write_back(); variables no program holds
-  // are read whole when the store or a checkpoint needs them.
+  // are read whole at the first write_back() or sharded_save(), which then
+  // forget the checkpoint (a save may replace it).
   void read_from(const std::filesystem::path& dir);
   // This process's part of a sharded checkpoint: the blocks whose first copy
   // its devices hold (each block of the mesh is written once), whole store
@@ -90,11 +91,12 @@ class ShardedVariables {
   };
   // Fills `entry`'s blocks from the checkpoint source.
   void read_blocks(const std::string& path, Entry& entry) const;
-  // Copies the source's values of variables that no program holds into the store.
-  void refresh_unbound() const;
+  // Copies the source's values of variables that no program holds into the
+  // store, then forgets the source (before a save may replace it).
+  void detach_source() const;
 
-  std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
-  ShardIndex source_index_;
+  mutable std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
+  mutable ShardIndex source_index_;
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;
   VariableStore& store_;

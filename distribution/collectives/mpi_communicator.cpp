@@ -160,11 +160,12 @@ std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.raw_data())
 MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placement)
     : Communicator(static_cast<int>(mesh.size())),
       placement_(placement),
+      whole_(static_cast<int>(mesh.size())),
       shm_(static_cast<int>(mesh.size())),
       ops_(std::make_unique<MpiOps>()),
       watchdog_(placement.process) {
   placement_.check(mesh.size());
-  shm_.report_to(accounting());  // groups inside this process count here too
+  whole_.report_to(accounting());  // groups inside this process count here; the steps of others do not
   const std::int64_t size = mesh.size();
   // Every process walks the same groups in the same order: the MPI_Comm_split calls match.
   for (std::uint32_t mask = 0; mask < (1u << mesh.rank()); ++mask) {
@@ -280,7 +281,7 @@ void MpiCommunicator::record(int rank, CollectiveKind kind, const CommGroup& gro
 
 void MpiCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, ReduceOp op) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.all_reduce(group, rank, in, out, op);
+  if (!g.spans_processes()) return whole_.all_reduce(group, rank, in, out, op);
   const auto start = Clock::now();
   if (in.shape() != out.shape() || in.dtype() != out.dtype())
     throw ShapeError("all_reduce over mesh axis '" + group.axes + "': input " + in.describe() + " but output " +
@@ -333,9 +334,10 @@ Tensor MpiCommunicator::gather_packed(Group& g, int rank, const std::byte* block
 
 void MpiCommunicator::all_gather(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.all_gather(group, rank, in, out, dim);
+  if (!g.spans_processes()) return whole_.all_gather(group, rank, in, out, dim);
   const auto start = Clock::now();
-  if (out.numel() != in.numel() * group.size() || in.dtype() != out.dtype() || dim < 0 || dim >= out.rank())
+  if (out.numel() != in.numel() * group.size() || in.dtype() != out.dtype() || dim < 0 || dim >= out.rank() ||
+      out.shape()[dim] % group.size() != 0)
     throw ShapeError("all_gather over mesh axis '" + group.axes + "' along dim " + std::to_string(dim) + ": input " +
                      in.describe() + " does not make output " + out.describe() + " for " +
                      std::to_string(group.size()) + " members");
@@ -349,7 +351,7 @@ void MpiCommunicator::all_gather(const CommGroup& group, int rank, const Tensor&
 void MpiCommunicator::reduce_scatter(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int dim,
                                      ReduceOp op) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.reduce_scatter(group, rank, in, out, dim, op);
+  if (!g.spans_processes()) return whole_.reduce_scatter(group, rank, in, out, dim, op);
   const auto start = Clock::now();
   const int n = group.size();
   if (in.numel() != out.numel() * n || in.dtype() != out.dtype() || dim < 0 || dim >= in.rank() ||
@@ -386,7 +388,7 @@ void MpiCommunicator::reduce_scatter(const CommGroup& group, int rank, const Ten
 
 void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& x, int root) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.broadcast(group, rank, x, root);
+  if (!g.spans_processes()) return whole_.broadcast(group, rank, x, root);
   const auto start = Clock::now();
   if (root < 0 || root >= group.size())
     throw Error("broadcast over mesh axis '" + group.axes + "': root " + std::to_string(root) + " of " +
@@ -411,7 +413,7 @@ void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& 
 void MpiCommunicator::all_to_all(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, int split_dim,
                                  int concat_dim) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.all_to_all(group, rank, in, out, split_dim, concat_dim);
+  if (!g.spans_processes()) return whole_.all_to_all(group, rank, in, out, split_dim, concat_dim);
   const auto start = Clock::now();
   const int n = group.size();
   if (in.numel() != out.numel() || in.dtype() != out.dtype() || split_dim < 0 || split_dim >= in.rank() ||
@@ -437,7 +439,7 @@ void MpiCommunicator::all_to_all(const CommGroup& group, int rank, const Tensor&
 
 void MpiCommunicator::barrier(const CommGroup& group, int rank) {
   Group& g = group_of(group, rank);
-  if (!g.spans_processes()) return shm_.barrier(group, rank);
+  if (!g.spans_processes()) return whole_.barrier(group, rank);
   const auto start = Clock::now();
   local_barrier(g, rank);
   if (rank == g.leader()) {
@@ -453,7 +455,14 @@ void MpiCommunicator::abort(const std::string& reason) {
     if (!aborted_) abort_reason_ = reason;
   }
   aborted_ = true;
+  whole_.abort(reason);
   shm_.abort(reason);
+  // A device of this process failed. Its peers elsewhere may be blocked in
+  // MPI calls that nothing can interrupt, and so may this process's leaders:
+  // report the cause now and end the job, rather than after the timeout.
+  std::fprintf(stderr, "tessera: rank %d: error: %s\n", placement_.process, reason.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 }  // namespace tessera

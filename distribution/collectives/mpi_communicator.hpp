@@ -12,6 +12,8 @@
 //   broadcast       MPI_Ibcast from the root's process, broadcast in the process
 //   all_to_all      an all_gather of every member's blocks, each keeping its own
 // A group whose members all live in this process runs on shared memory alone.
+// When a device of this process fails (abort()), the job ends at once with
+// its error: peers blocked in MPI calls cannot be woken any other way.
 //
 // Every group that spans processes gets its own MPI communicator, made when
 // the communicator is built (a collective call of every process), so that the
@@ -51,7 +53,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
-  int size() const override { return shm_.size(); }
+  int size() const override { return whole_.size(); }
 
   void all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out,
                   ReduceOp op = ReduceOp::sum) override;
@@ -116,7 +118,8 @@ class MpiCommunicator final : public Communicator {
               bool root, std::int64_t inter_process_bytes, TimePoint start);
 
   ProcessPlacement placement_;
-  ShmCommunicator shm_;  // the members inside this process
+  ShmCommunicator whole_;  // groups whose members all live in this process
+  ShmCommunicator shm_;    // the in-process steps of groups that span processes (not accounted again)
   std::unique_ptr<MpiOps> ops_;
   Watchdog watchdog_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;  // by the group's ranks; made in the constructor

@@ -1,5 +1,6 @@
 #include "distribution/collectives/mpi_session.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -92,13 +93,17 @@ void exchange(const char* what, std::chrono::milliseconds timeout, Start start) 
   if (start(&request) != MPI_SUCCESS) throw CollectiveError(std::string(what) + " over processes failed");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (MpiSession::poll(&request, [&] { return std::chrono::steady_clock::now() > deadline; })) return;
+  // The request cannot be cancelled, and a late peer would write into a
+  // buffer the caller frees: say what waited for whom, and end the job.
   const ProcessPlacement where = MpiSession::placement();
   std::string others;
   for (int p = 0; p < where.processes; ++p)
     if (p != where.process) others += (others.empty() ? "" : ",") + std::to_string(p);
-  throw CollectiveError(std::string(what) + ": process " + std::to_string(where.process) + " waited " +
-                        std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s for processes " + others +
-                        ", which did not join (one stopped or is stuck)");
+  std::fprintf(stderr, "tessera: rank %d: collective error: %s: process %d waited %s s for processes %s, which did not join (one stopped or is stuck)\n",
+               where.process, what, where.process, std::to_string(timeout.count() / 1000.0).substr(0, 5).c_str(),
+               others.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 }  // namespace
 

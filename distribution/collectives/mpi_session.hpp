@@ -43,8 +43,8 @@ class MpiSession {
   static void abort_job(int code);
 
   // Host-side exchanges over every process of the job (no-ops in one
-  // process). A process that does not join within `timeout` is a
-  // CollectiveError saying what was exchanged, not a hang.
+  // process). When a process does not join within `timeout`, the job ends
+  // (MPI_Abort) after printing what was exchanged and who was waited for.
   // values[i] = sum over processes of values[i].
   static void sum_over_processes(std::span<double> values, std::chrono::milliseconds timeout);
   // bytes[i] = OR over processes of bytes[i]: merges tensors that each process

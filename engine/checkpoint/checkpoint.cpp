@@ -321,6 +321,7 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
       throw error(e.what());
     }
     finish(scratch_path, dir);
+    scratch.reset();  // removes the replaced checkpoint now, not while the others train on
   }
   sharded.barrier();
 }

@@ -142,6 +142,7 @@ void Trainer::resume(const TrainingState& state) {
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
   if (sharded_ && !loaded_) sharded_->reload();  // the store holds the checkpoint's values now
+  loaded_ = false;
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;
@@ -267,6 +268,28 @@ std::pair<std::int64_t, std::int64_t> Trainer::process_rows(std::int64_t size) c
   return {begin, end};
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> Trainer::counted_rows(std::int64_t size) const {
+  if (!distribution_ || !distribution_->placement().multi_process()) return {{0, size}};
+  const ProcessPlacement& where = distribution_->placement();
+  const DeviceMesh& mesh = distribution_->mesh();
+  const int axis = mesh.axis_index(distribution_->batch_dim_name());
+  const std::int64_t parts = mesh.shape()[static_cast<std::size_t>(axis)];
+  if (size % parts != 0) {  // every process holds every row: process 0 counts them
+    if (where.process == 0) return {{0, size}};
+    return {};
+  }
+  // Each block of rows is counted by the process of the first device that holds it.
+  std::vector<std::pair<std::int64_t, std::int64_t>> counted;
+  std::vector<bool> seen(static_cast<std::size_t>(parts), false);
+  for (int rank = 0; rank < mesh.size(); ++rank) {
+    const std::int64_t block = mesh.coordinates(rank)[static_cast<std::size_t>(axis)];
+    if (seen[static_cast<std::size_t>(block)]) continue;
+    seen[static_cast<std::size_t>(block)] = true;
+    if (where.owner(rank, mesh.size()) == where.process) counted.emplace_back(block * size / parts, (block + 1) * size / parts);
+  }
+  return counted;
+}
+
 RowWindow Trainer::row_window() const {
   if (!distribution_ || !distribution_->placement().multi_process()) return {};
   return [this](std::int64_t size) { return process_rows(size); };
@@ -281,31 +304,32 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
   total.samples += batch;
   if (spec_.metrics.empty()) return;
   // Classification metrics over the last axis: rows of `classes` scores. The
-  // targets may be some of the batch's samples (a process's share): they
-  // score the output's rows of those samples, and the processes add up.
+  // targets may be some of the batch's samples (a process's share, from
+  // first_row): this process scores the samples it counts, and the processes add up.
   const std::int64_t classes = output.shape()[output.rank() - 1];
   const std::int64_t rows = output.numel() / classes;
   const std::int64_t rows_per_sample = rows / batch;
-  const std::int64_t samples_here = targets.shape()[0];
-  const float* scores = output.data<float>() + first_row * rows_per_sample * classes;
   std::vector<double> hits(spec_.metrics.size(), 0.0);
-  for (std::size_t m = 0; m < spec_.metrics.size(); ++m) {
-    const int k = metric_k(spec_.metrics[m]);
-    for (std::int64_t r = 0; r < samples_here * rows_per_sample; ++r) {
-      const float* row = scores + r * classes;
-      std::int64_t label;
-      if (targets.dtype() == DType::i32) {
-        label = targets.data<std::int32_t>()[r];
-      } else {
-        const float* t = targets.data<float>() + r * classes;
-        label = std::max_element(t, t + classes) - t;
+  for (auto [begin, end] : counted_rows(batch))
+    for (std::size_t m = 0; m < spec_.metrics.size(); ++m) {
+      const int k = metric_k(spec_.metrics[m]);
+      for (std::int64_t r = begin * rows_per_sample; r < end * rows_per_sample; ++r) {
+        const float* row = output.data<float>() + r * classes;
+        const std::int64_t t = r - first_row * rows_per_sample;  // the row in `targets`
+        std::int64_t label;
+        if (targets.dtype() == DType::i32) {
+          label = targets.data<std::int32_t>()[t];
+        } else {
+          const float* target = targets.data<float>() + t * classes;
+          label = std::max_element(target, target + classes) - target;
+        }
+        std::int64_t higher = 0;  // scores above the label's: top-k when fewer than k
+        for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[label];
+        hits[m] += higher < k;
       }
-      std::int64_t higher = 0;  // scores above the label's: top-k when fewer than k
-      for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[label];
-      hits[m] += higher < k;
     }
-  }
-  if (samples_here < batch) MpiSession::sum_over_processes(hits, runtime_->comm().timeout());
+  if (distribution_ && distribution_->placement().multi_process())
+    MpiSession::sum_over_processes(hits, runtime_->comm().timeout());
   for (std::size_t m = 0; m < spec_.metrics.size(); ++m)
     // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
     total.metrics[spec_.metrics[m]] += hits[m] / static_cast<double>(rows) * static_cast<double>(batch);
@@ -369,9 +393,11 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
       TrainingState now = state();
       if (distribution_ && distribution_->placement().multi_process()) {
-        // Each process writes its devices' blocks: nothing is gathered.
+        // Each process writes its devices' blocks: nothing is gathered. File
+        // I/O may take far longer than a collective: the barriers wait longer.
         ShardedSave save = sharded_->sharded_save(distribution_->placement());
-        save.barrier = [this] { MpiSession::barrier(runtime_->comm().timeout()); };
+        const auto io_timeout = std::max<std::chrono::milliseconds>(runtime_->comm().timeout(), std::chrono::minutes(30));
+        save.barrier = [io_timeout] { MpiSession::barrier(io_timeout); };
         save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config, save);
       } else {
         sync_store();

@@ -169,6 +169,8 @@ class Trainer {
   // The rows of a batch of `size` that this process's devices train on (all in one process).
   std::pair<std::int64_t, std::int64_t> process_rows(std::int64_t size) const;
   RowWindow row_window() const;  // process_rows for the batch iterator; none in one process
+  // The rows of a batch whose metrics this process counts: across processes, each row exactly once.
+  std::vector<std::pair<std::int64_t, std::int64_t>> counted_rows(std::int64_t size) const;
   // Adds a batch's loss and metrics; `targets` are its rows from first_row on.
   void accumulate(Evaluation& total, const Program& p, const Tensor& output, const Tensor& targets,
                   std::int64_t batch, std::int64_t first_row) const;

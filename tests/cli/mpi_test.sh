@@ -18,22 +18,29 @@ source "$(dirname "$0")/lib.sh"
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
 three_steps=(--set training.epochs=1 --set data.train.samples=96)
 layouts="layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}"
-mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:4
-  echo "distribution={devices: cpu:4, mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
+mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:BATCH*MODEL
+  echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
 }
 
-# Training: N processes equal one process holding the whole mesh.
-for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2x2 model_parallel 4" "1x4 model_parallel 2"; do
+# Training: N processes equal one process holding the whole mesh. On 3x2
+# with 2 processes both hold rows of the middle batch block (batches of 24):
+# its metrics must still count once.
+for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2x2 model_parallel 4" \
+           "1x4 model_parallel 2" "3x2 model_parallel 2"; do
   set -- $run
   name="$1-$2-np$3"
-  "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh "$1" "$2")" \
+  steps=("${three_steps[@]}")
+  [ "$1" = 3x2 ] && steps=(--set training.epochs=1 --set data.train.samples=72 --set training.batch_size=24)
+  "$tessera" train "$work/run.yaml" "${steps[@]}" --set "$(mesh "$1" "$2")" \
     --set training.checkpoint.dir="$work/$name.one" --log "$work/$name.one.jsonl" > /dev/null
-  "${mpirun[@]}" -np "$3" "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh "$1" "$2")" \
+  "${mpirun[@]}" -np "$3" "$tessera" train "$work/run.yaml" "${steps[@]}" --set "$(mesh "$1" "$2")" \
     --set training.checkpoint.dir="$work/$name.mpi" --log "$work/$name.mpi.jsonl" > "$work/$name.out"
   [ "$(wc -l < "$work/$name.mpi.jsonl")" = 1 ] || fail "$name: expected one log line (process 0 logs), got $(cat "$work/$name.mpi.jsonl")"
   [ "$(grep -c "^Training" "$work/$name.out")" = 1 ] || fail "$name: expected process 0 alone to print: $(cat "$work/$name.out")"
   [ -f "$work/$name.mpi/model.safetensors.index.json" ] || fail "$name: the checkpoint is not sharded"
   same_losses "$work/$name.one.jsonl" "$work/$name.mpi.jsonl"
+  python3 -c 'import json,sys; a, b = (json.loads(open(p).readline())["accuracy"] for p in sys.argv[1:]); assert a == b, (a, b)' \
+    "$work/$name.one.jsonl" "$work/$name.mpi.jsonl" || fail "$name: accuracy differs from one process"
   "$tessera" export "$work/$name.one" "$work/$name.one.safetensors" > /dev/null
   "$tessera" export "$work/$name.mpi" "$work/$name.mpi.safetensors" > /dev/null
   same_tensors "$work/$name.one.safetensors" "$work/$name.mpi.safetensors" 2e-5
