@@ -241,8 +241,11 @@ void finish(const fs::path& scratch, const fs::path& dir) {
 
 // The tensors `listed` (a fingerprint of training_state.json), in that
 // order: read whole through `index` (whichever mesh and process count wrote
-// them), or with `read` false zeros of their shapes and dtypes, read from nothing.
-SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read) {
+// them), or with `read` false stand-ins of their shapes and dtypes, read from
+// nothing: the store's own tensor where it matches (no copy of the model is
+// made), else zeros.
+SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read,
+                           VariableStore& store) {
   SafetensorsFile file;
   for (const auto& entry : listed) {
     const std::string path = entry.contains("path") && entry["path"].is_string() ? entry["path"].get<std::string>() : "";
@@ -252,6 +255,9 @@ SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const J
                             kStateFile + " lists");
     if (read) {
       file.tensors.emplace_back(path, read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)));
+    } else if (const Variable* v = store.find(path);
+               v != nullptr && v->value.shape() == Shape(it->second.shape) && v->value.dtype() == it->second.dtype) {
+      file.tensors.emplace_back(path, v->value);
     } else {
       Tensor zeros = Tensor::empty(Shape(it->second.shape), it->second.dtype);
       std::memset(zeros.raw_data(), 0, zeros.nbytes());
@@ -354,8 +360,8 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
   SafetensorsFile model, optimizer;
   if (sharded || !read) {
     const ShardIndex index = checkpoint_index(dir);
-    model = tensors_of(dir, index, state_file.model_variables, read);
-    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read);
+    model = tensors_of(dir, index, state_file.model_variables, read, store);
+    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read, store);
   } else {
     model = load_safetensors(dir / kModelFile);
     optimizer = load_safetensors(dir / kOptimizerFile);
