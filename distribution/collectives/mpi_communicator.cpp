@@ -3,6 +3,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <barrier>
+#include <span>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -11,11 +13,15 @@
 
 #include "distribution/collectives/group_plan.hpp"
 #include "distribution/collectives/mpi_session.hpp"
+#include "distribution/collectives/shm_kernels.hpp"
 #include "distribution/sharding.hpp"
 
 namespace tessera {
 
 using Clock = std::chrono::steady_clock;
+
+// All-reduces up to this many bytes take the path with two meetings (all_reduce).
+constexpr std::size_t kSmallAllReduce = 1 << 20;
 
 // MPI has no bf16: sums and maxima of bf16 are user operations (in f32, rounded once per pair).
 struct MpiCommunicator::MpiOps {
@@ -106,6 +112,14 @@ struct MpiCommunicator::Group {
   std::mutex mutex;             // guards the buffers' growth
   Tensor shared;                // staging of the process's members
   std::map<int, Tensor> own;    // by rank
+
+  // The process's members meet at a plain barrier: a failing member ends the
+  // job (abort()), so it needs no timeout of its own.
+  std::unique_ptr<std::barrier<>> sync;
+  // Small all_reduces: two halves, used in turn, each a slot per member (see all_reduce).
+  std::vector<std::byte> small;
+  std::map<int, std::uint64_t> small_calls;  // by rank: which half is next
+  std::map<int, std::unique_ptr<ShmKernels>> kernels;  // by rank: one per thread
 };
 
 namespace {
@@ -200,6 +214,14 @@ MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placem
           MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
         }
       }
+      if (g->local.size() > 1) {
+        g->sync = std::make_unique<std::barrier<>>(g->local.size());
+        g->small.resize(2 * static_cast<std::size_t>(g->local.size()) * kSmallAllReduce);
+        for (int r : g->local.ranks) {
+          g->small_calls[r] = 0;
+          g->kernels[r] = std::make_unique<ShmKernels>();
+        }
+      }
       groups_.emplace(ranks, std::move(g));
     }
   }
@@ -249,8 +271,8 @@ Tensor MpiCommunicator::scratch(Group& g, int rank, const Shape& shape, DType dt
   return view_of(g.own[rank], shape, dtype);
 }
 
-void MpiCommunicator::local_barrier(Group& g, int rank) {
-  if (g.local.size() > 1) shm_.barrier(g.local, rank);
+void MpiCommunicator::local_barrier(Group& g, int) {
+  if (g.sync) g.sync->arrive_and_wait();
 }
 
 std::string MpiCommunicator::timeout_message(CollectiveKind kind, const CommGroup& group, const Group& g) const {
@@ -287,6 +309,39 @@ void MpiCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor&
     throw ShapeError("all_reduce over mesh axis '" + group.axes + "': input " + in.describe() + " but output " +
                      out.describe());
   const ReduceOp sum_or_max = op == ReduceOp::mean ? ReduceOp::sum : op;
+  const std::size_t bytes = in.nbytes();
+  // Small buffers: the members meet twice instead of four times. Each copies
+  // its input into its slot and waits; the leader reduces the slots, talks to
+  // the other processes and leaves the result in slot 0; after the second
+  // wait the others copy it out. The two halves of `small` alternate, so
+  // nobody overwrites a slot a slower member may still read.
+  if (g.sync && bytes <= kSmallAllReduce) {
+    const auto members = static_cast<std::size_t>(g.local.size());
+    std::byte* half = g.small.data() + (g.small_calls[rank]++ % 2) * members * kSmallAllReduce;
+    auto slot = [&](std::size_t i) { return half + i * kSmallAllReduce; };
+    std::memcpy(slot(static_cast<std::size_t>(g.local_index(rank))), in.raw_data(), bytes);
+    local_barrier(g, rank);
+    std::int64_t inter = 0;
+    if (rank == g.leader()) {
+      std::vector<const void*> sources;
+      for (std::size_t i = 0; i < members; ++i) sources.push_back(slot(i));
+      void* target = out.raw_data();
+      g.kernels[rank]->reduce(sources, std::span<void* const>(&target, 1), out.numel(), out.dtype(), sum_or_max, false);
+      const int count = as_count(static_cast<std::size_t>(out.numel()), "elements");
+      blocking(CollectiveKind::all_reduce, group, g, start, [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, out.raw_data(), count, ops_->type(out.dtype()),
+                             ops_->op(out.dtype(), sum_or_max), g.comm);
+      });
+      std::memcpy(slot(0), out.raw_data(), bytes);
+      inter = bus_bytes(CollectiveKind::all_reduce, static_cast<std::int64_t>(bytes), 0,
+                        static_cast<int>(g.processes.size()), false);
+    }
+    local_barrier(g, rank);
+    if (rank != g.leader()) std::memcpy(out.raw_data(), slot(0), bytes);
+    if (op == ReduceOp::mean) divide(out, group.size());
+    record(rank, CollectiveKind::all_reduce, group, static_cast<std::int64_t>(bytes), 0, false, inter, start);
+    return;
+  }
   if (g.local.size() > 1)
     shm_.all_reduce(g.local, rank, in, out, sum_or_max);
   else if (in.raw_data() != out.raw_data())
