@@ -106,6 +106,12 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
   if (config.auto_mesh && !config.auto_choice) {  // the mesh and strategy the cost model predicts fastest
     const std::vector<Device> devices = config.distribution->mesh().devices();
     config.auto_choice = choose_auto(run.model, run.training, devices, cached_calibration(), config.memory_limit);
+    // Each process measured its own timings: process 0's choice stands for the
+    // job, or the processes would partition differently and never meet.
+    std::int64_t chosen = config.auto_choice->chosen ? static_cast<std::int64_t>(*config.auto_choice->chosen) : -1;
+    MpiSession::broadcast_from_first(std::as_writable_bytes(std::span(&chosen, 1)), config.collective_timeout);
+    config.auto_choice->chosen =
+        chosen < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(chosen));
     if (!config.auto_choice->chosen) {
       std::int64_t least = config.auto_choice->candidates.front().memory_bytes;
       for (const auto& c : config.auto_choice->candidates) least = std::min(least, c.memory_bytes);

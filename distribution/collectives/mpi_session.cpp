@@ -125,6 +125,15 @@ void MpiSession::merge_over_processes(std::span<std::byte> bytes, std::chrono::m
   });
 }
 
+void MpiSession::broadcast_from_first(std::span<std::byte> bytes, std::chrono::milliseconds timeout) {
+  if (!placement().multi_process()) return;
+  in_pieces(bytes.size(), [&](std::size_t start, int n) {
+    exchange("a decision of process 0", timeout, [&](MPI_Request* r) {
+      return MPI_Ibcast(bytes.data() + start, n, MPI_BYTE, 0, MPI_COMM_WORLD, r);
+    });
+  });
+}
+
 void MpiSession::barrier(std::chrono::milliseconds timeout) {
   if (!placement().multi_process()) return;
   exchange("the barrier of all processes", timeout, [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
@@ -146,6 +155,7 @@ void MpiSession::abort_job(int) {}
 void MpiSession::sum_over_processes(std::span<double>, std::chrono::milliseconds) {}
 void MpiSession::merge_over_processes(std::span<std::byte>, std::chrono::milliseconds) {}
 void MpiSession::barrier(std::chrono::milliseconds) {}
+void MpiSession::broadcast_from_first(std::span<std::byte>, std::chrono::milliseconds) {}
 bool MpiSession::poll(void*, const std::function<bool()>&) { return true; }
 
 #endif

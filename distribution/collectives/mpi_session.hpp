@@ -52,6 +52,9 @@ class MpiSession {
   static void merge_over_processes(std::span<std::byte> bytes, std::chrono::milliseconds timeout);
   // Waits for every process.
   static void barrier(std::chrono::milliseconds timeout);
+  // bytes of every process = bytes of process 0 (a decision one process
+  // makes for all, such as type: auto's choice, which timings could sway).
+  static void broadcast_from_first(std::span<std::byte> bytes, std::chrono::milliseconds timeout);
 
   // Polls `request` (an MPI_Request*, passed as void* to keep mpi.h out of
   // headers) until it completes (true) or give_up() says to stop (false),

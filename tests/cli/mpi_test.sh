@@ -75,6 +75,15 @@ same_csv "$work/p14.csv" "$work/p14_np2.csv" 1e-5
   --resume "$ckpt" > "$work/resume.txt"
 grep -q "Resuming from" "$work/resume.txt" || fail "no resume: $(cat "$work/resume.txt")"
 
+# type: auto under mpirun: process 0's choice of mesh and strategy stands for
+# the job (each process's own timings could choose differently), and the job
+# trains to one process's losses on whatever it chose.
+"${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "distribution={devices: cpu:4, type: auto}" \
+  --log "$work/auto.mpi.jsonl" > "$work/auto.out"
+grep -q "^Distribution: .*2 processes" "$work/auto.out" || fail "type auto under mpirun: $(cat "$work/auto.out")"
+"$tessera" train "$work/run.yaml" "${three_steps[@]}" --log "$work/one_device.jsonl" > /dev/null
+same_losses "$work/one_device.jsonl" "$work/auto.mpi.jsonl"
+
 # tessera bench --np: the same configuration in one process and as a job of
 # two, the latter with the bytes that crossed between processes.
 "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout dp,zero --np 1,2 --steps 2 --warmup 1 --format csv > "$work/bench.csv"
