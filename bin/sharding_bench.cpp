@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <span>
 #include <thread>
 
 #include <fmt/core.h>
@@ -322,8 +323,12 @@ class Bench {
     row.layout = row.chosen = layout;
     if (layout == "auto") {
       double best = 1e30;
-      for (Strategy candidate : kStrategies)
-        if (double t = predict(mesh, std::string(name(candidate))); t < best) best = t, row.chosen = name(candidate);
+      std::int64_t chosen = 0;
+      for (std::size_t i = 0; i < std::size(kStrategies); ++i)
+        if (double t = predict(mesh, std::string(name(kStrategies[i]))); t < best) best = t, chosen = static_cast<std::int64_t>(i);
+      // In a job of several processes, process 0's choice stands (timings differ per process).
+      MpiSession::broadcast_from_first(std::as_writable_bytes(std::span(&chosen, 1)), std::chrono::minutes(1));
+      row.chosen = name(kStrategies[static_cast<std::size_t>(chosen)]);
     }
     std::vector<std::int64_t> before;
     for (const auto& d : mesh.devices()) {
