@@ -74,6 +74,20 @@ same_csv "$work/p14.csv" "$work/p14_np2.csv" 1e-5
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 1x4 model_parallel)" \
   --resume "$ckpt" > "$work/resume.txt"
 grep -q "Resuming from" "$work/resume.txt" || fail "no resume: $(cat "$work/resume.txt")"
+# And the other way: a one-process checkpoint (single files) resumes as a job
+# of 2 on 2x2, each device reading its slices, and ends where one process does.
+for how in one mpi; do
+  rm -rf "$work/resume-$how"
+  cp -r "$work/2x2-model_parallel-np2.one" "$work/resume-$how"
+  run=("$tessera")
+  [ "$how" = mpi ] && run=("${mpirun[@]}" -np 2 "$tessera")
+  "${run[@]}" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 2x2 model_parallel)" \
+    --set training.checkpoint.dir="$work/resume-$how" --resume "$work/resume-$how" --log "$work/resume-$how.jsonl" > /dev/null
+  "$tessera" export "$work/resume-$how" "$work/resume-$how.safetensors" > /dev/null
+done
+[ -f "$work/resume-mpi/model.safetensors.index.json" ] || fail "the resumed job did not save sharded"
+same_losses "$work/resume-one.jsonl" "$work/resume-mpi.jsonl"
+same_tensors "$work/resume-one.safetensors" "$work/resume-mpi.safetensors" 2e-5
 
 # type: auto under mpirun: process 0's choice of mesh and strategy stands for
 # the job (each process's own timings could choose differently), and the job
