@@ -2,14 +2,16 @@
 // processes (mpirun -np N), behind the Communicator interface.
 //
 // Hierarchical: inside a process the members of a group meet through shared
-// memory (a ShmCommunicator), and one member per process (the leader: its
-// first member of the group) exchanges with the other processes over MPI.
-//   all_reduce      reduce in the process, MPI_Iallreduce among leaders, broadcast in the process
+// memory, and one member per process (the leader: its first member of the
+// group) exchanges with the other processes over MPI.
+//   all_reduce      reduce in the process, MPI_Allreduce among leaders, broadcast in
+//                   the process; up to 1 MiB through slots of a staging area instead
+//                   (the members meet twice, not four times)
 //   all_gather      members write their blocks into a staging buffer of the process,
-//                   MPI_Iallgatherv among leaders, members unpack it along `dim`
-//   reduce_scatter  reduce in the process, MPI_Ireduce_scatter among leaders,
+//                   MPI_Allgatherv among leaders, members unpack it along `dim`
+//   reduce_scatter  reduce in the process, MPI_Reduce_scatter among leaders,
 //                   each member takes its block
-//   broadcast       MPI_Ibcast from the root's process, broadcast in the process
+//   broadcast       MPI_Bcast from the root's process, broadcast in the process
 //   all_to_all      an all_gather of every member's blocks, each keeping its own
 // A group whose members all live in this process runs on shared memory alone.
 // When a device of this process fails (abort()), the job ends at once with
