@@ -70,6 +70,21 @@ same_csv "$work/p11.csv" "$work/p14.csv" 1e-5
 "${mpirun[@]}" -np 2 "$tessera" predict "$work/run.yaml" --set "$(mesh 1x4 model_parallel)" --checkpoint "$ckpt" \
   --input "$work/x.npy" --output "$work/p14_np2.csv" > /dev/null
 same_csv "$work/p14.csv" "$work/p14_np2.csv" 1e-5
+# Evaluating it as a job of 2 (each process its rows, metrics added up) gives one process's loss and accuracy.
+for mesh_shape in 2x2 4x1; do
+  "$tessera" eval "$work/run.yaml" --set "$(mesh $mesh_shape model_parallel)" --checkpoint "$ckpt" --split train \
+    | grep "^train" > "$work/eval-one.txt"
+  "${mpirun[@]}" -np 2 "$tessera" eval "$work/run.yaml" --set "$(mesh $mesh_shape model_parallel)" --checkpoint "$ckpt" \
+    --split train | grep "^train" > "$work/eval-mpi.txt"
+  python3 - "$work/eval-one.txt" "$work/eval-mpi.txt" <<'PY' || fail "eval as a job of 2 on $mesh_shape: $(cat "$work/eval-one.txt" "$work/eval-mpi.txt")"
+import re, sys
+one, mpi = (dict(re.findall(r"(\w+) ([0-9.]+)", open(p).read())) for p in sys.argv[1:])
+assert one.keys() == mpi.keys() and "accuracy" in one, (one, mpi)
+assert one["accuracy"] == mpi["accuracy"], (one, mpi)
+assert abs(float(one["loss"]) - float(mpi["loss"])) <= 1e-4, (one, mpi)  # printed with 4 decimals
+PY
+done
+
 # Resuming a sharded checkpoint in one process continues the run.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 1x4 model_parallel)" \
   --resume "$ckpt" > "$work/resume.txt"
