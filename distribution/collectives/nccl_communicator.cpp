@@ -1,6 +1,7 @@
 #include "distribution/collectives/nccl_communicator.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "distribution/collectives/group_plan.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/sharding.hpp"
 
 namespace tessera {
@@ -52,33 +54,63 @@ std::int64_t share(std::size_t bytes, int n) { return static_cast<std::int64_t>(
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_st*> streams)
-    : Communicator(static_cast<int>(mesh.size())), streams_(std::move(streams)) {
-  for (const auto& d : mesh.devices()) {
+std::vector<std::byte> nccl_job_unique_id(std::chrono::milliseconds timeout) {
+  ncclUniqueId id{};
+  if (MpiSession::placement().process == 0) TESSERA_NCCL_CHECK(ncclGetUniqueId(&id));
+  std::vector<std::byte> bytes(sizeof id);
+  std::memcpy(bytes.data(), &id, sizeof id);
+  MpiSession::broadcast_from_first(bytes, timeout);
+  return bytes;
+}
+
+NcclCommunicator::NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_st*> streams, ProcessPlacement placement)
+    : Communicator(static_cast<int>(mesh.size())),
+      devices_(static_cast<std::size_t>(mesh.size()), -1),
+      streams_(static_cast<std::size_t>(mesh.size()), nullptr),
+      world_(static_cast<std::size_t>(mesh.size()), nullptr),
+      scratch_(static_cast<std::size_t>(mesh.size()), nullptr) {
+  placement.check(mesh.size());
+  const std::vector<int> local = placement.local_ranks(mesh.size());
+  if (streams.size() != local.size())
+    throw Error("NcclCommunicator: " + std::to_string(local.size()) + " streams needed (one per device of " +
+                placement.str() + "), got " + std::to_string(streams.size()));
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const Device& d = mesh.devices()[static_cast<std::size_t>(local[i])];
     if (d.kind != DeviceKind::cuda) throw DeviceError("NcclCommunicator: " + d.str() + " is not a GPU");
-    devices_.push_back(d.index);
+    devices_[static_cast<std::size_t>(local[i])] = d.index;
+    streams_[static_cast<std::size_t>(local[i])] = streams[i];
   }
-  if (streams_.size() != devices_.size()) throw Error("NcclCommunicator: one stream per device is needed");
-  world_.resize(devices_.size());
-  TESSERA_NCCL_CHECK(ncclCommInitAll(world_.data(), size(), devices_.data()));
-  // A communicator per rank for every set of mesh axes, split from the world
-  // by the shared plan; all ranks split together (one group call).
-  for (std::uint32_t mask = 1; mask < (1u << mesh.rank()); ++mask) {
-    const auto places = group_places(mesh, mask);
-    auto& comms = by_axes_[axes_label(mask, mesh)];
-    comms.resize(devices_.size());
+  if (!placement.multi_process()) {
+    TESSERA_NCCL_CHECK(ncclCommInitAll(world_.data(), size(), devices_.data()));
+  } else {  // this process's ranks of one world communicator, joined by the id process 0 drew
+    ncclUniqueId id;
+    const std::vector<std::byte> bytes = nccl_job_unique_id(timeout());
+    std::memcpy(&id, bytes.data(), sizeof id);
     TESSERA_NCCL_CHECK(ncclGroupStart());
-    for (std::size_t r = 0; r < devices_.size(); ++r) {
-      CudaDeviceGuard guard(devices_[r]);
-      TESSERA_NCCL_CHECK(ncclCommSplit(world_[r], places[r].color, places[r].key, &comms[r], nullptr));
+    for (int r : local) {
+      CudaDeviceGuard guard(devices_[static_cast<std::size_t>(r)]);
+      TESSERA_NCCL_CHECK(ncclCommInitRank(&world_[static_cast<std::size_t>(r)], size(), id, r));
     }
     TESSERA_NCCL_CHECK(ncclGroupEnd());
   }
-  for (int device : devices_) {
-    CudaDeviceGuard guard(device);
-    void* p = nullptr;
-    TESSERA_CUDA_CHECK(cudaMalloc(&p, 4));
-    scratch_.push_back(p);
+  // A communicator per rank for every set of mesh axes, split from the world
+  // by the shared plan; every rank of the job splits together (one group call
+  // per process).
+  for (std::uint32_t mask = 1; mask < (1u << mesh.rank()); ++mask) {
+    const auto places = group_places(mesh, mask);
+    auto& comms = by_axes_[axes_label(mask, mesh)];
+    comms.resize(devices_.size(), nullptr);
+    TESSERA_NCCL_CHECK(ncclGroupStart());
+    for (int r : local) {
+      const auto i = static_cast<std::size_t>(r);
+      CudaDeviceGuard guard(devices_[i]);
+      TESSERA_NCCL_CHECK(ncclCommSplit(world_[i], places[i].color, places[i].key, &comms[i], nullptr));
+    }
+    TESSERA_NCCL_CHECK(ncclGroupEnd());
+  }
+  for (int r : local) {
+    CudaDeviceGuard guard(devices_[static_cast<std::size_t>(r)]);
+    TESSERA_CUDA_CHECK(cudaMalloc(&scratch_[static_cast<std::size_t>(r)], 4));
   }
 }
 
@@ -89,6 +121,7 @@ NcclCommunicator::~NcclCommunicator() {
   for (ncclComm* c : world_)
     if (c != nullptr) aborted_ ? ncclCommAbort(c) : ncclCommDestroy(c);
   for (std::size_t r = 0; r < scratch_.size(); ++r) {
+    if (scratch_[r] == nullptr) continue;
     CudaDeviceGuard guard(devices_[r]);
     cudaFree(scratch_[r]);
   }
@@ -98,6 +131,8 @@ ncclComm* NcclCommunicator::comm_for(const CommGroup& group, int rank) const {
   if (aborted_) throw CollectiveError("the communicator was aborted: " + abort_reason_);
   auto it = by_axes_.find(group.axes);
   if (it == by_axes_.end()) throw CollectiveError("NCCL: no communicator for mesh axes '" + group.axes + "'");
+  if (rank < 0 || static_cast<std::size_t>(rank) >= it->second.size() || it->second[static_cast<std::size_t>(rank)] == nullptr)
+    throw CollectiveError("NCCL: rank " + std::to_string(rank) + " is not one of this process's devices");
   return it->second[static_cast<std::size_t>(rank)];
 }
 

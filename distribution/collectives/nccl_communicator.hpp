@@ -14,10 +14,18 @@
 // Other cases are an UnsupportedError until the GPU executor transposes
 // around them.
 //
-// Compiled only with CUDA (TESSERA_HAVE_CUDA); tested by the GPU suite.
+// A job of several processes (a ProcessPlacement) gives each process the
+// communicators of its own ranks: process 0 draws the NCCL unique id, MPI
+// carries it to the others (nccl_job_unique_id), and each process initialises
+// its ranks with ncclCommInitRank before the same splits.
+//
+// Compiled only with CUDA (TESSERA_HAVE_CUDA); tested by the GPU suite, except
+// nccl_job_unique_id, which needs no GPU and runs in the MPI suite.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,6 +34,7 @@
 
 #include "distribution/collectives/communicator.hpp"
 #include "distribution/device_mesh.hpp"
+#include "distribution/process_placement.hpp"
 
 struct ncclComm;         // ncclComm_t is ncclComm*
 struct CUstream_st;      // cudaStream_t is CUstream_st*
@@ -34,8 +43,9 @@ namespace tessera {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `mesh` of cuda devices; `streams[r]` is rank r's stream (its CudaBackend's).
-  NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_st*> streams);
+  // `mesh` of cuda devices; `streams[i]` is the stream (its CudaBackend's) of
+  // this process's i-th rank (placement.local_ranks(): every rank in one process).
+  NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_st*> streams, ProcessPlacement placement = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -56,13 +66,20 @@ class NcclCommunicator final : public Communicator {
   // Waits for rank's stream; after timeout() aborts every communicator and throws.
   void wait(const char* what, const CommGroup& group, int rank);
 
-  std::vector<int> devices_;                 // CUDA device index per rank
+  // Per mesh rank; only this process's ranks have a device (else -1), a
+  // stream, communicators and scratch (else null).
+  std::vector<int> devices_;                 // CUDA device index
   std::vector<CUstream_st*> streams_;
   std::vector<ncclComm*> world_;
   std::map<std::string, std::vector<ncclComm*>> by_axes_;  // group label -> per-rank communicator
-  std::vector<void*> scratch_;               // per rank: 4 device bytes for barrier()
+  std::vector<void*> scratch_;               // 4 device bytes for barrier()
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
 };
+
+// The NCCL unique id that every process of the job passes to
+// ncclCommInitRank: drawn by process 0 and broadcast over MPI (drawn here in
+// a process of one). Waits up to `timeout` for the other processes.
+std::vector<std::byte> nccl_job_unique_id(std::chrono::milliseconds timeout);
 
 }  // namespace tessera

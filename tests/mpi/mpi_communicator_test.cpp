@@ -11,6 +11,9 @@
 #include "distribution/collectives/mpi_communicator.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
+#if TESSERA_HAVE_CUDA
+#include "distribution/collectives/nccl_communicator.hpp"
+#endif
 #include "distribution/device_workers.hpp"
 #include "distribution/spmd_context.hpp"
 
@@ -147,3 +150,27 @@ TEST_CASE("mpi communicator: accounting separates bytes between processes") {
 
 }  // namespace
 }  // namespace tessera
+
+#if TESSERA_HAVE_CUDA
+namespace tessera {
+namespace {
+
+TEST_CASE("nccl unique id: every process of the job gets the id process 0 drew") {
+  // ncclGetUniqueId needs no GPU: the bootstrap of a multi-process NCCL
+  // communicator runs here; ncclCommInitRank itself waits for a GPU machine.
+  const std::vector<std::byte> id = nccl_job_unique_id(std::chrono::minutes(1));
+  REQUIRE(id.size() == 128);
+  double checksum = 0;
+  for (std::size_t i = 0; i < id.size(); ++i) checksum += static_cast<double>(std::to_integer<int>(id[i])) * static_cast<double>(i + 1);
+  CHECK(checksum > 0);  // process 0 drew one
+  // Equal on every process iff the sum of squares is n x the square (no spread).
+  double sums[2] = {checksum, checksum * checksum};
+  MpiSession::sum_over_processes(sums, std::chrono::minutes(1));
+  const double n = MpiSession::placement().processes;
+  CHECK(sums[0] == n * checksum);
+  CHECK(sums[1] == n * checksum * checksum);
+}
+
+}  // namespace
+}  // namespace tessera
+#endif
