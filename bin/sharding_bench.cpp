@@ -206,6 +206,10 @@ class Bench {
       if (np > 1) {  // a child job measures these rows
         progress(std::to_string(np) + " processes: " + o_.meshes + " x " + o_.layouts);
         done_ += static_cast<int>(meshes.size() * layouts.size()) - 1;
+        for (const auto& m : meshes)
+          if ((m.batch * m.model) % np != 0)
+            fmt::print(stderr, "bench --np {}: mesh {} left out ({} processes cannot share its {} devices evenly)\n", np,
+                       m.str(), np, m.batch * m.model);
         for (Row& r : run_job(np, devices)) {
           r.speedup = single_ / r.median_ms;
           rows_.push_back(std::move(r));
