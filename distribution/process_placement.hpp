@@ -19,7 +19,6 @@ struct ProcessPlacement {
   void check(std::int64_t mesh_size) const;
   int ranks_per_process(std::int64_t mesh_size) const { return static_cast<int>(mesh_size / processes); }
   int owner(int rank, std::int64_t mesh_size) const { return rank / ranks_per_process(mesh_size); }
-  bool owns(int rank, std::int64_t mesh_size) const { return owner(rank, mesh_size) == process; }
   int first_rank(std::int64_t mesh_size) const { return process * ranks_per_process(mesh_size); }
   // This process's mesh ranks, ascending.
   std::vector<int> local_ranks(std::int64_t mesh_size) const;

@@ -9,19 +9,19 @@ namespace {
 constexpr std::array<const char*, kCollectiveKindCount> kKindNames = {
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"};
 
-std::string ranks_str(const std::vector<int>& ranks) {
+}  // namespace
+
+std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
   return s;
 }
 
-}  // namespace
-
 int CommGroup::index_of(int rank) const {
   auto it = std::find(ranks.begin(), ranks.end(), rank);
   if (it == ranks.end())
     throw Error("rank " + std::to_string(rank) + " is not a member of the group over mesh axis '" + axes +
-                "' (ranks " + ranks_str(ranks) + ")");
+                "' (ranks " + join_ranks(ranks) + ")");
   return static_cast<int>(it - ranks.begin());
 }
 

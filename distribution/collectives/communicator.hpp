@@ -32,6 +32,9 @@ namespace tessera {
 
 // The participants of one collective: global ranks in group order, and the
 // mesh axes they span ("model", or "batch,model"), for messages and accounting.
+// "0,1,2,3": ranks (or processes) for messages.
+std::string join_ranks(const std::vector<int>& ranks);
+
 struct CommGroup {
   std::vector<int> ranks;
   std::string axes;

@@ -100,7 +100,6 @@ MpiCommunicator::Watchdog::Watch::~Watch() {
 
 struct MpiCommunicator::Group {
   CommGroup local;                // this process's members, in group order
-  int first_local = 0;            // the group index of local.ranks[0]
   std::vector<int> processes;     // the group's processes, in group order (= their rank in comm)
   std::vector<int> members;       // members per process, same order
   MPI_Comm comm = MPI_COMM_NULL;  // the group's processes; null when every member is in this process
@@ -123,12 +122,6 @@ struct MpiCommunicator::Group {
 };
 
 namespace {
-
-std::string list(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
 
 int as_count(std::size_t n, const char* what) {
   if (n > static_cast<std::size_t>(INT_MAX))
@@ -187,27 +180,24 @@ MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placem
       if (groups_.contains(ranks)) continue;
       auto g = std::make_unique<Group>();
       g->local.axes = axes_label(mask, mesh) + " within process " + std::to_string(placement_.process);
-      for (std::size_t i = 0; i < ranks.size(); ++i) {
-        const int p = placement_.owner(ranks[i], size);
+      for (int rank : ranks) {
+        const int p = placement_.owner(rank, size);
         if (g->processes.empty() || g->processes.back() != p) {
           if (std::find(g->processes.begin(), g->processes.end(), p) != g->processes.end())
-            throw UnsupportedError("the group of ranks " + list(ranks) + " over mesh axis '" + axes_label(mask, mesh) +
+            throw UnsupportedError("the group of ranks " + join_ranks(ranks) + " over mesh axis '" + axes_label(mask, mesh) +
                                    "' visits process " + std::to_string(p) + " twice; its members must be consecutive");
           g->processes.push_back(p);
           g->members.push_back(0);
         }
         ++g->members.back();
-        if (p == placement_.process) {
-          if (g->local.ranks.empty()) g->first_local = static_cast<int>(i);
-          g->local.ranks.push_back(ranks[i]);
-        }
+        if (p == placement_.process) g->local.ranks.push_back(rank);
       }
       if (g->processes.size() > 1) {
         auto it = std::find(g->processes.begin(), g->processes.end(), placement_.process);
         const bool in = it != g->processes.end();
         MPI_Comm comm = MPI_COMM_NULL;
         if (MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, placement_.process, &comm) != MPI_SUCCESS)
-          throw CollectiveError("MPI_Comm_split failed for the group of ranks " + list(ranks));
+          throw CollectiveError("MPI_Comm_split failed for the group of ranks " + join_ranks(ranks));
         if (in) {
           g->comm = comm;
           g->me = static_cast<int>(it - g->processes.begin());
@@ -238,7 +228,7 @@ MpiCommunicator::~MpiCommunicator() {
 MpiCommunicator::Group& MpiCommunicator::group_of(const CommGroup& group, int rank) {
   auto it = groups_.find(group.ranks);  // built in the constructor: read-only here
   if (it == groups_.end() || it->second->local.ranks.empty())
-    throw Error("rank " + std::to_string(rank) + ": no collective group of ranks " + list(group.ranks) +
+    throw Error("rank " + std::to_string(rank) + ": no collective group of ranks " + join_ranks(group.ranks) +
                 " over mesh axis '" + group.axes + "' with members in " + placement_.str());
   Group& g = *it->second;
   g.local_index(rank);  // throws when this rank is not a local member
@@ -279,9 +269,8 @@ std::string MpiCommunicator::timeout_message(CollectiveKind kind, const CommGrou
   std::vector<int> others;
   for (int p : g.processes)
     if (p != placement_.process) others.push_back(p);
-  return std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " + list(group.ranks) + "): process " +
-         std::to_string(placement_.process) + " waited " + std::to_string(timeout().count() / 1000.0).substr(0, 5) +
-         " s for processes " + list(others) + ", which did not join (one stopped or is stuck)";
+  return std::string(name(kind)) + " over mesh axis '" + group.axes + "' (ranks " + join_ranks(group.ranks) +
+         "): " + MpiSession::not_joined(placement_.process, timeout(), others);
 }
 
 template <typename Call>

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "distribution/collectives/communicator.hpp"
 #include "engine/error.hpp"
 
 #if TESSERA_HAVE_MPI
@@ -42,6 +43,13 @@ void in_pieces(std::size_t count, F&& f) {
 
 bool MpiSession::available() { return true; }
 
+std::string MpiSession::not_joined(int process, std::chrono::milliseconds waited, const std::vector<int>& others) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(waited.count()) / 1000.0);
+  return "process " + std::to_string(process) + " waited " + seconds + " s for processes " + join_ranks(others) +
+         ", which did not join (one stopped or is stuck)";
+}
+
 MpiSession::MpiSession() {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
@@ -71,13 +79,16 @@ void MpiSession::abort_job(int code) {
   if (active()) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-bool MpiSession::poll(void* request, const std::function<bool()>& give_up) {
-  auto* req = static_cast<MPI_Request*>(request);
+namespace {
+// Polls `request` until it completes (true) or `deadline` passes (false),
+// spinning briefly, then sleeping between polls so that device threads and
+// oversubscribed processes get the cores.
+bool poll(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
   for (int polls = 0;; ++polls) {
     int done = 0;
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw CollectiveError("MPI_Test reported an error");
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw CollectiveError("MPI_Test reported an error");
     if (done) return true;
-    if (give_up()) return false;
+    if (std::chrono::steady_clock::now() > deadline) return false;
     if (polls < 2000)
       std::this_thread::yield();
     else
@@ -85,23 +96,21 @@ bool MpiSession::poll(void* request, const std::function<bool()>& give_up) {
   }
 }
 
-namespace {
 // Runs start(&request) and waits for it, or throws naming `what` after `timeout`.
 template <typename Start>
 void exchange(const char* what, std::chrono::milliseconds timeout, Start start) {
   MPI_Request request;
   if (start(&request) != MPI_SUCCESS) throw CollectiveError(std::string(what) + " over processes failed");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (MpiSession::poll(&request, [&] { return std::chrono::steady_clock::now() > deadline; })) return;
+  if (poll(request, deadline)) return;
   // The request cannot be cancelled, and a late peer would write into a
   // buffer the caller frees: say what waited for whom, and end the job.
   const ProcessPlacement where = MpiSession::placement();
-  std::string others;
+  std::vector<int> others;
   for (int p = 0; p < where.processes; ++p)
-    if (p != where.process) others += (others.empty() ? "" : ",") + std::to_string(p);
-  std::fprintf(stderr, "tessera: rank %d: collective error: %s: process %d waited %s s for processes %s, which did not join (one stopped or is stuck)\n",
-               where.process, what, where.process, std::to_string(timeout.count() / 1000.0).substr(0, 5).c_str(),
-               others.c_str());
+    if (p != where.process) others.push_back(p);
+  std::fprintf(stderr, "tessera: rank %d: collective error: %s: %s\n", where.process, what,
+               MpiSession::not_joined(where.process, timeout, others).c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
@@ -156,7 +165,7 @@ void MpiSession::sum_over_processes(std::span<double>, std::chrono::milliseconds
 void MpiSession::merge_over_processes(std::span<std::byte>, std::chrono::milliseconds) {}
 void MpiSession::barrier(std::chrono::milliseconds) {}
 void MpiSession::broadcast_from_first(std::span<std::byte>, std::chrono::milliseconds) {}
-bool MpiSession::poll(void*, const std::function<bool()>&) { return true; }
+std::string MpiSession::not_joined(int, std::chrono::milliseconds, const std::vector<int>&) { return {}; }
 
 #endif
 

@@ -16,8 +16,9 @@
 
 #include <chrono>
 #include <cstddef>
-#include <functional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "distribution/process_placement.hpp"
 
@@ -56,11 +57,9 @@ class MpiSession {
   // makes for all, such as type: auto's choice, which timings could sway).
   static void broadcast_from_first(std::span<std::byte> bytes, std::chrono::milliseconds timeout);
 
-  // Polls `request` (an MPI_Request*, passed as void* to keep mpi.h out of
-  // headers) until it completes (true) or give_up() says to stop (false),
-  // spinning briefly, then sleeping between polls so that device threads and
-  // oversubscribed processes get the cores.
-  static bool poll(void* request, const std::function<bool()>& give_up);
+  // What a process says when others did not join an exchange in time:
+  // "process 0 waited 3.000 s for processes 1, which did not join (one stopped or is stuck)".
+  static std::string not_joined(int process, std::chrono::milliseconds waited, const std::vector<int>& others);
 };
 
 }  // namespace tessera

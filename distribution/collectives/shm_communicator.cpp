@@ -125,12 +125,6 @@ std::byte* bytes_of(const Tensor* t) { return static_cast<std::byte*>(t->raw_dat
 // Messages and validation
 // ---------------------------------------------------------------------------
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
-  return s;
-}
-
 // "all_reduce over mesh axis 'model' (ranks 0,1,2,3)"
 std::string describe(CollectiveKind kind, const CommGroup& group) {
   std::string s = name(kind);
