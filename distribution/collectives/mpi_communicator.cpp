@@ -63,40 +63,14 @@ struct MpiCommunicator::MpiOps {
   }
 };
 
-MpiCommunicator::Watchdog::Watchdog(int process)
-    : thread_([this, process](std::stop_token stop) {
-        std::unique_lock lock(mutex_);
-        while (!stop.stop_requested()) {
-          changed_.wait_for(lock, stop, std::chrono::milliseconds(20), [] { return false; });
-          const auto now = std::chrono::steady_clock::now();
-          for (const auto& [id, call] : calls_)
-            if (now > call.deadline) {
-              // The call cannot be interrupted, and its peers are gone or
-              // stuck: say which collective waited for whom, and end the job.
-              std::fprintf(stderr, "tessera: rank %d: collective error: %s\n", process, call.message().c_str());
-              std::fflush(stderr);
-              MPI_Abort(MPI_COMM_WORLD, 1);
-            }
-        }
-      }) {}
-
-MpiCommunicator::Watchdog::~Watchdog() {
-  thread_.request_stop();
-  changed_.notify_all();
+namespace {
+int as_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw UnsupportedError(std::string("MPI collective of ") + std::to_string(n) + " " + what +
+                           ": larger than MPI's int counts allow");
+  return static_cast<int>(n);
 }
-
-MpiCommunicator::Watchdog::Watch MpiCommunicator::Watchdog::watch(std::chrono::steady_clock::time_point deadline,
-                                                                  std::function<std::string()> message) {
-  std::lock_guard lock(mutex_);
-  const std::uint64_t id = next_id_++;
-  calls_.emplace(id, Call{deadline, std::move(message)});
-  return Watch(this, id);
-}
-
-MpiCommunicator::Watchdog::Watch::~Watch() {
-  std::lock_guard lock(dog_->mutex_);
-  dog_->calls_.erase(id_);
-}
+}  // namespace
 
 struct MpiCommunicator::Group {
   CommGroup local;                // this process's members, in group order
@@ -119,16 +93,66 @@ struct MpiCommunicator::Group {
   std::vector<std::byte> small;
   std::map<int, std::uint64_t> small_calls;  // by rank: which half is next
   std::map<int, std::unique_ptr<ShmKernels>> kernels;  // by rank: one per thread
+
+  // The leader's argument arrays for MPI, kept from call to call: per
+  // process of the group, `unit` x its members (counts) and where that starts (displs).
+  std::vector<int> counts, displs;
+  std::vector<const void*> sources;  // the slots a small all_reduce adds up
+  void set_counts(std::size_t unit) {
+    counts.clear();
+    displs.clear();
+    std::size_t offset = 0;
+    for (int m : members) {
+      displs.push_back(as_count(offset, "elements"));
+      counts.push_back(as_count(static_cast<std::size_t>(m) * unit, "elements"));
+      offset += static_cast<std::size_t>(m) * unit;
+    }
+    as_count(offset, "elements");
+  }
 };
+
+MpiCommunicator::Watchdog::Watchdog(
+    int process, int devices, std::function<std::string(CollectiveKind, const CommGroup&, const Group&)> describe)
+    : describe_(std::move(describe)),
+      slots_(static_cast<std::size_t>(devices)),
+      thread_([this, process](std::stop_token stop) {
+        std::unique_lock lock(mutex_);
+        while (!stop.stop_requested()) {
+          changed_.wait_for(lock, stop, std::chrono::milliseconds(20), [] { return false; });
+          const auto now = std::chrono::steady_clock::now();
+          for (const Slot& slot : slots_)
+            if (slot.busy && now > slot.deadline) {
+              // The call cannot be interrupted, and its peers are gone or
+              // stuck: say which collective waited for whom, and end the job.
+              std::fprintf(stderr, "tessera: rank %d: collective error: %s\n", process,
+                           describe_(slot.kind, *slot.group, *slot.g).c_str());
+              std::fflush(stderr);
+              MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+      }) {}
+
+MpiCommunicator::Watchdog::~Watchdog() {
+  thread_.request_stop();
+  changed_.notify_all();
+}
+
+MpiCommunicator::Watchdog::Watch MpiCommunicator::Watchdog::watch(std::size_t slot,
+                                                                  std::chrono::steady_clock::time_point deadline,
+                                                                  CollectiveKind kind, const CommGroup& group,
+                                                                  const Group& g) {
+  std::lock_guard lock(mutex_);
+  slots_[slot] = Slot{true, deadline, kind, &group, &g};
+  return Watch(this, slot);
+}
+
+MpiCommunicator::Watchdog::Watch::~Watch() {
+  std::lock_guard lock(dog_->mutex_);
+  dog_->slots_[slot_].busy = false;
+}
 
 namespace {
 
-int as_count(std::size_t n, const char* what) {
-  if (n > static_cast<std::size_t>(INT_MAX))
-    throw UnsupportedError(std::string("MPI collective of ") + std::to_string(n) + " " + what +
-                           ": larger than MPI's int counts allow");
-  return static_cast<int>(n);
-}
 
 // Copies block j (of n) along `dim` of a row-major tensor of shape `shape`
 // (the whole tensor) to or from a packed array of n contiguous blocks.
@@ -170,7 +194,10 @@ MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placem
       whole_(static_cast<int>(mesh.size())),
       shm_(static_cast<int>(mesh.size())),
       ops_(std::make_unique<MpiOps>()),
-      watchdog_(placement.process) {
+      watchdog_(placement.process, placement.ranks_per_process(mesh.size()),
+                [this](CollectiveKind kind, const CommGroup& group, const Group& g) {
+                  return timeout_message(kind, group, g);
+                }) {
   placement_.check(mesh.size());
   whole_.report_to(accounting());  // groups inside this process count here; the steps of others do not
   const std::int64_t size = mesh.size();
@@ -274,12 +301,14 @@ std::string MpiCommunicator::timeout_message(CollectiveKind kind, const CommGrou
 }
 
 template <typename Call>
-void MpiCommunicator::blocking(CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start, Call call) {
+void MpiCommunicator::blocking(CollectiveKind kind, const CommGroup& group, const Group& g, int rank, TimePoint start,
+                               Call call) {
   if (aborted_) {
     std::lock_guard lock(abort_mutex_);
     throw CollectiveError(abort_reason_);
   }
-  const auto watch = watchdog_.watch(start + timeout(), [&] { return timeout_message(kind, group, g); });
+  const auto watch = watchdog_.watch(static_cast<std::size_t>(rank - placement_.first_rank(size())), start + timeout(), kind,
+                                     group, g);
   if (call() != MPI_SUCCESS)
     throw CollectiveError(std::string(name(kind)) + " over mesh axis '" + group.axes + "': MPI reported an error");
 }
@@ -312,12 +341,12 @@ void MpiCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor&
     local_barrier(g, rank);
     std::int64_t inter = 0;
     if (rank == g.leader()) {
-      std::vector<const void*> sources;
-      for (std::size_t i = 0; i < members; ++i) sources.push_back(slot(i));
+      g.sources.clear();
+      for (std::size_t i = 0; i < members; ++i) g.sources.push_back(slot(i));
       void* target = out.raw_data();
-      g.kernels[rank]->reduce(sources, std::span<void* const>(&target, 1), out.numel(), out.dtype(), sum_or_max, false);
+      g.kernels[rank]->reduce(g.sources, std::span<void* const>(&target, 1), out.numel(), out.dtype(), sum_or_max, false);
       const int count = as_count(static_cast<std::size_t>(out.numel()), "elements");
-      blocking(CollectiveKind::all_reduce, group, g, start, [&] {
+      blocking(CollectiveKind::all_reduce, group, g, rank, start, [&] {
         return MPI_Allreduce(MPI_IN_PLACE, out.raw_data(), count, ops_->type(out.dtype()),
                              ops_->op(out.dtype(), sum_or_max), g.comm);
       });
@@ -338,7 +367,7 @@ void MpiCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor&
   std::int64_t inter = 0;
   if (rank == g.leader()) {
     const int count = as_count(static_cast<std::size_t>(out.numel()), "elements");
-    blocking(CollectiveKind::all_reduce, group, g, start, [&] {
+    blocking(CollectiveKind::all_reduce, group, g, rank, start, [&] {
       return MPI_Allreduce(MPI_IN_PLACE, out.raw_data(), count, ops_->type(out.dtype()),
                            ops_->op(out.dtype(), sum_or_max), g.comm);
     });
@@ -359,18 +388,12 @@ Tensor MpiCommunicator::gather_packed(Group& g, int rank, const std::byte* block
   std::memcpy(bytes(all) + static_cast<std::size_t>(group.index_of(rank)) * block_bytes, block, block_bytes);
   local_barrier(g, rank);  // the process's blocks are in
   if (rank == g.leader()) {
-    std::vector<int> counts, displs;
-    int offset = 0;
-    for (int m : g.members) {
-      counts.push_back(as_count(static_cast<std::size_t>(m) * block_bytes, "bytes"));
-      displs.push_back(offset);
-      offset = as_count(static_cast<std::size_t>(offset) + static_cast<std::size_t>(counts.back()), "bytes");
-    }
-    blocking(CollectiveKind::all_gather, group, g, start, [&] {
-      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), counts.data(), displs.data(), MPI_BYTE,
+    g.set_counts(block_bytes);
+    blocking(CollectiveKind::all_gather, group, g, rank, start, [&] {
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), g.counts.data(), g.displs.data(), MPI_BYTE,
                             g.comm);
     });
-    inter = offset - counts[static_cast<std::size_t>(g.me)];
+    inter = static_cast<std::int64_t>(block_bytes) * (group.size() - g.local.size());
   }
   local_barrier(g, rank);  // the other processes' blocks are in
   return all;
@@ -414,10 +437,9 @@ void MpiCommunicator::reduce_scatter(const CommGroup& group, int rank, const Ten
   Tensor mine = staging(g, Shape({block * g.local.size()}), out.dtype());
   std::int64_t inter = 0;
   if (rank == g.leader()) {
-    std::vector<int> counts;
-    for (int m : g.members) counts.push_back(as_count(static_cast<std::size_t>(m * block), "elements"));
-    blocking(CollectiveKind::reduce_scatter, group, g, start, [&] {
-      return MPI_Reduce_scatter(packed.raw_data(), mine.raw_data(), counts.data(), ops_->type(in.dtype()),
+    g.set_counts(static_cast<std::size_t>(block));
+    blocking(CollectiveKind::reduce_scatter, group, g, rank, start, [&] {
+      return MPI_Reduce_scatter(packed.raw_data(), mine.raw_data(), g.counts.data(), ops_->type(in.dtype()),
                                 ops_->op(in.dtype(), sum_or_max), g.comm);
     });
     inter = bus_bytes(CollectiveKind::reduce_scatter, static_cast<std::int64_t>(in.nbytes()), 0,
@@ -445,7 +467,7 @@ void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& 
   std::int64_t inter = 0;
   if (rank == caller) {
     const int count = as_count(x.nbytes(), "bytes");
-    blocking(CollectiveKind::broadcast, group, g, start,
+    blocking(CollectiveKind::broadcast, group, g, rank, start,
              [&] { return MPI_Bcast(x.raw_data(), count, MPI_BYTE, root_index, g.comm); });
     if (rank == root_rank) inter = static_cast<std::int64_t>(x.nbytes());
   }
@@ -487,7 +509,7 @@ void MpiCommunicator::barrier(const CommGroup& group, int rank) {
   const auto start = Clock::now();
   local_barrier(g, rank);
   if (rank == g.leader()) {
-    blocking(CollectiveKind::barrier, group, g, start, [&] { return MPI_Barrier(g.comm); });
+    blocking(CollectiveKind::barrier, group, g, rank, start, [&] { return MPI_Barrier(g.comm); });
   }
   local_barrier(g, rank);
   record(rank, CollectiveKind::barrier, group, 0, 0, false, 0, start);

@@ -70,37 +70,43 @@ class MpiCommunicator final : public Communicator {
   void abort(const std::string& reason) override;
 
  private:
-  // Ends the job when a blocking MPI call outlasts its deadline.
+  struct Group;
+  // Ends the job when a blocking MPI call outlasts its deadline. Each device
+  // thread of this process makes one call at a time: a slot per device, set
+  // and cleared around the call without allocating.
   class Watchdog {
    public:
-    explicit Watchdog(int process);
+    // `describe` says what the call in a slot waited for, when it expires.
+    Watchdog(int process, int devices, std::function<std::string(CollectiveKind, const CommGroup&, const Group&)> describe);
     ~Watchdog();
-    class Watch {  // one call under watch, for its scope
+    class Watch {  // a slot under watch, for one call's scope
      public:
-      Watch(Watchdog* dog, std::uint64_t id) : dog_(dog), id_(id) {}
+      Watch(Watchdog* dog, std::size_t slot) : dog_(dog), slot_(slot) {}
       ~Watch();
       Watch(const Watch&) = delete;
       Watch& operator=(const Watch&) = delete;
 
      private:
       Watchdog* dog_;
-      std::uint64_t id_;
+      std::size_t slot_;
     };
-    Watch watch(std::chrono::steady_clock::time_point deadline, std::function<std::string()> message);
+    Watch watch(std::size_t slot, std::chrono::steady_clock::time_point deadline, CollectiveKind kind,
+                const CommGroup& group, const Group& g);
 
    private:
-    struct Call {
+    struct Slot {
+      bool busy = false;
       std::chrono::steady_clock::time_point deadline;
-      std::function<std::string()> message;
+      CollectiveKind kind = CollectiveKind::barrier;
+      const CommGroup* group = nullptr;
+      const Group* g = nullptr;
     };
+    std::function<std::string(CollectiveKind, const CommGroup&, const Group&)> describe_;
     std::mutex mutex_;
     std::condition_variable_any changed_;
-    std::map<std::uint64_t, Call> calls_;
-    std::uint64_t next_id_ = 0;
-    std::jthread thread_;  // last: stopped before the state above goes
+    std::vector<Slot> slots_;  // by the device's place among this process's ranks
+    std::jthread thread_;      // last: stopped before the state above goes
   };
-
-  struct Group;
   struct MpiOps;
   using TimePoint = std::chrono::steady_clock::time_point;
   Group& group_of(const CommGroup& group, int rank);
@@ -114,7 +120,7 @@ class MpiCommunicator final : public Communicator {
                        TimePoint start, std::int64_t& inter_process_bytes);
   // Runs one blocking MPI call under the watchdog (deadline: start + timeout()).
   template <typename Call>
-  void blocking(CollectiveKind kind, const CommGroup& group, const Group& g, TimePoint start, Call call);
+  void blocking(CollectiveKind kind, const CommGroup& group, const Group& g, int rank, TimePoint start, Call call);
   std::string timeout_message(CollectiveKind kind, const CommGroup& group, const Group& g) const;
   void record(int rank, CollectiveKind kind, const CommGroup& group, std::int64_t in_bytes, std::int64_t out_bytes,
               bool root, std::int64_t inter_process_bytes, TimePoint start);
