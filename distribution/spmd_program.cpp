@@ -100,7 +100,7 @@ void ShardedVariables::read_from(const std::filesystem::path& dir) {
   for (auto& [path, entry] : entries_) read_blocks(path, entry);
 }
 
-void ShardedVariables::detach_source() const {
+void ShardedVariables::detach_source() {
   if (source_.empty()) return;
   for (const Variable& v : store_.variables())
     if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {
@@ -112,26 +112,19 @@ void ShardedVariables::detach_source() const {
   source_index_ = {};
 }
 
-void ShardedVariables::write_back(std::chrono::milliseconds timeout) const {
+void ShardedVariables::write_back(std::chrono::milliseconds timeout) {
   detach_source();
-  const bool whole_mesh = local_ranks_.size() == static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
-    if (whole_mesh) {
-      // Devices that differ only along axes the variable is not split on hold
-      // equal copies; writing each is simpler than picking one.
-      for (std::size_t i = 0; i < local_ranks_.size(); ++i)
-        insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
-      continue;
-    }
-    // Several processes: each block is written by exactly one device (the
-    // first of its copies) into zeros, and OR-ing the processes' bytes merges
-    // them exactly.
-    std::memset(value.raw_data(), 0, value.nbytes());
+    // Each block is written by exactly one device, the first of its copies.
+    // With several processes each fills in its own blocks over zeros, and
+    // OR-ing the processes' bytes merges them exactly.
+    const bool merge = local_ranks_.size() != static_cast<std::size_t>(mesh_.size());
+    if (merge) std::memset(value.raw_data(), 0, value.nbytes());
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
         insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
-    MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
+    if (merge) MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
   }
 }
 
@@ -142,7 +135,7 @@ void ShardedVariables::reload() {
       extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.blocks[i]);
 }
 
-ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) const {
+ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) {
   detach_source();
   ShardedSave save;
   save.writer = where.process;

@@ -69,7 +69,7 @@ class ShardedVariables {
   // and the end of fit). With several processes each fills in the blocks it
   // holds and the processes merge the rest, so every store ends up whole (a
   // collective call of every process, which waits up to `timeout` for the others).
-  void write_back(std::chrono::milliseconds timeout) const;
+  void write_back(std::chrono::milliseconds timeout);
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
   // Makes the checkpoint `dir` the source of every block, now and when made
@@ -82,7 +82,7 @@ class ShardedVariables {
   // This process's part of a sharded checkpoint: the blocks whose first copy
   // its devices hold (each block of the mesh is written once), whole store
   // variables that no program holds (by process 0), and every process's index.
-  ShardedSave sharded_save(const ProcessPlacement& where) const;
+  ShardedSave sharded_save(const ProcessPlacement& where);
 
  private:
   struct Entry {
@@ -93,10 +93,10 @@ class ShardedVariables {
   void read_blocks(const std::string& path, Entry& entry) const;
   // Copies the source's values of variables that no program holds into the
   // store, then forgets the source (before a save may replace it).
-  void detach_source() const;
+  void detach_source();
 
-  mutable std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
-  mutable ShardIndex source_index_;
+  std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
+  ShardIndex source_index_;
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;
   VariableStore& store_;
