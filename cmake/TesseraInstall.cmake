@@ -2,7 +2,7 @@
 # the public headers in P/include/tessera/{engine,backends,layers,distribution}/, the
 # `tessera` program in P/bin, and a CMake package in P/lib/cmake/Tessera, so a
 # project can `find_package(Tessera)` and link `Tessera::tessera`
-# (examples/predict/ is one). Included at the end of the top-level
+# (examples/ is one). Included at the end of the top-level
 # CMakeLists.txt, once every subdirectory has added its sources and links.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

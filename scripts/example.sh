@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Uses Tessera as a user's project would: installs the built tree (build/ by
 # default, or the build folder given as the first argument) into
-# <build>/install, builds examples/predict and examples/data_parallel against
-# that installed package (find_package(Tessera), warnings as errors) in
-# <build>/example and <build>/example_dp, and runs them on
+# <build>/install, builds examples/ (predict and data_parallel) against that
+# installed package (find_package(Tessera), warnings as errors) in
+# <build>/example, and runs them on
 # configs/tiny_synthetic.yaml: predict twice, training and saving a checkpoint,
 # then loading it, which must give the same predictions; data_parallel on cpu:2
 # in one process and, where mpirun exists, as a job of 2 processes, which must
@@ -13,13 +13,11 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 prefix="$(cd "$build" && pwd)/install"
 
-rm -rf "$prefix" "$build/example" "$build/example_dp"
+rm -rf "$prefix" "$build/example"
 cmake --install "$build" --prefix "$prefix" > /dev/null
-for example in predict:example data_parallel:example_dp; do
-  cmake -S "examples/${example%%:*}" -B "$build/${example#*:}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_COMPILE_WARNING_AS_ERROR=ON > /dev/null
-  cmake --build "$build/${example#*:}"
-done
+cmake -S examples -B "$build/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_COMPILE_WARNING_AS_ERROR=ON > /dev/null
+cmake --build "$build/example"
 
 checkpoint="$build/example/checkpoint"
 "$build/example/predict" configs/tiny_synthetic.yaml "$checkpoint" | tee "$build/example/trained.txt"
@@ -28,13 +26,13 @@ diff <(grep '^sample' "$build/example/trained.txt") <(grep '^sample' "$build/exa
   || { echo "example: predictions from the loaded checkpoint differ from the trained model's" >&2; exit 1; }
 echo "example: the installed package builds and runs"
 
-"$build/example_dp/data_parallel" configs/tiny_synthetic.yaml 2 | tee "$build/example_dp/one.txt"
+"$build/example/data_parallel" configs/tiny_synthetic.yaml 2 | tee "$build/example/one.txt"
 if command -v mpirun > /dev/null; then
   # Plain copies in OpenMPI's shared-memory transport: CMA needs ptrace rights
   # that containers often lack.
   OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun -np 2 --oversubscribe $([ "$(id -u)" = 0 ] && echo --allow-run-as-root) \
-    "$build/example_dp/data_parallel" configs/tiny_synthetic.yaml 2 | tee "$build/example_dp/two.txt"
-  python3 - "$build/example_dp/one.txt" "$build/example_dp/two.txt" <<'PY' \
+    "$build/example/data_parallel" configs/tiny_synthetic.yaml 2 | tee "$build/example/two.txt"
+  python3 - "$build/example/one.txt" "$build/example/two.txt" <<'PY' \
     || { echo "example: data_parallel as 2 processes does not give one process's losses" >&2; exit 1; }
 import sys
 one, two = ([float(l.split()[-1]) for l in open(p) if l.startswith("epoch")] for p in sys.argv[1:])

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j 2
-scripts/example.sh  # the installed package, used as a user project would (examples/predict)
+scripts/example.sh  # the installed package, used as a user project would (examples/)
