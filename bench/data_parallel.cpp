@@ -12,8 +12,10 @@
 //
 //   bench_data_parallel                 # MLP, batch 128
 //   bench_data_parallel --batch 256 --steps 50
+//   bench_data_parallel --profile       # also each configuration's time per op
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 
 #include <CLI/CLI.hpp>
@@ -55,11 +57,13 @@ int main(int argc, char** argv) {
   std::string model_file = std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml";
   std::int64_t batch = 128;
   int warmup = 5, steps = 30, rounds = 3;
+  bool profile = false;
   app.add_option("--model", model_file, "A zoo model taking [N, 784] inputs");
   app.add_option("--batch", batch, "Samples per step (the global batch)");
   app.add_option("--warmup", warmup, "Untimed steps per round");
   app.add_option("--steps", steps, "Timed steps per round");
   app.add_option("--rounds", rounds, "Alternating rounds; each side keeps its best median");
+  app.add_flag("--profile", profile, "Also print each configuration's time per op on device 0, in ms per step");
   CLI11_PARSE(app, argc, argv);
 
   Model model = Model::from_config(ConfigNode::load_file(model_file)["model"]);
@@ -80,12 +84,15 @@ int main(int argc, char** argv) {
   const char* labels[] = {"data parallel cpu:2 x 1 thread", "data parallel + zero 1, cpu:2", "fully sharded cpu:2 x 1 thread"};
   Timing best_single{1e30, 0, 0};
   std::vector<Timing> best(std::size(strategies), Timing{1e30, 0, 0});
+  // Op times summed over every round's steps (warm-up included): [0] one device, [i + 1] strategies[i].
+  std::vector<std::map<std::string, Executor::OpTime>> op_times(std::size(strategies) + 1);
   bench::CpuUse use;
   for (int round = 0; round < rounds; ++round) {
     {
       set_cpu_device_count(1, 2);
       VariableStore store;
       Trainer trainer(model, spec, store);
+      if (profile) trainer.enable_profiling(&op_times[0]);
       Timing t = time_steps(trainer, x, y, warmup, steps);
       if (t.median_ms < best_single.median_ms) best_single = t;
     }
@@ -96,6 +103,7 @@ int main(int argc, char** argv) {
       model.build(store, spec.seed);
       auto distribution = make_strategy(strategies[i], mesh, model, store);
       Trainer trainer(model, spec, store, *distribution);
+      if (profile) trainer.enable_profiling(&op_times[i + 1]);
       Timing t = time_steps(trainer, x, y, warmup, steps);
       if (t.median_ms < best[i].median_ms) best[i] = t;
     }
@@ -109,6 +117,19 @@ int main(int argc, char** argv) {
   };
   row("1 device x 2 threads", best_single);
   for (std::size_t i = 0; i < std::size(strategies); ++i) row(labels[i], best[i]);
+  if (profile) {
+    const double runs = static_cast<double>(rounds) * (warmup + steps);
+    for (std::size_t i = 0; i < op_times.size(); ++i) {
+      fmt::print("\n{}: ms per step on device 0, by op\n", i == 0 ? "1 device x 2 threads" : labels[i - 1]);
+      std::vector<std::pair<std::string, Executor::OpTime>> rows(op_times[i].begin(), op_times[i].end());
+      std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+      double total = 0;
+      for (const auto& [op, t] : rows) total += t.seconds;
+      for (const auto& [op, t] : rows)
+        if (t.seconds / runs >= 1e-5) fmt::print("  {:<24} {:>7.3f}\n", op, 1000 * t.seconds / runs);
+      fmt::print("  {:<24} {:>7.3f}\n", "all ops", 1000 * total / runs);
+    }
+  }
   double ratio = rate(best[0]) / rate(best_single);
   fmt::print("data parallel / one device: {:.1f}% of the samples/s (target >= 90%: {})\n", 100 * ratio,
              ratio >= 0.9 ? "met" : "missed");
