@@ -40,8 +40,12 @@ TrainingSpec parse_training(ConfigNode node) {
   if (!node.has("optimizer")) node.set("optimizer", "adam");
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
-  for (std::size_t i = 0; i < spec.metrics.size(); ++i)
-    if (metric_k(spec.metrics[i]) < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], kMetrics);
+  for (std::size_t i = 0; i < spec.metrics.size(); ++i) {
+    const int k = metric_k(spec.metrics[i]);
+    if (k < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], kMetrics);
+    if (k > 1 && spec.loss.type == "binary_crossentropy")
+      node["metrics"].at(i).fail("'" + spec.metrics[i] + "' ranks classes, which binary_crossentropy does not have: use 'accuracy'");
+  }
   spec.epochs = node.get<std::int64_t>("epochs", 1);
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
   spec.seed = static_cast<std::uint64_t>(node.get<std::int64_t>("seed", 0));
@@ -309,13 +313,29 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
   const std::int64_t classes = output.shape()[output.rank() - 1];
   const std::int64_t rows = output.numel() / classes;
   const std::int64_t rows_per_sample = rows / batch;
+  // Keras' rule: the accuracy of a binary cross-entropy, or of a single output
+  // unit, is binary accuracy: each element's score against a threshold (0 for
+  // logits, else 0.5) must agree with its target's side of 0.5.
+  const bool binary = spec_.loss.type == "binary_crossentropy" || classes == 1;
+  const float threshold = spec_.loss.type == "binary_crossentropy" && spec_.loss.from_logits ? 0.0f : 0.5f;
+  auto target_at = [&](std::int64_t i) {
+    return targets.dtype() == DType::i32 ? static_cast<float>(targets.data<std::int32_t>()[i]) : targets.data<float>()[i];
+  };
   std::vector<double> hits(spec_.metrics.size(), 0.0);
   for (auto [begin, end] : counted_rows(batch))
     for (std::size_t m = 0; m < spec_.metrics.size(); ++m) {
       const int k = metric_k(spec_.metrics[m]);
+      if (binary && k != 1)
+        throw Error("metric '" + spec_.metrics[m] + "' ranks classes, but the model's output has a single unit: use 'accuracy'");
       for (std::int64_t r = begin * rows_per_sample; r < end * rows_per_sample; ++r) {
         const float* row = output.data<float>() + r * classes;
         const std::int64_t t = r - first_row * rows_per_sample;  // the row in `targets`
+        if (binary) {
+          std::int64_t agree = 0;
+          for (std::int64_t c = 0; c < classes; ++c) agree += (row[c] > threshold) == (target_at(t * classes + c) > 0.5f);
+          hits[m] += static_cast<double>(agree) / static_cast<double>(classes);
+          continue;
+        }
         std::int64_t label;
         if (targets.dtype() == DType::i32) {
           label = targets.data<std::int32_t>()[t];

@@ -192,3 +192,31 @@ TEST_CASE("top-k accuracy counts a label among the k highest scores") {
   CHECK(e.metrics.at("top_2_accuracy") < 1.0);
   CHECK_THROWS_AS(parse_training(ConfigNode::parse("training: {loss: mse, metrics: [top_x_accuracy]}")["training"]), ConfigError);
 }
+
+TEST_CASE("accuracy of binary_crossentropy is Keras' binary accuracy") {
+  // Two sigmoid (or logit) units per sample, judged element by element.
+  for (const bool logits : {false, true}) {
+    CAPTURE(logits);
+    Model model = Model::from_config(ConfigNode::parse(std::string(R"(
+model:
+  inputs: [{name: x, shape: [4]}]
+  layers:
+    - {type: Dense, units: 2)") + (logits ? "" : ", activation: sigmoid") + "}\n")["model"]);
+    TrainingSpec s = parse_training(ConfigNode::parse(std::string("training: {loss: {type: binary_crossentropy, from_logits: ") +
+                                                      (logits ? "true" : "false") + "}, metrics: [accuracy]}")["training"]);
+    VariableStore store;
+    Trainer trainer(model, s, store);
+    Tensor x = Tensor::from_vector(std::vector<float>{1, -2, 0.5f, 3, -1, 2, 1, 0, 0.2f, 0.1f, -3, 1}, {3, 4});
+    const std::vector<float> scores = trainer.predict(x).to_vector<float>();
+    // Targets that agree with the prediction on elements 0, 3 and 4 of the six.
+    std::vector<float> targets(6);
+    for (std::size_t i = 0; i < 6; ++i) {
+      const bool positive = scores[i] > (logits ? 0.0f : 0.5f);
+      targets[i] = (i == 0 || i == 3 || i == 4) == positive ? 1.0f : 0.0f;
+    }
+    Evaluation e = trainer.evaluate({x, Tensor::from_vector(targets, {3, 2}), "three samples"});
+    CHECK(e.metrics.at("accuracy") == doctest::Approx(0.5));
+  }
+  CHECK_THROWS_WITH_AS(parse_training(ConfigNode::parse("training: {loss: binary_crossentropy, metrics: [top_2_accuracy]}")["training"]),
+                       doctest::Contains("use 'accuracy'"), ConfigError);
+}
