@@ -56,7 +56,9 @@ int cpu_device_count() {
 }
 
 void set_cpu_device_count(int count, int threads_per_device) {
-  if (count < 1) throw DeviceError("the number of logical CPU devices must be >= 1, got " + std::to_string(count));
+  if (count < 1 || count > kMaxCpuDevices)
+    throw DeviceError("the number of logical CPU devices must be 1 to " + std::to_string(kMaxCpuDevices) + ", got " +
+                      std::to_string(count));
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   r.cpu_count = count;

@@ -22,8 +22,12 @@ Allocator& allocator_for(Device device);
 std::vector<Device> available_devices();
 
 int cpu_device_count();
-// Sets the number of logical CPU devices and gives each an equal share of the
-// hardware threads (at least one). `threads_per_device` = 0 means "even share".
+// Each logical CPU device runs a worker thread: a bound that keeps a typo
+// (cpu:100000) an error instead of a process that starts that many threads.
+inline constexpr int kMaxCpuDevices = 4096;
+// Sets the number of logical CPU devices (1 .. kMaxCpuDevices) and gives each an
+// equal share of the hardware threads (at least one). `threads_per_device` = 0
+// means "even share".
 void set_cpu_device_count(int count, int threads_per_device = 0);
 
 int cuda_device_count();  // 0 without a GPU or without CUDA in the build

@@ -29,6 +29,9 @@ DeviceMesh::DeviceMesh(std::vector<std::int64_t> shape, std::vector<std::string>
     throw ShapeError("device mesh: shape " + dims_str(shape_) + " has " + std::to_string(shape_.size()) +
                      " axes but " + std::to_string(axis_names_.size()) + " axis names were given (" +
                      join(axis_names_) + ")");
+  if (shape_.size() > kMaxMeshAxes)
+    throw ShapeError("device mesh: shape " + dims_str(shape_) + " has " + std::to_string(shape_.size()) +
+                     " axes; a mesh has at most " + std::to_string(kMaxMeshAxes));
   std::int64_t product = 1;
   for (std::size_t i = 0; i < shape_.size(); ++i) {
     if (shape_[i] < 1)
@@ -37,7 +40,8 @@ DeviceMesh::DeviceMesh(std::vector<std::int64_t> shape, std::vector<std::string>
     if (axis_names_[i].empty()) throw ShapeError("device mesh: axis " + std::to_string(i) + " has an empty name");
     if (std::count(axis_names_.begin(), axis_names_.end(), axis_names_[i]) > 1)
       throw ShapeError("device mesh: axis name '" + axis_names_[i] + "' is used twice in (" + join(axis_names_) + ")");
-    product *= shape_[i];
+    if (__builtin_mul_overflow(product, shape_[i], &product))
+      throw ShapeError("device mesh: shape " + dims_str(shape_) + " holds more devices than a 64-bit count");
   }
   if (product != static_cast<std::int64_t>(devices_.size()))
     throw ShapeError("device mesh: shape " + dims_str(shape_) + " holds " + std::to_string(product) +

@@ -16,11 +16,16 @@
 
 namespace tessera {
 
+// Shardings keep a set of mesh axes as the bits of a 32-bit word, and a device
+// holds a communicator group per subset of axes (2^rank of them): far fewer
+// axes than 32 keep both exact and small.
+inline constexpr std::size_t kMaxMeshAxes = 16;
+
 class DeviceMesh {
  public:
-  // Throws ShapeError for an empty or non-positive shape, a name count that
-  // differs from the rank, duplicate or empty axis names, or a device count
-  // that is not the product of the shape.
+  // Throws ShapeError for an empty or non-positive shape, more than
+  // kMaxMeshAxes axes, a name count that differs from the rank, duplicate or
+  // empty axis names, or a device count that is not the product of the shape.
   DeviceMesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
              std::vector<Device> devices);
 

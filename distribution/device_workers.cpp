@@ -6,10 +6,17 @@ namespace tessera {
 
 DeviceWorkers::DeviceWorkers(std::vector<int> ranks, Communicator* comm)
     : ranks_(std::move(ranks)), comm_(comm), errors_(ranks_.size()) {
-  for (std::size_t worker = 0; worker < ranks_.size(); ++worker) threads_.emplace_back([this, worker] { loop(worker); });
+  try {
+    for (std::size_t worker = 0; worker < ranks_.size(); ++worker) threads_.emplace_back([this, worker] { loop(worker); });
+  } catch (...) {  // no thread to be had: join those started (destroying them running would terminate)
+    stop();
+    throw;
+  }
 }
 
-DeviceWorkers::~DeviceWorkers() {
+DeviceWorkers::~DeviceWorkers() { stop(); }
+
+void DeviceWorkers::stop() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;

@@ -33,6 +33,7 @@ class DeviceWorkers {
 
  private:
   void loop(std::size_t worker);
+  void stop();  // ends and joins every started thread
 
   std::vector<int> ranks_;
   Communicator* comm_;

@@ -1,6 +1,7 @@
 #include "distribution/distribution_config.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "backends/registry.hpp"
@@ -26,9 +27,11 @@ std::int64_t parse_bytes(const ConfigNode& node) {
   const std::map<std::string, double> units = {{"", 1},          {"B", 1},     {"KiB", 1024.0}, {"MiB", 1048576.0},
                                                {"GiB", 1073741824.0}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9}};
   auto it = units.find(unit);
-  if (it == units.end() || !(value > 0))
-    node.fail("'" + text + "' is not a positive size (bytes, or a number with KiB, MiB, GiB, KB, MB, GB)");
-  return static_cast<std::int64_t>(value * it->second);
+  // 1 byte to 2^60 bytes: below, it would truncate to 0 ("no limit"); above, overflow a 64-bit count.
+  const double bytes = it == units.end() ? 0.0 : value * it->second;
+  if (!(bytes >= 1 && bytes <= 0x1p60))
+    node.fail("'" + text + "' is not a size from 1 byte to 1 EiB (bytes, or a number with KiB, MiB, GiB, KB, MB, GB)");
+  return static_cast<std::int64_t>(bytes);
 }
 
 // `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
@@ -46,8 +49,9 @@ std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::in
       n = rest.empty() ? 1 : std::stoi(rest);
     } catch (const std::exception&) {
     }
-    if (n < 1 || std::to_string(n) != (rest.empty() ? "1" : rest))
-      node->fail("'" + text + "' is not cpu:N with N >= 1 (the number of logical CPU devices)");
+    if (n < 1 || n > kMaxCpuDevices || std::to_string(n) != (rest.empty() ? "1" : rest))
+      node->fail("'" + text + "' is not cpu:N with N from 1 to " + std::to_string(kMaxCpuDevices) +
+                 " (the number of logical CPU devices)");
     set_cpu_device_count(n);
     return cpu_devices(n);
   }
@@ -60,7 +64,7 @@ std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::in
       while (start <= rest.size()) {
         std::size_t comma = rest.find(',', start);
         std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+        if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
           node->fail("'" + text + "' is not cuda:all or cuda:I,J,... (GPU indices)");
         devices.push_back(Device::cuda(std::stoi(item)));
         if (comma == std::string::npos) break;
@@ -119,8 +123,16 @@ DistributionConfig parse_distribution(ConfigNode node) {
     names = mesh_node->get<std::vector<std::string>>("axis_names", {});
     if (names.empty() && shape.size() == 1) names = {"batch"};
     if (names.empty() && shape.size() == 2) names = {"batch", "model"};
-    for (std::size_t i = 0; i < shape.size(); ++i)
+    if (shape.size() > kMaxMeshAxes)
+      (*mesh_node)["shape"].fail("a mesh has at most " + std::to_string(kMaxMeshAxes) + " axes, this one " +
+                                 std::to_string(shape.size()));
+    std::int64_t size = 1;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
       if (shape[i] < 1) (*mesh_node)["shape"].at(i).fail("mesh extents must be >= 1, got " + std::to_string(shape[i]));
+      if (__builtin_mul_overflow(size, shape[i], &size) || size > std::numeric_limits<int>::max())
+        (*mesh_node)["shape"].fail("the mesh holds more than " + std::to_string(std::numeric_limits<int>::max()) +
+                                   " devices");
+    }
   } else if (type == "model_parallel") {
     node.fail("model_parallel needs a mesh: {shape: [B, M], axis_names: [batch, model]}");
   }
@@ -133,6 +145,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
     config.memory_limit = parse_bytes(*limit);
   }
   const std::int64_t mesh_size = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  if (mesh_node && !node.has("devices") && mesh_size > kMaxCpuDevices)
+    (*mesh_node)["shape"].fail("the mesh has " + std::to_string(mesh_size) + " positions; without devices: it would make " +
+                               "as many logical CPU devices, and at most " + std::to_string(kMaxCpuDevices) + " exist");
   std::vector<Device> devices = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
   if (!mesh_node) {  // data parallel over every device; auto_tp splits layers over them all
     shape = auto_tp ? std::vector<std::int64_t>{1, static_cast<std::int64_t>(devices.size())}
@@ -171,6 +186,10 @@ DistributionConfig parse_distribution(ConfigNode node) {
   }
   std::string batch = node.get("batch_dim_name", mesh->axis_names()[0]);
   if (!mesh->has_axis(batch)) node["batch_dim_name"].fail_unknown("mesh axis", batch, mesh->axis_names());
+  // DataParallel (Keras too) splits batches along the mesh's first axis.
+  if (type == "data_parallel" && batch != mesh->axis_names()[0])
+    node["batch_dim_name"].fail("data_parallel splits batches along the mesh's first axis '" + mesh->axis_names()[0] +
+                                "'; batch_dim_name '" + batch + "' needs type: model_parallel");
   if (auto_tp) {
     // The axis named `model`, else the last one that does not split batches.
     const auto& axes = mesh->axis_names();
@@ -188,7 +207,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
                       std::to_string(zero));
   config.distribution->set_zero(zero == 1);
   double timeout = node.get<double>("collective_timeout_s", 60.0);
-  if (!(timeout > 0)) node["collective_timeout_s"].fail("collective_timeout_s must be > 0");
+  // Whole milliseconds from 1 ms to a week: below truncates to 0, above is a hang by another name.
+  if (!(timeout >= 0.001 && timeout <= 7 * 24 * 3600.0))
+    node["collective_timeout_s"].fail("collective_timeout_s must be from 0.001 (1 ms) to 604800 (a week)");
   config.collective_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
   return config;
 }

@@ -151,9 +151,9 @@ class Partitioner {
     std::vector<ValueId> inputs{p_.local.node(view_node).outputs[0]};
     for (std::size_t i = 1; i < node.inputs.size(); ++i) inputs.push_back(redistribute(node.inputs[i], rows));
     p_.local.add_node(node.kind, inputs, node.attrs, {});
-    NodeId gather = p_.local.add_node(OpKind::all_gather_into, {inputs[0], whole}, view_attrs, {});
-    (void)gather;
-    const std::int64_t bytes = g_.shape(param).numel() * static_cast<std::int64_t>(dtype_size(g_.dtype(param)));
+    p_.local.add_node(OpKind::all_gather_into, {inputs[0], whole}, view_attrs, {});
+    // What is gathered is this device's copy of the parameter (a block of it when another axis splits it).
+    const std::int64_t bytes = p_.local.shape(whole).numel() * static_cast<std::int64_t>(dtype_size(g_.dtype(param)));
     p_.collectives.push_back({OpKind::all_gather_into, bit(zero_axis_), bytes, param, inputs[0]});
   }
 

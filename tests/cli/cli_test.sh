@@ -115,4 +115,21 @@ expect_fail 3 "layout_map.dense/kernel: .*'tiny/dense/kernel'.*dimension 0 of si
   --set "distribution.layout_map={dense/kernel: [model, null]}"
 expect_fail 3 "unknown distribution type 'data_paralel' (did you mean 'data_parallel'?)" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={type: data_paralel}"
+# Sizes past what the engine can hold are errors at the entry, not overflow or a crash.
+expect_fail 3 "distribution.mesh.shape: a mesh has at most 16 axes, this one 17" -- \
+  "$tessera" train "$work/run.yaml" --set "distribution={mesh: {shape: [$(printf '1, %.0s' {1..16})1]}}"
+expect_fail 3 "distribution.mesh.shape: the mesh holds more than 2147483647 devices" -- \
+  "$tessera" train "$work/sharded.yaml" --set distribution.mesh.shape="[4611686018427387905, 4]"
+expect_fail 3 "distribution.mesh.shape: the mesh has 5000 positions; without devices:" -- \
+  "$tessera" train "$work/run.yaml" --set "distribution={mesh: {shape: [5000]}}"
+expect_fail 3 "distribution.devices: 'cpu:5000' is not cpu:N with N from 1 to 4096" -- \
+  "$tessera" train "$work/run.yaml" --set "distribution={devices: 'cpu:5000'}"
+expect_fail 3 "distribution.devices: 'cuda:99999999999' is not cuda:all or cuda:I,J" -- \
+  "$tessera" train "$work/run.yaml" --set "distribution={devices: 'cuda:99999999999'}"
+expect_fail 3 "distribution.batch_dim_name: data_parallel splits batches along the mesh's first axis 'batch'" -- \
+  "$tessera" train "$work/run.yaml" --set "distribution={devices: cpu:4, mesh: {shape: [2, 2]}, batch_dim_name: model}"
+expect_fail 3 "distribution.collective_timeout_s: collective_timeout_s must be from 0.001" -- \
+  "$tessera" train "$work/sharded.yaml" --set distribution.collective_timeout_s=0.0001
+expect_fail 3 "distribution.memory_limit: '0.5' is not a size from 1 byte" -- \
+  "$tessera" plan "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto, memory_limit: 0.5}"
 echo "cli_test: ok"

@@ -42,6 +42,14 @@ TEST_CASE("device mesh validation") {
   CHECK(contains(error_of([] { DeviceMesh({2, 4}, {"batch", "model"}, cpu_devices(6)); }), "holds 8 devices but 6"));
   CHECK(contains(error_of([] { DeviceMesh({0}, {"batch"}, {}); }), "extent 0"));
   CHECK(contains(error_of([] { DeviceMesh({2}, {"batch"}, {Device::cpu(1), Device::cpu(1)}); }), "cpu:1 appears twice"));
+  CHECK(contains(error_of([] {
+          std::vector<std::string> names;
+          for (int i = 0; i < 17; ++i) names.push_back("a" + std::to_string(i));
+          DeviceMesh(std::vector<std::int64_t>(17, 1), names, cpu_devices(1));
+        }),
+        "has 17 axes; a mesh has at most 16"));
+  CHECK(contains(error_of([] { DeviceMesh({std::int64_t{1} << 62, 4}, {"batch", "model"}, cpu_devices(4)); }),
+                 "more devices than a 64-bit count"));
   DeviceMesh mesh({8}, {"batch"}, cpu_devices(8));
   CHECK(contains(error_of([&] { mesh.axis_index("model"); }), "(batch)"));
 }
