@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <optional>
+#include <regex>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -230,10 +231,41 @@ void write_state(const fs::path& folder, const TrainingState& state, const Named
 }
 
 // Syncs the complete `scratch` and swaps it into place at `dir`.
+// A file a checkpoint is made of (of either form): the save replaces these.
+bool is_checkpoint_file(const std::string& name) {
+  static const std::regex shard("model-[0-9]{5}-of-[0-9]{5}\\.safetensors");
+  return name == kModelFile || name == kOptimizerFile || name == kStateFile || name == kShardIndexFile ||
+         std::regex_match(name, shard);
+}
+
+// Whatever else the user keeps in the checkpoint directory (notes, a metrics
+// log being written) moves with it: each such file is hard-linked into the new
+// checkpoint before the swap, so the old directory's removal loses nothing and
+// an open log keeps its file. A folder or a file that cannot be linked stops
+// the save before anything is replaced.
+template <typename MakeError>
+void carry_over_user_files(const fs::path& dir, const fs::path& scratch, const MakeError& error) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (is_checkpoint_file(name)) continue;
+    if (entry.is_directory(ec) || entry.is_symlink(ec))
+      throw error("holds '" + name + "', which is not a checkpoint file and would be deleted with the old checkpoint; " +
+                  "move it out of the checkpoint directory");
+    fs::create_hard_link(entry.path(), scratch / name, ec);
+    if (ec)
+      throw error("cannot keep '" + name + "' (not a checkpoint file) in the new checkpoint: " + ec.message() +
+                  "; move it out of the checkpoint directory");
+  }
+  if (ec) throw error("cannot list the old checkpoint: " + ec.message());
+}
+
 void finish(const fs::path& scratch, const fs::path& dir) {
   auto error = [&](const std::string& message) {
     return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
   };
+  carry_over_user_files(dir, scratch, error);
   data_detail::sync_directory(scratch);
   install(scratch, dir, error);
   data_detail::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));

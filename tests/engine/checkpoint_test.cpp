@@ -568,6 +568,31 @@ TEST_CASE("checkpoint: a checkpoint directory is replaced atomically") {
     fs::remove_all(tmp / "data");
     check_intact();
   }
+  SUBCASE("a folder inside the checkpoint stops the save, which would delete it") {
+    fs::create_directories(dir / "plots");
+    CHECK_THROWS_WITH_AS(save_checkpoint(dir, first, at(3), "third"), doctest::Contains("holds 'plots'"), CheckpointError);
+    CHECK(fs::exists(dir / "plots"));
+    fs::remove(dir / "plots");
+    check_intact();
+  }
+}
+
+TEST_CASE("checkpoint: the user's files in a checkpoint directory survive its replacement") {
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  VariableStore store;
+  classifier().build(store, 1);
+  save_checkpoint(dir, store, at(1), "first");
+  std::ofstream(dir / "NOTES.txt") << "lr 1e-3 works";
+  std::ofstream log(dir / "metrics.jsonl");  // a log being written while training saves
+  log << "{\"epoch\": 1}\n" << std::flush;
+  save_checkpoint(dir, store, at(2), "second");
+  log << "{\"epoch\": 2}\n" << std::flush;
+  std::ifstream notes(dir / "NOTES.txt");
+  CHECK(std::string(std::istreambuf_iterator<char>(notes), {}) == "lr 1e-3 works");
+  std::ifstream lines(dir / "metrics.jsonl");
+  CHECK(std::string(std::istreambuf_iterator<char>(lines), {}) == "{\"epoch\": 1}\n{\"epoch\": 2}\n");
+  CHECK(tmp.entries() == std::vector<std::string>{"ckpt"});
 }
 
 TEST_CASE("checkpoint: training.checkpoint is parsed, resolved against the config's folder") {
