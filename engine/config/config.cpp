@@ -19,8 +19,9 @@ namespace detail {
 // from another document. Its marks are positions in `source`, if any.
 struct Graft {
   YAML::Node node;
-  std::string source;  // "other.yaml", or "override 'a.b=1'"
-  bool marked;         // false for overrides: positions in one line say little
+  std::string source;               // "other.yaml", or "override 'a.b=1'"
+  bool marked;                      // false for overrides: positions in one line say little
+  std::filesystem::path base_dir;   // what its relative paths start from
 };
 
 // What every node of one loaded document shares.
@@ -41,6 +42,9 @@ struct ConfigNodeState {
   std::string where;                 // "file:line:col", or the override
   std::string source;                // what this node's marks are positions in
   bool marked = true;                // false under an override
+  // Relative paths start from the folder of the file a value was written in;
+  // from the working directory for an override, typed on the command line.
+  std::filesystem::path base_dir;
 };
 
 }  // namespace detail
@@ -107,10 +111,11 @@ const detail::Graft* find_graft(const ConfigDocument& doc, const YAML::Node& nod
 // when it is a map value.
 std::shared_ptr<const State> make_child(const State& parent, const YAML::Node& node,
                                         std::string path, const YAML::Node* key) {
-  State child{parent.doc, node, std::move(path), parent.where, parent.source, parent.marked};
+  State child{parent.doc, node, std::move(path), parent.where, parent.source, parent.marked, parent.base_dir};
   if (const auto* graft = find_graft(*parent.doc, node)) {
     child.source = graft->source;
     child.marked = graft->marked;
+    child.base_dir = graft->base_dir;
     child.where = graft->source;
     key = nullptr;  // the key was written here, the value comes from the source
   }
@@ -166,7 +171,8 @@ std::shared_ptr<const State> make_root(const std::string& text, const std::strin
   // could not reach through copies; give it a real (null) node.
   if (node.IsNull()) node.reset(YAML::Node(YAML::NodeType::Null));
   std::string where = location_of(label, node.Mark());
-  return std::make_shared<const State>(State{std::move(doc), node, "", std::move(where), label, true});
+  std::filesystem::path root_dir = doc->base_dir;
+  return std::make_shared<const State>(State{std::move(doc), node, "", std::move(where), label, true, std::move(root_dir)});
 }
 
 // ---- scalars: text to value -------------------------------------------------
@@ -406,11 +412,11 @@ void ConfigNode::set(const std::string& key, const ConfigNode& value) {
     // Copies lose their positions, so errors point at the original.
     YAML::Node copy = YAML::Clone(from.node);
     assign(*state_, key, copy);
-    state_->doc->grafts.push_back({copy, from.where, false});
+    state_->doc->grafts.push_back({copy, from.where, false, from.base_dir});
   } else {
     // Shared with the other document, whose positions stay exact.
     assign(*state_, key, from.node);
-    state_->doc->grafts.push_back({from.node, from.source, from.marked});
+    state_->doc->grafts.push_back({from.node, from.source, from.marked, from.base_dir});
   }
 }
 
@@ -464,12 +470,12 @@ void ConfigNode::expect_keys(const std::vector<std::string>& known) const {
 
 std::string ConfigNode::path() const { return state_->path; }
 std::string ConfigNode::location() const { return state_->where; }
-std::filesystem::path ConfigNode::base_dir() const { return state_->doc->base_dir; }
+std::filesystem::path ConfigNode::base_dir() const { return state_->base_dir; }
 
 std::filesystem::path ConfigNode::resolve_path(const std::string& relative) const {
   std::filesystem::path p(relative);
   if (p.is_absolute()) return p;
-  return (state_->doc->base_dir / p).lexically_normal();
+  return (state_->base_dir / p).lexically_normal();
 }
 
 std::string ConfigNode::dump() const {
@@ -574,7 +580,7 @@ void apply_override(ConfigNode& root, const std::string& assignment) {
       override_error(assignment, what + " is a scalar (" + found(node) + "), so it has no '" + part + "'");
     }
   }
-  root.state_->doc->grafts.push_back({value, "override '" + assignment + "'", false});
+  root.state_->doc->grafts.push_back({value, "override '" + assignment + "'", false, "."});
 }
 
 // ---- did you mean -----------------------------------------------------------------

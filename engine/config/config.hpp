@@ -110,9 +110,10 @@ class ConfigNode {
 
   std::string path() const;                 // "model.layers[2].units"; "" for the root
   std::string location() const;             // "configs/mlp.yaml:12:5", 1-based
-  std::filesystem::path base_dir() const;   // the folder of the file
-  // `relative` taken from the file's folder, as a config author means it; an
-  // absolute path stays as it is.
+  std::filesystem::path base_dir() const;   // the folder of the file this value was written in
+  // `relative` taken from the file's folder, as a config author means it (from
+  // the working directory for a value given by an override, as a command line
+  // means it); an absolute path stays as it is.
   std::filesystem::path resolve_path(const std::string& relative) const;
   std::string dump() const;                 // YAML text of this node, block style
 

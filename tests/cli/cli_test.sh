@@ -38,6 +38,13 @@ out=$("$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckp
 grep -q "Epoch 3/3" <<<"$out" || fail "resume did not run epoch 3: $out"
 grep -q "Epoch 1/3" <<<"$out" && fail "resume trained epoch 1 again"
 
+# A relative path given by --set is the working directory's, like --checkpoint's:
+# the README's train-then-predict commands agree.
+mkdir "$work/cwd"
+(cd "$work/cwd" && "$tessera" train ../run.yaml --set training.epochs=1 --set training.checkpoint.dir=runs/x > /dev/null &&
+  "$tessera" eval ../run.yaml --checkpoint runs/x --split train > /dev/null) ||
+  fail "a checkpoint saved under --set training.checkpoint.dir=runs/x did not load from --checkpoint runs/x"
+
 # Bad input: clear messages, exit code 3, nothing overwritten.
 expect_fail 3 "unknown key 'epoch' (did you mean 'epochs'?)" -- "$tessera" train "$work/run.yaml" --set training.epoch=2
 sed 's/units: 16/unit: 16/' "$work/run.yaml" > "$work/typo.yaml"

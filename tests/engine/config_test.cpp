@@ -380,6 +380,19 @@ TEST_CASE("config: paths in a config are relative to its file") {
   CHECK(loose["a"].base_dir() == std::filesystem::path("."));
 }
 
+TEST_CASE("config: paths given by an override are relative to the working directory") {
+  ConfigNode root = ConfigNode::parse("data: {train: d.csv}\ntraining: {epochs: 1}\n", "configs/mnist/run.yaml");
+  apply_override(root, "training.checkpoint=runs/x");
+  apply_override(root, "data={train: other.csv, validation: v.csv}");
+  CHECK(root["training"]["checkpoint"].resolve_path("runs/x") == std::filesystem::path("runs/x"));
+  CHECK(root["data"]["validation"].resolve_path("v.csv") == std::filesystem::path("v.csv"));
+  CHECK(root["training"]["epochs"].resolve_path("a") == std::filesystem::path("configs/mnist/a"));  // written in the file
+  // A value of another file keeps that file's folder.
+  ConfigNode model = ConfigNode::parse("layers: []\n", "models/mlp.yaml");
+  root.set("model", model);
+  CHECK(root["model"]["layers"].base_dir() == std::filesystem::path("models"));
+}
+
 TEST_CASE("config: did_you_mean") {
   std::vector<std::string> keys = {"units", "activation", "use_bias", "kernel_initializer"};
   CHECK(did_you_mean("unit", keys) == "units");
