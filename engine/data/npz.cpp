@@ -24,6 +24,8 @@ constexpr std::uint32_t kEndSig = 0x06054b50;
 constexpr std::uint32_t kZip64EndSig = 0x06064b50;
 constexpr std::uint32_t kZip64LocatorSig = 0x07064b50;
 constexpr std::uint32_t kStored = 0, kDeflated = 8;
+// Deflate expands at most about 1032:1 (a 258-byte match per 2 bits); 1040 leaves room for block headers.
+constexpr std::uint64_t kMaxDeflateRatio = 1040;
 
 struct ZipEntry {
   std::string name;
@@ -56,18 +58,19 @@ class ZipReader {
     need(start, entry.compressed_size, "data of '" + entry.name + "'");
     const std::uint8_t* src = bytes_.data() + start;
 
+    if (entry.method != kStored && entry.method != kDeflated)
+      fail(where + "compression method " + std::to_string(entry.method) + " is not supported (stored and deflate are)");
+    // The recorded size is checked against what the data can hold before it is
+    // allocated: a few hundred bytes of archive must not claim gigabytes.
+    if (entry.method == kStored && entry.compressed_size != entry.size)
+      fail(where + "stored entry with differing sizes (" + std::to_string(entry.compressed_size) + " vs " +
+           std::to_string(entry.size) + ")");
+    if (entry.method == kDeflated && entry.size / kMaxDeflateRatio > entry.compressed_size)
+      fail(where + "claims " + std::to_string(entry.size) + " bytes from " + std::to_string(entry.compressed_size) +
+           " compressed bytes, more than deflate can expand to");
     std::vector<std::uint8_t> out(static_cast<std::size_t>(entry.size));
-    if (entry.method == kStored) {
-      if (entry.compressed_size != entry.size)
-        fail(where + "stored entry with differing sizes (" + std::to_string(entry.compressed_size) +
-             " vs " + std::to_string(entry.size) + ")");
-      std::copy(src, src + entry.size, out.begin());
-    } else if (entry.method == kDeflated) {
-      inflate_raw(src, entry.compressed_size, out, where);
-    } else {
-      fail(where + "compression method " + std::to_string(entry.method) +
-           " is not supported (stored and deflate are)");
-    }
+    if (entry.method == kStored) std::copy(src, src + entry.size, out.begin());
+    else inflate_raw(src, entry.compressed_size, out, where);
     if (crc32_z(0, out.data(), out.size()) != entry.crc)
       fail(where + "CRC-32 mismatch (corrupt data)");
     return out;

@@ -418,6 +418,19 @@ TEST_CASE("data_test: load_npz reads stored and deflated members") {
   message = data_error_of([&] { load_npz(dir / "bad.npz", "y"); });
   CHECK(contains(message, "entry 'y.npy'"));
 
+  // A central directory that claims 4 GiB for a member is refused before anything is allocated.
+  for (const bool deflated : {false, true}) {
+    Bytes claims = read_file(dir / "a.npz");
+    const Bytes central = {0x50, 0x4b, 0x01, 0x02};
+    auto header = std::search(claims.begin(), claims.end(), central.begin(), central.end());
+    if (deflated) header = std::search(header + 1, claims.end(), central.begin(), central.end());
+    REQUIRE(header != claims.end());
+    for (int i = 0; i < 4; ++i) header[24 + i] = i == 0 ? 0xf0 : 0xff;  // uncompressed size 0xfffffff0
+    write_file(dir / "claims.npz", claims);
+    message = data_error_of([&] { load_npz(dir / "claims.npz", deflated ? "y" : "x"); });
+    CHECK(contains(message, deflated ? "more than deflate can expand to" : "stored entry with differing sizes"));
+  }
+
   write_text(dir / "not.npz", "hello, this is no zip archive at all");
   CHECK(contains(data_error_of([&] { load_npz(dir / "not.npz", "x"); }), "not a zip archive"));
 }
