@@ -77,15 +77,22 @@ Dataset load_dataset(ConfigNode spec) {
     // The last `fraction` of the bytes is held out for validation.
     auto cut = static_cast<std::int64_t>(static_cast<double>(tokens.numel()) * (1.0 - fraction));
     Tensor part = split == "train" ? tokens.rows(0, cut) : tokens.rows(cut, tokens.numel() - cut);
-    Dataset d = text_windows(part, spec["context"].as<std::int64_t>(), spec.get<std::int64_t>("stride", 0));
+    const auto context = spec["context"].as<std::int64_t>(), stride = spec.get<std::int64_t>("stride", 0);
+    if (context < 1) config_error(spec["context"], "context (bytes per window) must be >= 1");
+    if (stride < 0) config_error(spec["stride"], "stride must be >= 1, or 0 for windows that do not overlap");
+    Dataset d = text_windows(part, context, stride);
     d.source = path.string() + " (" + split + ")";
     return d;
   }
   if (type == "synthetic") {
     spec.expect_keys({"type", "samples", "shape", "classes", "seed"});
-    return synthetic_classification(spec["samples"].as<std::int64_t>(),
-                                    Shape(spec["shape"].as<std::vector<std::int64_t>>()),
-                                    spec["classes"].as<std::int64_t>(),
+    const auto samples = spec["samples"].as<std::int64_t>(), classes = spec["classes"].as<std::int64_t>();
+    const auto shape = spec["shape"].as<std::vector<std::int64_t>>();
+    if (samples < 1) config_error(spec["samples"], "samples must be >= 1");
+    if (classes < 2) config_error(spec["classes"], "classes must be >= 2");
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      if (shape[i] < 1) config_error(spec["shape"].at(i), "a sample's dimensions must be >= 1");
+    return synthetic_classification(samples, Shape(shape), classes,
                                     static_cast<std::uint64_t>(spec.get<std::int64_t>("seed", 0)));
   }
   spec["type"].fail_unknown("data type", type, kDataTypes);

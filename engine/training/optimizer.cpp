@@ -11,14 +11,27 @@ namespace {
 
 const std::vector<std::string> kOptimizers = {"sgd", "adam", "adamw"};
 
+// node[key], or `fallback` when absent; a present value must pass `ok`, else
+// a config error at it saying that it `must` (a NaN fails every rule).
+template <typename T, typename Ok>
+T checked(const ConfigNode& node, const std::string& key, T fallback, Ok ok, const std::string& must) {
+  const T value = node.get<T>(key, fallback);
+  if (!ok(value)) node[key].fail(key + " must " + must);
+  return value;
+}
+
+bool positive(double x) { return std::isfinite(x) && x > 0; }
+bool non_negative(double x) { return std::isfinite(x) && x >= 0; }
+bool fraction(double x) { return x >= 0 && x < 1; }  // a decay rate: 1 would never forget, and Adam divides by 1 - beta^t
+
 ScheduleSpec parse_schedule(ConfigNode node) {
   ScheduleSpec s;
   node.expect_keys({"type", "warmup_steps", "decay_steps", "min_ratio"});
   s.type = node.get<std::string>("type", "constant");
   if (s.type != "constant" && s.type != "cosine") node["type"].fail_unknown("schedule", s.type, {"constant", "cosine"});
-  s.warmup_steps = node.get<std::int64_t>("warmup_steps", 0);
-  s.decay_steps = node.get<std::int64_t>("decay_steps", 0);
-  s.min_ratio = node.get<double>("min_ratio", 0.0);
+  s.warmup_steps = checked<std::int64_t>(node, "warmup_steps", 0, [](auto n) { return n >= 0; }, "be >= 0");
+  s.decay_steps = checked<std::int64_t>(node, "decay_steps", 0, [](auto n) { return n >= 0; }, "be >= 0 (0: the whole run)");
+  s.min_ratio = checked(node, "min_ratio", 0.0, [](double r) { return r >= 0 && r <= 1; }, "lie in [0, 1]");
   return s;
 }
 
@@ -44,21 +57,19 @@ OptimizerSpec parse_optimizer(ConfigNode node) {
     keys.insert(keys.end(), {"beta_1", "beta_2", "epsilon", "weight_decay"});
   }
   node.expect_keys(keys);
-  spec.learning_rate = node.get<float>("learning_rate", spec.type == "sgd" ? 0.01f : 1e-3f);
-  spec.global_clipnorm = node.get<float>("global_clipnorm", 0.0f);
-  spec.weight_decay = node.get<float>("weight_decay", spec.type == "adamw" ? 0.004f : 0.0f);
+  spec.learning_rate =
+      checked(node, "learning_rate", spec.type == "sgd" ? 0.01f : 1e-3f, positive, "be a positive number");
+  spec.global_clipnorm = checked(node, "global_clipnorm", 0.0f, non_negative, "be >= 0 (0: no clipping)");
+  spec.weight_decay = checked(node, "weight_decay", spec.type == "adamw" ? 0.004f : 0.0f, non_negative, "be >= 0");
   if (spec.type == "sgd") {
-    spec.momentum = node.get<float>("momentum", 0.0f);
+    spec.momentum = checked(node, "momentum", 0.0f, fraction, "lie in [0, 1)");
     spec.nesterov = node.get<bool>("nesterov", false);
   } else {
-    spec.beta_1 = node.get<float>("beta_1", 0.9f);
-    spec.beta_2 = node.get<float>("beta_2", 0.999f);
-    spec.epsilon = node.get<float>("epsilon", 1e-7f);
+    spec.beta_1 = checked(node, "beta_1", 0.9f, fraction, "lie in [0, 1)");
+    spec.beta_2 = checked(node, "beta_2", 0.999f, fraction, "lie in [0, 1)");
+    spec.epsilon = checked(node, "epsilon", 1e-7f, positive, "be a positive number");
   }
   if (auto schedule = node.find("schedule")) spec.schedule = parse_schedule(*schedule);
-  if (spec.learning_rate <= 0)
-    throw ConfigError(node["learning_rate"].location() + ": " + node["learning_rate"].path() +
-                      ": the learning rate must be positive");
   return spec;
 }
 

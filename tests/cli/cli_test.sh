@@ -122,6 +122,10 @@ expect_fail 3 "layout_map.dense/kernel: .*'tiny/dense/kernel'.*dimension 0 of si
   --set "distribution.layout_map={dense/kernel: [model, null]}"
 expect_fail 3 "unknown distribution type 'data_paralel' (did you mean 'data_parallel'?)" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={type: data_paralel}"
+expect_fail 3 "data.train.classes: classes must be >= 2" -- "$tessera" train "$work/run.yaml" --set data.train.classes=1
+expect_fail 3 "data.train.samples: samples must be >= 1" -- "$tessera" train "$work/run.yaml" --set data.train.samples=-3
+expect_fail 3 "data.train.shape\[0\]: a sample's dimensions must be >= 1" -- \
+  "$tessera" train "$work/run.yaml" --set "data.train.shape=[-1]"
 # Sizes past what the engine can hold are errors at the entry, not overflow or a crash.
 expect_fail 3 "distribution.mesh.shape: a mesh has at most 16 axes, this one 17" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={mesh: {shape: [$(printf '1, %.0s' {1..16})1]}}"

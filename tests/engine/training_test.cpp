@@ -177,6 +177,13 @@ TEST_CASE("bad training configs are errors with a hint") {
   CHECK(error_of("training: {loss: mse, metrics: [acuracy]}").find("did you mean 'accuracy'") != std::string::npos);
   CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, beta_1: 0.9}}").find("unknown key 'beta_1'") != std::string::npos);
   CHECK(error_of("training: {loss: mse, epochs: 0}").find("run.yaml:1:") != std::string::npos);
+  // Values the update rules cannot use are errors at the value, not a NaN loss later.
+  CHECK(error_of("training: {loss: mse, optimizer: {type: adam, beta_1: 1.0}}").find("run.yaml:1:55: training.optimizer.beta_1: beta_1 must lie in [0, 1)") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: adam, learning_rate: .nan}}").find("learning_rate must be a positive number") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: adam, epsilon: -1}}").find("epsilon must be a positive number") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, momentum: 1}}").find("momentum must lie in [0, 1)") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, global_clipnorm: -1}}").find("global_clipnorm must be >= 0") != std::string::npos);
+  CHECK(error_of("training: {loss: mse, optimizer: {type: adam, schedule: {type: cosine, min_ratio: 2}}}").find("min_ratio must lie in [0, 1]") != std::string::npos);
 }
 
 TEST_CASE("top-k accuracy counts a label among the k highest scores") {
