@@ -184,6 +184,11 @@ fs::path checked_dir(const fs::path& dir_arg, const TrainingState& state) {
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   if (ec) throw error("cannot create the folder '" + parent.string() + "': " + ec.message());
+  // A link to a checkpoint: replace the directory it names (a link cannot be swapped with one).
+  if (fs::is_symlink(dir, ec)) {
+    dir = fs::canonical(dir, ec);
+    if (ec) throw error("is a link that leads nowhere: " + ec.message());
+  }
   // Never replace what is not a checkpoint (a typo in `dir` must not delete a
   // folder of data).
   if (fs::exists(dir, ec)) {
@@ -244,21 +249,32 @@ bool is_checkpoint_file(const std::string& name) {
 // an open log keeps its file. A folder or a file that cannot be linked stops
 // the save before anything is replaced.
 template <typename MakeError>
-void carry_over_user_files(const fs::path& dir, const fs::path& scratch, const MakeError& error) {
+std::vector<fs::path> user_files(const fs::path& dir, const MakeError& error) {
+  std::vector<fs::path> files;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) return files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (is_checkpoint_file(name)) continue;
     if (entry.is_directory(ec) || entry.is_symlink(ec))
       throw error("holds '" + name + "', which is not a checkpoint file and would be deleted with the old checkpoint; " +
                   "move it out of the checkpoint directory");
-    fs::create_hard_link(entry.path(), scratch / name, ec);
+    files.push_back(entry.path());
+  }
+  if (ec) throw error("cannot list the old checkpoint: " + ec.message());
+  return files;
+}
+
+template <typename MakeError>
+void carry_over_user_files(const fs::path& dir, const fs::path& scratch, const MakeError& error) {
+  std::error_code ec;
+  for (const fs::path& file : user_files(dir, error)) {
+    const std::string name = file.filename().string();
+    fs::create_hard_link(file, scratch / name, ec);
     if (ec)
       throw error("cannot keep '" + name + "' (not a checkpoint file) in the new checkpoint: " + ec.message() +
                   "; move it out of the checkpoint directory");
   }
-  if (ec) throw error("cannot list the old checkpoint: " + ec.message());
 }
 
 void finish(const fs::path& scratch, const fs::path& dir) {
@@ -300,6 +316,13 @@ SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const J
 }
 
 }  // namespace
+
+void check_checkpoint_dir(const fs::path& dir_arg) {
+  const fs::path dir = checked_dir(dir_arg, TrainingState{});
+  user_files(dir, [&](const std::string& message) {
+    return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
+  });
+}
 
 void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const TrainingState& state,
                      const std::string& resolved_config) {

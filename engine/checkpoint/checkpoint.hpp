@@ -63,6 +63,11 @@ struct TrainingState {
 void save_checkpoint(const std::filesystem::path& dir, const VariableStore& store,
                      const TrainingState& state, const std::string& resolved_config);
 
+// Throws the CheckpointError a save into `dir` would throw for the directory
+// itself (not a checkpoint, a file, a folder inside it), creating nothing but
+// its parent: for a run to check before it trains, not after its first epoch.
+void check_checkpoint_dir(const std::filesystem::path& dir);
+
 // One process's part of a sharded checkpoint: every process calls
 // save_checkpoint with the same dir, state and index at once.
 struct ShardedSave {

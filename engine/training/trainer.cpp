@@ -255,6 +255,20 @@ Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) 
   return inputs.reshape(Shape(dims));
 }
 
+void Trainer::check_dataset(const Dataset& data) {
+  const Tensor inputs = as_model_input(data.inputs, data.source);
+  const std::int64_t n = inputs.shape()[0];
+  const Program& p = program(std::min(n, spec_.batch_size), /*training=*/false, /*with_loss=*/true);
+  const Shape per_batch = p.graph.shape(p.target);
+  std::vector<std::int64_t> dims = per_batch.dims();
+  dims[0] = n;
+  const Tensor& t = data.targets;
+  if (t.dtype() != p.graph.dtype(p.target) || !t.defined() || t.shape() != Shape(dims))
+    throw ShapeError("data '" + data.source + "' has targets " + (t.defined() ? t.describe() : std::string("none")) +
+                     " for " + std::to_string(n) + " samples, but the loss " + spec_.loss.type + " takes " +
+                     std::string(dtype_name(p.graph.dtype(p.target))) + Shape(dims).str());
+}
+
 std::pair<std::int64_t, std::int64_t> Trainer::process_rows(std::int64_t size) const {
   if (!distribution_ || !distribution_->placement().multi_process()) return {0, size};
   // As distribute() splits batches: along the batch axis when it divides them.
@@ -357,6 +371,9 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
                                    const FitCallbacks& callbacks) {
+  // What would fail after the first epoch fails before it, losing no training.
+  if (validation != nullptr) check_dataset(*validation);
+  if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
   Dataset data{as_model_input(train.inputs, train.source), train.targets, train.source};
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;

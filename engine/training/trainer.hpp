@@ -164,6 +164,8 @@ class Trainer {
   void distribute(Program& p, const Model::Traced& traced, const std::vector<std::pair<std::string, ValueId>>& leaves,
                   const std::vector<ValueId>& outputs);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
+  // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.
+  void check_dataset(const Dataset& data);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
   Evaluation run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row);
   // The rows of a batch of `size` that this process's devices train on (all in one process).

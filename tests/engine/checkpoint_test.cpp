@@ -577,6 +577,20 @@ TEST_CASE("checkpoint: a checkpoint directory is replaced atomically") {
   }
 }
 
+TEST_CASE("checkpoint: a link to a checkpoint directory saves into the directory it names") {
+  TempDir tmp;
+  VariableStore store;
+  classifier().build(store, 1);
+  save_checkpoint(tmp / "real", store, at(1), "first");
+  fs::create_directory_symlink("real", tmp / "link");
+  save_checkpoint(tmp / "link", store, at(2), "second");
+  CHECK(fs::is_symlink(tmp / "link"));
+  VariableStore check;
+  classifier().build(check, 3);
+  CHECK(load_checkpoint(tmp / "real", check).step == 2);
+  CHECK(tmp.entries() == std::vector<std::string>{"link", "real"});
+}
+
 TEST_CASE("checkpoint: the user's files in a checkpoint directory survive its replacement") {
   TempDir tmp;
   const fs::path dir = tmp / "ckpt";

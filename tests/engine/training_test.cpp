@@ -2,11 +2,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "engine/config/config.hpp"
 #include "engine/data/synthetic.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/training/trainer.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
@@ -184,6 +186,27 @@ TEST_CASE("bad training configs are errors with a hint") {
   CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, momentum: 1}}").find("momentum must lie in [0, 1)") != std::string::npos);
   CHECK(error_of("training: {loss: mse, optimizer: {type: sgd, global_clipnorm: -1}}").find("global_clipnorm must be >= 0") != std::string::npos);
   CHECK(error_of("training: {loss: mse, optimizer: {type: adam, schedule: {type: cosine, min_ratio: 2}}}").find("min_ratio must lie in [0, 1]") != std::string::npos);
+}
+
+TEST_CASE("fit refuses validation data and a checkpoint folder it cannot use before training") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  Dataset wide = synthetic_classification(10, {9}, 3, 2);
+  CHECK_THROWS_WITH_AS(trainer.fit(data, &wide), doctest::Contains("takes [8]"), ShapeError);
+  Dataset floats{synthetic_classification(10, {8}, 3, 2).inputs, Tensor::from_vector(std::vector<float>(30, 0.0f), {10, 3}), "float targets"};
+  CHECK_THROWS_WITH_AS(trainer.fit(data, &floats), doctest::Contains("'float targets' has targets f32[10, 3]"), ShapeError);
+  CHECK(trainer.step() == 0);
+
+  TempDir dir;
+  std::ofstream(dir / "notes.txt") << "not a checkpoint";
+  TrainingSpec saving = spec();
+  saving.checkpoint.dir = dir.path();
+  VariableStore other;
+  Trainer refusing(model, saving, other);
+  CHECK_THROWS_WITH_AS(refusing.fit(data, &data), doctest::Contains("is not a checkpoint"), CheckpointError);
+  CHECK(refusing.step() == 0);
 }
 
 TEST_CASE("top-k accuracy counts a label among the k highest scores") {
