@@ -243,7 +243,8 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
     std::int64_t n = outputs.shape()[0], width = outputs.numel() / std::max<std::int64_t>(1, n);
     const float* p = outputs.data<float>();
     for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < width; ++c) csv << p[r * width + c] << (c + 1 == width ? "\n" : ",");
+      for (std::int64_t c = 0; c < width; ++c)  // the shortest text that reads back as the same float
+        csv << fmt::format("{}", p[r * width + c]) << (c + 1 == width ? "\n" : ",");
     csv.close();
     if (!csv) throw DataError("predict: could not write '" + output + "'");
     std::filesystem::rename(output + ".tmp", output);  // never a half-written output

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -234,6 +235,18 @@ Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view wh
     for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i] != 0;
   } else {
     std::memcpy(t.raw_data(), src, t.nbytes());  // the stored type is the engine's
+  }
+  // As the CSV reader: a NaN or an infinity (a float64 beyond float32's range
+  // becomes one) would train or predict meaningless numbers without a word.
+  if (t.dtype() == DType::f32) {
+    const float* values = t.data<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(values[i]))
+        throw data_error(what, source,
+                         "element " + std::to_string(i) + " is " +
+                             (std::isnan(values[i]) ? std::string("NaN") : std::string("infinite")) +
+                             (type->descr == "<f8" && !std::isnan(values[i]) ? " in float32 (beyond its range)" : "") +
+                             "; the data must be finite numbers");
   }
   return t;
 }

@@ -31,6 +31,16 @@ PY
 "$tessera" predict "$work/run.yaml" --checkpoint "$work/ckpt" --input "$work/x.npy" --output "$work/y.csv" > /dev/null
 [ "$(wc -l < "$work/y.csv")" = 4 ] || fail "expected 4 prediction rows"
 [ "$(head -1 "$work/y.csv" | tr ',' '\n' | wc -l)" = 3 ] || fail "expected 3 outputs per row"
+# The CSV holds the same floats as the .npy, not 6 significant digits of them.
+"$tessera" predict "$work/run.yaml" --checkpoint "$work/ckpt" --input "$work/x.npy" --output "$work/y.npy" > /dev/null
+python3 - "$work/y.csv" "$work/y.npy" <<'PY' || fail "predict's CSV does not read back as its .npy's floats"
+import struct, sys
+csv = [struct.unpack("<f", struct.pack("<f", float(v)))[0] for line in open(sys.argv[1]) for v in line.split(",")]
+raw = open(sys.argv[2], "rb").read()
+header_len = struct.unpack("<H", raw[8:10])[0]
+npy = list(struct.unpack("<%df" % len(csv), raw[10 + header_len:]))
+assert csv == npy, (csv, npy)
+PY
 
 # Resume continues from the checkpoint's epoch.
 out=$("$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckpt" --set training.epochs=3 \

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -380,6 +381,18 @@ TEST_CASE("data_test: load_npy converts f64 and u8, and rejects what it cannot r
       npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", Bytes{1, 0, 0, 0}));
   message = data_error_of([&] { load_npy(dir / "short.npy"); });
   CHECK(contains(message, "expected 8 bytes, got 4"));
+
+  // Numbers float32 cannot hold, and NaN, are refused naming the element.
+  const double wide[] = {1.0, 1e300};
+  Bytes f64_wide(sizeof wide);
+  std::memcpy(f64_wide.data(), wide, sizeof wide);
+  write_file(dir / "wide.npy", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", f64_wide));
+  CHECK(contains(data_error_of([&] { load_npy(dir / "wide.npy"); }), "element 1 is infinite in float32"));
+  const float nan[] = {0.0f, 1.0f, std::numeric_limits<float>::quiet_NaN()};
+  Bytes f32_nan(sizeof nan);
+  std::memcpy(f32_nan.data(), nan, sizeof nan);
+  write_file(dir / "nan.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f32_nan));
+  CHECK(contains(data_error_of([&] { load_npy(dir / "nan.npy"); }), "element 2 is NaN"));
 
   write_text(dir / "text.npy", "not numpy at all");
   CHECK(contains(data_error_of([&] { load_npy(dir / "text.npy"); }), "not a .npy file"));
