@@ -15,8 +15,7 @@ namespace {
 // the widest the machine has (the library is built without -march).
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict pm, float* __restrict pv,
-               std::int64_t n, float b1, float b2, float eps, float lr, float inv_correction1,
-               float inv_correction2, float decay, float l2) {
+               std::int64_t n, float b1, float b2, float eps, float alpha, float decay, float l2) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) {
     float gi = g[i] + l2 * p[i];
@@ -24,7 +23,7 @@ void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict
     float vi = b2 * pv[i] + (1.0f - b2) * gi * gi;
     pm[i] = mi;
     pv[i] = vi;
-    p[i] = p[i] * decay - lr * (mi * inv_correction1) / (std::sqrt(vi * inv_correction2) + eps);
+    p[i] = p[i] * decay - alpha * mi / (std::sqrt(vi) + eps);
   }
 }
 
@@ -69,12 +68,14 @@ void CpuBackend::run_adam_update(const Tensor& param, const Tensor& grad, const 
   const std::int64_t n = param.numel();
   const auto t = static_cast<double>(args.step);
   const float b1 = args.beta1, b2 = args.beta2, eps = args.epsilon, lr = args.learning_rate;
-  const float inv_correction1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t)));
-  const float inv_correction2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t)));
+  // Keras 3's form: the bias corrections fold into the step size, and epsilon
+  // is added to sqrt(v) itself (not to the corrected sqrt(v / (1 - b2^t))).
+  const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)) /
+                                        (1.0 - std::pow(static_cast<double>(b1), t)));
   const float decay = args.decoupled_weight_decay ? 1.0f - lr * args.weight_decay : 1.0f;
   const float l2 = args.decoupled_weight_decay ? 0.0f : args.weight_decay;
   ThreadShare share(threads());
-  adam_loop(p, g, pm, pv, n, b1, b2, eps, lr, inv_correction1, inv_correction2, decay, l2);
+  adam_loop(p, g, pm, pv, n, b1, b2, eps, alpha, decay, l2);
 }
 
 }  // namespace tessera

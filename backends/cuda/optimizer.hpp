@@ -3,7 +3,7 @@
 // formulas (backends/cpu/optimizer.cpp): optimizer.cu launches them over the
 // parameters, tests check them on the host against the CPU backend.
 //
-// The per-step scalars (bias corrections, the decoupled decay factor) are
+// The per-step scalars (Adam's step size with its bias corrections, the decoupled decay factor) are
 // computed once on the host (optimizer_steps.hpp), in double as the CPU
 // backend does, so every element sees the same floats. No engine headers
 // here: the kernels compile as C++17.
@@ -36,8 +36,8 @@ struct SgdStep {
 };
 
 struct AdamStep {
-  float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, lr = 1e-3f;
-  float inv_correction1 = 1.0f, inv_correction2 = 1.0f;  // 1 / (1 - beta^t)
+  float b1 = 0.9f, b2 = 0.999f, eps = 1e-7f;
+  float alpha = 1e-3f;  // Keras 3's step size: lr * sqrt(1 - b2^t) / (1 - b1^t)
   float decay = 1.0f;  // AdamW's 1 - lr * wd, else 1
   float l2 = 0.0f;     // Adam's wd added to the gradient, else 0
 
@@ -48,7 +48,7 @@ struct AdamStep {
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - lr * (mi * inv_correction1) / (::sqrtf(vi * inv_correction2) + eps);
+    p[i] = p[i] * decay - alpha * mi / (::sqrtf(vi) + eps);
   }
 };
 

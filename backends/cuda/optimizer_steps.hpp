@@ -20,10 +20,9 @@ inline AdamStep make_adam_step(const AdamArgs& args) {
   s.b1 = args.beta1;
   s.b2 = args.beta2;
   s.eps = args.epsilon;
-  s.lr = args.learning_rate;
-  s.inv_correction1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(s.b1), t)));
-  s.inv_correction2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(s.b2), t)));
-  s.decay = args.decoupled_weight_decay ? 1.0f - s.lr * args.weight_decay : 1.0f;
+  s.alpha = static_cast<float>(args.learning_rate * std::sqrt(1.0 - std::pow(static_cast<double>(s.b2), t)) /
+                               (1.0 - std::pow(static_cast<double>(s.b1), t)));
+  s.decay = args.decoupled_weight_decay ? 1.0f - args.learning_rate * args.weight_decay : 1.0f;
   s.l2 = args.decoupled_weight_decay ? 0.0f : args.weight_decay;
   return s;
 }

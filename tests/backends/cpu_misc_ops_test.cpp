@@ -346,7 +346,7 @@ TEST_CASE("sgd_update follows Keras' SGD") {
   }
 }
 
-TEST_CASE("adam_update: Adam and AdamW with bias correction, steps 1 to 3") {
+TEST_CASE("adam_update: Adam and AdamW with Keras' bias correction, steps 1 to 3") {
   const Shape shape{300, 301};  // above the parallel threshold
   struct Case {
     const char* label;
@@ -380,7 +380,7 @@ TEST_CASE("adam_update: Adam and AdamW with bias correction, steps 1 to 3") {
         if (a.decoupled_weight_decay) p[i] *= 1.0 - lr * wd;
         mr[i] = b1 * mr[i] + (1.0 - b1) * gi;
         vr[i] = b2 * vr[i] + (1.0 - b2) * gi * gi;
-        p[i] -= lr * (mr[i] / c1) / (std::sqrt(vr[i] / c2) + a.epsilon);
+        p[i] -= lr * std::sqrt(c2) / c1 * mr[i] / (std::sqrt(vr[i]) + a.epsilon);  // Keras 3's Adam.update_step
       }
       check_close(m, std::vector<float>(mr.begin(), mr.end()), 1e-5, 1e-7);
       check_close(v, std::vector<float>(vr.begin(), vr.end()), 1e-4, 1e-9);
