@@ -16,9 +16,10 @@ std::vector<int> all_axes(const Shape& s) {
   return axes;
 }
 
-// log(p) for probabilities, clipped away from 0 as Keras does (epsilon 1e-7).
-ValueId clipped_log(Graph& g, ValueId p) {
-  return g.unary(UnaryOp::log, g.binary(BinaryOp::max, p, g.fill({}, 1e-7)));
+// Probabilities clipped into [epsilon, 1 - epsilon] as Keras does (epsilon 1e-7):
+// no log of 0 on either side.
+ValueId clipped(Graph& g, ValueId p) {
+  return g.binary(BinaryOp::min, g.binary(BinaryOp::max, p, g.fill({}, 1e-7)), g.fill({}, 1.0 - 1e-7));
 }
 
 }  // namespace
@@ -52,7 +53,11 @@ Shape loss_target_shape(const LossSpec& loss, const Shape& output) {
 ValueId build_loss(Graph& g, const LossSpec& loss, ValueId output, ValueId target) {
   Shape out = g.shape(output);
   if (loss.type == "sparse_categorical_crossentropy" || loss.type == "categorical_crossentropy") {
-    ValueId log_p = loss.from_logits ? g.softmax(output, -1, /*log=*/true) : clipped_log(g, output);
+    // Probabilities are first scaled to sum to 1 over the classes, as Keras does.
+    ValueId log_p = loss.from_logits
+                        ? g.softmax(output, -1, /*log=*/true)
+                        : g.unary(UnaryOp::log, clipped(g, g.div(output, g.reduce(ReduceOp::sum, output, {out.rank() - 1},
+                                                                                   /*keepdims=*/true))));
     ValueId probs = loss.type == "categorical_crossentropy" ? target : g.one_hot(target, out[out.rank() - 1]);
     double rows = static_cast<double>(out.numel() / out[out.rank() - 1]);
     return g.scale(g.reduce(ReduceOp::sum, g.mul(log_p, probs), all_axes(out)), -1.0 / rows);
@@ -65,9 +70,9 @@ ValueId build_loss(Graph& g, const LossSpec& loss, ValueId output, ValueId targe
                                                      g.unary(UnaryOp::exp, g.unary(UnaryOp::neg, g.unary(UnaryOp::abs, output)))));
       per_element = g.add(g.sub(g.unary(UnaryOp::relu, output), g.mul(output, target)), softplus);
     } else {
-      ValueId one = g.fill({}, 1.0);
-      per_element = g.unary(UnaryOp::neg, g.add(g.mul(target, clipped_log(g, output)),
-                                                 g.mul(g.sub(one, target), clipped_log(g, g.sub(one, output)))));
+      ValueId one = g.fill({}, 1.0), p = clipped(g, output);
+      per_element = g.unary(UnaryOp::neg, g.add(g.mul(target, g.unary(UnaryOp::log, p)),
+                                                 g.mul(g.sub(one, target), g.unary(UnaryOp::log, g.sub(one, p)))));
     }
     return g.reduce(ReduceOp::mean, per_element, all_axes(out));
   }

@@ -1,6 +1,7 @@
 // fit / evaluate / predict, losses, schedules and clipping.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -103,6 +104,33 @@ TEST_CASE("sparse categorical cross-entropy equals its definition") {
     expected += -(static_cast<double>(z[r * 3 + (r == 0 ? 1 : 2)]) - std::log(sum));
   }
   check_close(exec.output(loss), {static_cast<float>(expected / 2)}, 3e-5, 1e-6);  // f32 log-softmax
+}
+
+TEST_CASE("cross-entropies of probabilities follow Keras: scaled to sum 1 and clipped on both sides") {
+  // Scores outside [0, 1] that do not sum to 1: Keras' categorical loss divides
+  // them by the row sum, and both losses clip into [1e-7, 1 - 1e-7].
+  const std::vector<float> scores = {0.0f, 2.0f, 2.0f, 1.0f, 0.0f, 0.0f};
+  auto loss_of = [&](const char* type, const std::vector<float>& target) {
+    Graph g;
+    ValueId output = g.input("p", {2, 3}), t = g.input("t", {2, 3});
+    ValueId loss = build_loss(g, {.type = type, .from_logits = false}, output, t);
+    Executor exec(g, {loss});
+    exec.bind(output, Tensor::from_vector(scores, {2, 3}));
+    exec.bind(t, Tensor::from_vector(target, {2, 3}));
+    exec.run();
+    return static_cast<double>(exec.output(loss).to_vector<float>()[0]);
+  };
+  const double low = 1e-7, high = static_cast<double>(1.0f - 1e-7f);  // the clip bounds, as float
+  // Row 0 is [0, 0.5, 0.5] once scaled, its label 1; row 1 is [1, 0, 0], its label 1 (a 0: clipped).
+  CHECK(loss_of("categorical_crossentropy", {0, 1, 0, 0, 1, 0}) ==
+        doctest::Approx((-std::log(0.5) - std::log(low)) / 2).epsilon(1e-5));
+  const std::vector<float> bits = {1, 1, 0, 1, 0, 1};
+  double expected = 0;
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const double p = std::clamp(static_cast<double>(scores[i]), low, high), y = bits[i];
+    expected -= y * std::log(p) + (1 - y) * std::log(1 - p);
+  }
+  CHECK(loss_of("binary_crossentropy", bits) == doctest::Approx(expected / 6).epsilon(1e-4));
 }
 
 TEST_CASE("a label out of range is an error naming it and the class count") {
