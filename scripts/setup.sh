@@ -16,6 +16,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # jobs of several processes: mpirun, and MPI collectives between them
   dataset-fashion-mnist  # the default config's data: /usr/share/datasets/fashion-mnist
   bible-kjv         # the GPT's byte corpus, written to data/kjv.txt below
+  python3 procps    # the test scripts: python3 checks outputs, pgrep finds mpirun's ranks
 )
 
 missing=()
@@ -45,7 +46,7 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
   as_root=(sudo)
 fi
-export DEBIAN_FRONTEND=noninteractive
-"${as_root[@]}" apt-get update -qq
-"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Through env: sudo's env_reset would drop an exported DEBIAN_FRONTEND.
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 make_corpus

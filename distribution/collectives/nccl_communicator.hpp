@@ -19,7 +19,7 @@
 // carries it to the others (nccl_job_unique_id), and each process initialises
 // its ranks with ncclCommInitRank before the same splits.
 //
-// Compiled only with CUDA (TESSERA_HAVE_CUDA); tested by the GPU suite, except
+// Compiled only with CUDA and NCCL (TESSERA_HAVE_NCCL); tested by the GPU suite, except
 // nccl_job_unique_id, which needs no GPU and runs in the MPI suite.
 #pragma once
 

@@ -281,7 +281,7 @@ TEST_CASE("shm communicator: all_to_all over every pair of split and concat dims
       }
 }
 
-TEST_CASE("shm communicator: integer sum and max; mean of integers is a DTypeError") {
+TEST_CASE("shm communicator: integer sum and max - and mean of integers is a DTypeError") {
   const int n = 4;
   ShmCommunicator comm(n);
   const CommGroup group = world(n);

@@ -80,7 +80,7 @@ TEST_CASE("the probe measures positive speeds") {
   CHECK(c.cores >= 1);
 }
 
-TEST_CASE("type auto: every mesh and strategy is a candidate; the fastest within the budget wins") {
+TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest within the budget wins") {
   set_cpu_device_count(4, 1);
   Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
   TrainingSpec spec = parse_training(ConfigNode::parse(

@@ -8,7 +8,7 @@
 
 #include "backends/registry.hpp"
 
-#if TESSERA_HAVE_CUDA
+#if TESSERA_HAVE_NCCL
 #include "backends/cuda/cuda_backend.hpp"
 #include "distribution/collectives/nccl_communicator.hpp"
 #include "distribution/spmd_context.hpp"
@@ -109,4 +109,4 @@ TEST_CASE("nccl communicator: a rank that never arrives is an error after the ti
                        doctest::Contains("did not complete on rank 0"), CollectiveError);
 }
 
-#endif  // TESSERA_HAVE_CUDA
+#endif  // TESSERA_HAVE_NCCL

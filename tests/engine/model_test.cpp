@@ -88,7 +88,7 @@ model:
                                                  "layer_normalization/beta"});
 }
 
-TEST_CASE("the same seed initialises the same weights; another seed others") {
+TEST_CASE("the same seed initialises the same weights and another seed others") {
   const char* yaml = "model: {inputs: [{shape: [4]}], layers: [{type: Dense, units: 3}]}";
   VariableStore a, b, c;
   parse_model(yaml).build(a, 7);

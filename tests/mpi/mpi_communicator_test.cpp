@@ -11,7 +11,7 @@
 #include "distribution/collectives/mpi_communicator.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
-#if TESSERA_HAVE_CUDA
+#if TESSERA_HAVE_NCCL
 #include "distribution/collectives/nccl_communicator.hpp"
 #endif
 #include "distribution/device_workers.hpp"
@@ -151,7 +151,7 @@ TEST_CASE("mpi communicator: accounting separates bytes between processes") {
 }  // namespace
 }  // namespace tessera
 
-#if TESSERA_HAVE_CUDA
+#if TESSERA_HAVE_NCCL
 namespace tessera {
 namespace {
 
