@@ -130,6 +130,7 @@ std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string
                     "ff_dim", "activation", "epsilon"});
   AttentionArgs attention = parse_attention(args);
   auto ff_dim = args["ff_dim"].as<std::int64_t>();
+  if (ff_dim < 1) args["ff_dim"].fail("ff_dim must be >= 1");
   auto activation = args.get<std::string>("activation", "gelu");
   check_activation(args["activation"], activation);
   return std::make_unique<TransformerBlock>(name, attention, ff_dim, activation,

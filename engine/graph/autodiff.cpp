@@ -1,5 +1,6 @@
 #include "engine/graph/autodiff.hpp"
 
+#include <functional>
 #include <numeric>
 
 #include "engine/error.hpp"
@@ -29,9 +30,13 @@ std::vector<ValueId> matmul_grads(Graph& g, const Node& n, ValueId dy) {
   const Shape& as = g.shape(a);
   if (g.shape(b).rank() == 2 && as.rank() > 2 && !ta) {
     // A weight shared over batch axes: fold them into the rows, one 2-D matmul.
+    // Rows are the product of the leading axes, not numel / last: a last axis can be 0.
+    auto rows = [](const Shape& s) {
+      return std::accumulate(s.dims().begin(), s.dims().end() - 1, std::int64_t{1}, std::multiplies<>());
+    };
     const Shape& ys = g.shape(dy);
-    ValueId a2 = g.reshape(a, {as.numel() / as[as.rank() - 1], as[as.rank() - 1]});
-    ValueId dy2 = g.reshape(dy, {ys.numel() / ys[ys.rank() - 1], ys[ys.rank() - 1]});
+    ValueId a2 = g.reshape(a, {rows(as), as[as.rank() - 1]});
+    ValueId dy2 = g.reshape(dy, {rows(ys), ys[ys.rank() - 1]});
     db = tb ? mm(dy2, a2, true, false) : mm(a2, dy2, true, false);
   } else {
     db = !tb ? (!ta ? mm(a, dy, true, false) : mm(a, dy, false, false))
