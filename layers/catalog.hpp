@@ -57,9 +57,11 @@ std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string
 std::unique_ptr<Layer> make_add(ConfigNode args, const std::string& name);
 std::unique_ptr<Layer> make_concatenate(ConfigNode args, const std::string& name);
 
-// Shared argument parsing: an int or a [h, w] pair; padding "valid" (false)
-// or "same" (true), default valid.
+// Shared argument parsing: an int or a [h, w] pair (the optional key of
+// `args`, else `default_value` for both); padding "valid" (false) or "same"
+// (true), default valid.
 void parse_pair(const ConfigNode& node, int& first, int& second);
+void parse_pair(const ConfigNode& args, const std::string& key, int default_value, int& first, int& second);
 bool parse_padding(ConfigNode& args);
 
 }  // namespace tessera

@@ -55,8 +55,7 @@ std::unique_ptr<Layer> make_conv2d(ConfigNode args, const std::string& name) {
   if (filters < 1) throw ConfigError(args["filters"].location() + ": " + args["filters"].path() + ": filters must be >= 1");
   int kh, kw, sh, sw;
   parse_pair(args["kernel_size"], kh, kw);
-  args.get<int>("strides", 1);
-  parse_pair(args["strides"], sh, sw);
+  parse_pair(args, "strides", 1, sh, sw);
   bool same = parse_padding(args);
   auto activation = args.get<std::string>("activation", "linear");
   check_activation(args["activation"], activation);

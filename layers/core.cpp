@@ -112,4 +112,9 @@ void parse_pair(const ConfigNode& node, int& first, int& second) {
     throw ConfigError(node.location() + ": " + node.path() + ": values must be >= 1");
 }
 
+void parse_pair(const ConfigNode& args, const std::string& key, int default_value, int& first, int& second) {
+  if (!args.has(key)) args.get<int>(key, default_value);  // writes the default for the dump
+  parse_pair(args[key], first, second);
+}
+
 }  // namespace tessera

@@ -46,8 +46,7 @@ std::unique_ptr<Layer> make_pooling(ConfigNode& args, const std::string& type, c
                                     PoolKind kind) {
   args.expect_keys({"type", "name", "inputs", "pool_size", "strides", "padding"});
   int ph, pw, sh, sw;
-  args.get<int>("pool_size", 2);
-  parse_pair(args["pool_size"], ph, pw);
+  parse_pair(args, "pool_size", 2, ph, pw);
   if (args.has("strides") && !args["strides"].is_null()) {
     parse_pair(args["strides"], sh, sw);
   } else {

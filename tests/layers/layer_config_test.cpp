@@ -51,3 +51,24 @@ TEST_CASE("the gradient of a matmul with a weight shared over batch axes allows 
     CHECK(g.shape(grads.at(w)) == Shape{k, n});
   }
 }
+
+TEST_CASE("Conv2D strides and pooling pool_size and strides take an int or a pair") {
+  Model m = parse_model(R"(model:
+  inputs: [{shape: [8, 8, 1]}]
+  layers:
+    - {type: Conv2D, filters: 2, kernel_size: [3, 1], strides: [2, 1]}
+    - {type: MaxPooling2D, pool_size: [1, 2]}
+    - {type: AveragePooling2D, pool_size: 2, strides: [1, 2], padding: same}
+    - {type: Conv2D, filters: 2, kernel_size: 1, strides: 2}
+)");
+  VariableStore store;
+  Graph g;
+  auto traced = m.trace(g, 2, false, store, 0);
+  // [8, 8] -> conv [3, 8] -> max [3, 4] -> avg (same) [3, 2] -> conv [2, 1]
+  CHECK(g.shape(traced.layer_outputs[0].second) == Shape{2, 3, 8, 2});
+  CHECK(g.shape(traced.layer_outputs[1].second) == Shape{2, 3, 4, 2});
+  CHECK(g.shape(traced.layer_outputs[2].second) == Shape{2, 3, 2, 2});
+  CHECK(g.shape(traced.output) == Shape{2, 2, 1, 2});
+  CHECK(contains(error_of("model: {inputs: [{shape: [4, 4, 1]}], layers: [{type: MaxPooling2D, pool_size: [2, 2, 2]}]}"),
+                 "model.layers[0].pool_size: expected an integer or a pair [h, w], got 3 values"));
+}
