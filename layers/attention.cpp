@@ -105,10 +105,13 @@ class TransformerBlock final : public Layer {
       ValueId bias = ctx.variable(name + "/bias", {out}, zeros, {"out"});
       return g.add(g.matmul(v, kernel), bias);
     };
-    auto drop = [&](ValueId v) { return ctx.training ? g.dropout(v, dropout_, ctx.layer_seed() + 1) : v; };
-    x = g.add(x, drop(self_attention(ctx, "attention/", norm("norm_1", x), attention_)));
+    // Sites 1 and 2: the attention weights' dropout uses site 0.
+    auto drop = [&](ValueId v, std::uint64_t site) {
+      return ctx.training ? g.dropout(v, dropout_, ctx.layer_seed(site)) : v;
+    };
+    x = g.add(x, drop(self_attention(ctx, "attention/", norm("norm_1", x), attention_), 1));
     ValueId hidden = apply_activation(g, dense("ffn_in", norm("norm_2", x), d, ff_dim_), activation_);
-    return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d)));
+    return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d), 2));
   }
 
  private:

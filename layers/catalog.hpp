@@ -44,7 +44,8 @@ std::unique_ptr<Layer> make_embedding(ConfigNode args, const std::string& name);
 //   (add them to the token embeddings with Add, as in keras_hub)
 std::unique_ptr<Layer> make_position_embedding(ConfigNode args, const std::string& name);
 
-// core.cpp: Dropout(rate, seed) — identity outside training
+// core.cpp: Dropout(rate, seed=0) — identity outside training; seed (>= 0)
+//   varies the mask stream, which training.seed and the layer path also set
 std::unique_ptr<Layer> make_dropout(ConfigNode args, const std::string& name);
 
 // attention.cpp: MultiHeadAttention(num_heads, key_dim, use_bias=true, causal=false,

@@ -54,25 +54,31 @@ class Reshape final : public Layer {
   std::vector<std::int64_t> target_;
 };
 
-// Inverted dropout: zero a `rate` fraction in training, scale the rest.
+// Inverted dropout: zero a `rate` fraction in training, scale the rest. The
+// `seed` argument picks another mask stream of the layer (0, the default, is
+// the layer's own).
 class Dropout final : public Layer {
  public:
-  Dropout(const std::string& name, float rate) : Layer("Dropout", name), rate_(rate) {}
+  Dropout(const std::string& name, float rate, std::uint64_t seed)
+      : Layer("Dropout", name), rate_(rate), seed_(seed) {}
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
-    return ctx.training ? ctx.graph.dropout(in[0], rate_, ctx.layer_seed()) : in[0];
+    return ctx.training ? ctx.graph.dropout(in[0], rate_, ctx.layer_seed(seed_)) : in[0];
   }
 
  private:
   float rate_;
+  std::uint64_t seed_;
 };
 
 }  // namespace
 
 std::unique_ptr<Layer> make_dropout(ConfigNode args, const std::string& name) {
-  args.expect_keys({"type", "name", "inputs", "rate"});
+  args.expect_keys({"type", "name", "inputs", "rate", "seed"});
   auto rate = args["rate"].as<float>();
   if (!(rate >= 0 && rate < 1)) throw ConfigError(args["rate"].location() + ": " + args["rate"].path() + ": rate must lie in [0, 1)");
-  return std::make_unique<Dropout>(name, rate);
+  auto seed = args.get<std::int64_t>("seed", 0);
+  if (seed < 0) args["seed"].fail("seed must be >= 0");
+  return std::make_unique<Dropout>(name, rate, static_cast<std::uint64_t>(seed));
 }
 
 std::unique_ptr<Layer> make_activation(ConfigNode args, const std::string& name) {

@@ -29,9 +29,10 @@ ValueId LayerContext::constant(const std::string& name, const Tensor& value) {
   return id;
 }
 
-std::uint64_t LayerContext::layer_seed() const {
+std::uint64_t LayerContext::layer_seed(std::uint64_t site) const {
   std::uint64_t h = seed_ ^ 0x9E3779B97F4A7C15ull;  // FNV-style mix of the seed and the layer path
   for (char c : prefix_ + layer_) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  if (site != 0) h = (h ^ site) * 0x100000001B3ull;  // a bijection: distinct sites, distinct seeds
   return h;
 }
 

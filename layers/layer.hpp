@@ -34,8 +34,9 @@ class LayerContext {
   // trace binds the tensors listed by constants().
   ValueId constant(const std::string& name, const Tensor& value);
   const std::vector<std::pair<ValueId, Tensor>>& constants() const { return constants_; }
-  // A seed for this layer's random ops (dropout), distinct per layer.
-  std::uint64_t layer_seed() const;
+  // A seed for this layer's random ops (dropout), distinct per layer; a layer
+  // with several random ops gives each its own `site`, so that their masks differ.
+  std::uint64_t layer_seed(std::uint64_t site = 0) const;
   // The variables created in this trace: (path, graph value) pairs.
   const std::vector<std::pair<std::string, ValueId>>& traced_variables() const { return traced_; }
   void enter_layer(const std::string& name) { layer_ = name; }

@@ -2,6 +2,8 @@
 // take their arguments or inputs: each names where the config declares it.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/model.hpp"
@@ -27,6 +29,16 @@ std::string error_of(const std::string& yaml, bool training = false) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The seeds of the dropout ops of `yaml`'s model traced for training.
+std::vector<std::uint64_t> dropout_seeds(const std::string& yaml) {
+  VariableStore store;
+  Graph g;
+  parse_model(yaml).trace(g, 2, /*training=*/true, store, 0);
+  std::vector<std::uint64_t> seeds;
+  for (int i = 0; i < g.node_count(); ++i)
+    if (g.node(i).kind == OpKind::dropout) seeds.push_back(g.node(i).attrs.seed);
+  return seeds;
+}
 
 }  // namespace
 
@@ -71,4 +83,27 @@ TEST_CASE("Conv2D strides and pooling pool_size and strides take an int or a pai
   CHECK(g.shape(traced.output) == Shape{2, 2, 1, 2});
   CHECK(contains(error_of("model: {inputs: [{shape: [4, 4, 1]}], layers: [{type: MaxPooling2D, pool_size: [2, 2, 2]}]}"),
                  "model.layers[0].pool_size: expected an integer or a pair [h, w], got 3 values"));
+}
+
+TEST_CASE("TransformerBlock's three dropouts draw from distinct seeds") {
+  auto seeds = dropout_seeds(R"(model:
+  inputs: [{shape: [4, 8]}]
+  layers:
+    - {type: TransformerBlock, num_heads: 2, key_dim: 4, ff_dim: 16, dropout: 0.5}
+)");
+  CHECK(seeds.size() == 3);
+  CHECK(std::set<std::uint64_t>(seeds.begin(), seeds.end()).size() == 3);
+}
+
+TEST_CASE("Dropout takes a seed that picks its mask stream") {
+  auto seed_of = [](const std::string& args) {
+    auto seeds = dropout_seeds("model: {inputs: [{shape: [4]}], layers: [{type: Dropout, rate: 0.5" + args + "}]}");
+    REQUIRE(seeds.size() == 1);
+    return seeds[0];
+  };
+  CHECK(seed_of(", seed: 7") == seed_of(", seed: 7"));
+  CHECK(seed_of(", seed: 7") != seed_of(", seed: 8"));
+  CHECK(seed_of(", seed: 0") == seed_of(""));
+  CHECK(contains(error_of("model: {inputs: [{shape: [4]}], layers: [{type: Dropout, rate: 0.5, seed: -1}]}"),
+                 "model.layers[0].seed: seed must be >= 0"));
 }
