@@ -12,6 +12,11 @@ namespace {
   throw ConfigError(node.location() + ": " + node.path() + ": " + what);
 }
 
+// A layer's error while it is traced, rethrown with where the layer is declared.
+[[noreturn]] void layer_error(const std::string& where, const Layer& layer, const Error& e) {
+  throw ConfigError(where + ": layer '" + layer.name() + "' (" + layer.type() + "): " + e.what());
+}
+
 ModelInput parse_input(ConfigNode node, int index) {
   node.expect_keys({"name", "shape", "dtype"});
   ModelInput in;
@@ -135,7 +140,7 @@ Model Model::from_config(ConfigNode node) {
   std::vector<int> position(built.size());
   for (std::size_t p = 0; p < order.size(); ++p) position[order[p]] = static_cast<int>(p);
   for (int i : order) {
-    Node n{std::move(built[i]), {}};
+    Node n{std::move(built[i]), {}, specs[i].location() + ": " + specs[i].path()};
     for (int s : sources[i]) n.sources.push_back(s < 0 ? s : position[s]);
     model.nodes_.push_back(std::move(n));
   }
@@ -166,7 +171,16 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
     std::vector<ValueId> args;
     for (int s : node.sources) args.push_back(s < 0 ? traced.inputs[static_cast<std::size_t>(-s - 1)] : outputs[static_cast<std::size_t>(s)]);
     ctx.enter_layer(node.layer->name());
-    outputs.push_back(node.layer->call(ctx, args));
+    // Errors about the inputs the layer gets (shapes, dtypes) point at its config.
+    try {
+      outputs.push_back(node.layer->call(ctx, args));
+    } catch (const ShapeError& e) {
+      layer_error(node.where, *node.layer, e);
+    } catch (const DTypeError& e) {
+      layer_error(node.where, *node.layer, e);
+    } catch (const GraphError& e) {
+      layer_error(node.where, *node.layer, e);
+    }
     traced.layer_outputs.emplace_back(node.layer->name(), outputs.back());
   }
   traced.output = outputs[static_cast<std::size_t>(output_)];

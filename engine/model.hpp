@@ -50,7 +50,9 @@ class Model {
     std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
   };
   // Adds the forward pass for `batch` samples to `graph`, creating (and
-  // initialising from `seed`) any variable the store lacks.
+  // initialising from `seed`) any variable the store lacks. A layer that
+  // cannot take its inputs (shapes, dtypes) throws ConfigError with its
+  // file:line:column, YAML path and name.
   Traced trace(Graph& graph, std::int64_t batch, bool training, VariableStore& store,
                std::uint64_t seed) const;
 
@@ -79,6 +81,7 @@ class Model {
   struct Node {
     std::unique_ptr<Layer> layer;
     std::vector<int> sources;  // indices: < 0 is model input -(i+1), else a node
+    std::string where;         // "model.yaml:5:7: model.layers[1]", for errors of trace
   };
   std::string name_;
   bool sequential_ = true;

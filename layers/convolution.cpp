@@ -17,7 +17,7 @@ class Conv2D final : public Layer {
     Graph& g = ctx.graph;
     Shape in = g.shape(inputs[0]);
     if (in.rank() != 4)
-      throw ShapeError("layer '" + name() + "' (Conv2D): input must be [batch, height, width, channels], got " + in.str());
+      throw ShapeError("input must be [batch, height, width, channels], got " + in.str());
     Conv2dArgs args{.stride_h = sh_, .stride_w = sw_};
     if (same_) {
       same_padding(in[1], kh_, sh_, args.pad_top, args.pad_bottom);

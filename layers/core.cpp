@@ -45,8 +45,8 @@ class Reshape final : public Layer {
     std::vector<std::int64_t> dims{s[0]};
     for (auto d : target_) dims.push_back(d == -1 ? per_sample / std::max<std::int64_t>(1, known) : d);
     if ((unknown >= 0 && per_sample % known != 0) || Shape(dims).numel() != s.numel())
-      throw ShapeError("layer '" + name() + "' (Reshape): cannot reshape input " + s.str() +
-                       " to target_shape with " + std::to_string(per_sample) + " elements per sample");
+      throw ShapeError("cannot reshape input " + s.str() + " to target_shape with " + std::to_string(per_sample) +
+                       " elements per sample");
     return ctx.graph.reshape(in[0], Shape(dims));
   }
 

@@ -16,7 +16,7 @@ class Dense final : public Layer {
     Graph& g = ctx.graph;
     Shape in = g.shape(inputs[0]);
     if (in.rank() < 2)
-      throw ShapeError("layer '" + name() + "' (Dense): input must be [batch, ..., features], got " + in.str());
+      throw ShapeError("input must be [batch, ..., features], got " + in.str());
     ValueId kernel = ctx.variable("kernel", {in[in.rank() - 1], units_}, kernel_init_, {"in", "out"});
     ValueId y = g.matmul(inputs[0], kernel);
     if (use_bias_) y = g.add(y, ctx.variable("bias", {units_}, bias_init_, {"out"}));

@@ -28,8 +28,7 @@ class PositionEmbedding final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Shape in = ctx.graph.shape(inputs[0]);
     if (in.rank() != 3 || in[1] != length_)
-      throw ShapeError("layer '" + name() + "' (PositionEmbedding): input must be [batch, " +
-                       std::to_string(length_) + ", features], got " + in.str());
+      throw ShapeError("input must be [batch, " + std::to_string(length_) + ", features], got " + in.str());
     ValueId table = ctx.variable("embeddings", {length_, in[2]}, init_, {"", "out"});
     return ctx.graph.broadcast_to(table, in);
   }

@@ -62,6 +62,8 @@ class Layer {
   // Inputs the layer takes: 1 for most, -1 for any number >= 2 (Add).
   virtual int arity() const { return 1; }
   // Appends the layer's ops for `inputs` (batch axis first); returns its output.
+  // Its ShapeError or DTypeError need not name the layer: Model::trace adds
+  // the layer's name and where the config declares it.
   virtual ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) = 0;
 
  private:

@@ -14,8 +14,8 @@ class Add final : public Layer {
     ValueId sum = inputs[0];
     for (std::size_t i = 1; i < inputs.size(); ++i) {
       if (ctx.graph.shape(inputs[i]) != ctx.graph.shape(inputs[0]))
-        throw ShapeError("layer '" + name() + "' (Add): inputs have shapes " +
-                         ctx.graph.shape(inputs[0]).str() + " and " + ctx.graph.shape(inputs[i]).str());
+        throw ShapeError("inputs have shapes " + ctx.graph.shape(inputs[0]).str() + " and " +
+                         ctx.graph.shape(inputs[i]).str());
       sum = ctx.graph.add(sum, inputs[i]);
     }
     return sum;
@@ -28,7 +28,15 @@ class Concatenate final : public Layer {
   Concatenate(const std::string& name, int axis) : Layer("Concatenate", name), axis_(axis) {}
   int arity() const override { return -1; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
-    return ctx.graph.concat(inputs, axis_);
+    // A negative axis counts from the end, so only the input rank tells whether
+    // it names the batch axis.
+    Shape first = ctx.graph.shape(inputs[0]);
+    int axis = axis_ < 0 ? axis_ + first.rank() : axis_;
+    if (axis < 1 || axis >= first.rank())
+      throw ShapeError("axis " + std::to_string(axis_) + " is " + (axis == 0 ? "the batch axis" : "out of range") +
+                       " of inputs " + first.str() + "; concatenate along a feature axis, 1 to " +
+                       std::to_string(first.rank() - 1) + " (or -1 to -" + std::to_string(first.rank() - 1) + ")");
+    return ctx.graph.concat(inputs, axis);
   }
 
  private:

@@ -15,7 +15,7 @@ class Pooling2D final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Shape in = ctx.graph.shape(inputs[0]);
     if (in.rank() != 4)
-      throw ShapeError("layer '" + name() + "' (" + type() + "): input must be [batch, height, width, channels], got " + in.str());
+      throw ShapeError("input must be [batch, height, width, channels], got " + in.str());
     Pool2dArgs args{.kind = kind_, .window_h = ph_, .window_w = pw_, .stride_h = sh_, .stride_w = sw_};
     if (same_) {
       same_padding(in[1], ph_, sh_, args.pad_top, args.pad_bottom);
@@ -37,7 +37,7 @@ class GlobalAveragePooling2D final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Shape in = ctx.graph.shape(inputs[0]);
     if (in.rank() != 4)
-      throw ShapeError("layer '" + name() + "' (GlobalAveragePooling2D): input must be [batch, height, width, channels], got " + in.str());
+      throw ShapeError("input must be [batch, height, width, channels], got " + in.str());
     return ctx.graph.reduce(ReduceOp::mean, inputs[0], {1, 2});
   }
 };

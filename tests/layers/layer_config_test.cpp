@@ -95,6 +95,50 @@ TEST_CASE("TransformerBlock's three dropouts draw from distinct seeds") {
   CHECK(std::set<std::uint64_t>(seeds.begin(), seeds.end()).size() == 3);
 }
 
+TEST_CASE("Concatenate rejects the batch axis however it is written and an axis out of range") {
+  const char* yaml = R"(model:
+  inputs: [{name: x, shape: [4]}]
+  layers:
+    - {type: Concatenate, name: cat, axis: AXIS, inputs: [x, x]}
+)";
+  auto with_axis = [&](const std::string& axis) {
+    std::string text = yaml;
+    return text.replace(text.find("AXIS"), 4, axis);
+  };
+  std::string e = error_of(with_axis("-2"));
+  CHECK(contains(e, "model.yaml:4:"));
+  CHECK(contains(e, "layer 'cat' (Concatenate): axis -2 is the batch axis"));
+  e = error_of(with_axis("5"));
+  CHECK(contains(e, "model.yaml:4:"));
+  CHECK(contains(e, "layer 'cat' (Concatenate): axis 5 is out of range"));
+  CHECK(error_of(with_axis("-1")) == "no error");
+}
+
+TEST_CASE("a layer that cannot take its inputs is an error at its config with its name") {
+  std::string e = error_of(R"(model:
+  inputs: [{name: ids, shape: [4]}]
+  layers:
+    - {type: Embedding, input_dim: 10, output_dim: 3}
+)");
+  CHECK(contains(e, "model.yaml:4:7: model.layers[0]: layer 'embedding' (Embedding): "));
+  CHECK(contains(e, "must be i32 or i64"));
+
+  e = error_of(R"(model:
+  inputs: [{shape: [4]}]
+  layers:
+    - {type: Dense, units: 3}
+    - {type: Conv2D, filters: 2, kernel_size: 3}
+)");
+  CHECK(contains(e, "model.yaml:5:7: model.layers[1]: layer 'conv2d' (Conv2D): input must be [batch, height, width, channels]"));
+
+  e = error_of(R"(model:
+  inputs: [{shape: [5, 8]}]
+  layers:
+    - {type: PositionEmbedding, sequence_length: 4}
+)");
+  CHECK(contains(e, "model.yaml:4:7: model.layers[0]: layer 'position_embedding' (PositionEmbedding): input must be [batch, 4, features]"));
+}
+
 TEST_CASE("Dropout takes a seed that picks its mask stream") {
   auto seed_of = [](const std::string& args) {
     auto seeds = dropout_seeds("model: {inputs: [{shape: [4]}], layers: [{type: Dropout, rate: 0.5" + args + "}]}");
