@@ -12,8 +12,18 @@ namespace {
   throw ShapeError(std::string(op) + ": " + what);
 }
 
+// Window positions along an axis; 0 when the window is larger than the padded
+// input (the division truncates toward zero, so it alone would give 1).
 std::int64_t window_output(std::int64_t in, int window, int stride, int pad_before, int pad_after) {
-  return (in + pad_before + pad_after - window) / stride + 1;
+  std::int64_t padded = in + pad_before + pad_after;
+  return padded < window ? 0 : (padded - window) / stride + 1;
+}
+
+// "HxW" of x after padding, for messages.
+template <typename Args>
+std::string padded_size(const Shape& x, const Args& args) {
+  return std::to_string(x[1] + args.pad_top + args.pad_bottom) + "x" +
+         std::to_string(x[2] + args.pad_left + args.pad_right);
 }
 
 }  // namespace
@@ -50,7 +60,8 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dArgs& args
   auto oh = window_output(x[1], static_cast<int>(w[0]), args.stride_h, args.pad_top, args.pad_bottom);
   auto ow = window_output(x[2], static_cast<int>(w[1]), args.stride_w, args.pad_left, args.pad_right);
   if (oh < 1 || ow < 1)
-    fail("conv2d", "kernel w" + w.str() + " is larger than the padded input x" + x.str());
+    fail("conv2d", "kernel " + std::to_string(w[0]) + "x" + std::to_string(w[1]) + " (w" + w.str() +
+                       ") is larger than the padded input x" + x.str() + ", " + padded_size(x, args) + " after padding");
   return Shape{x[0], oh, ow, w[3]};
 }
 
@@ -63,7 +74,7 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dArgs& args) {
   auto ow = window_output(x[2], args.window_w, args.stride_w, args.pad_left, args.pad_right);
   if (oh < 1 || ow < 1)
     fail(op, "window " + std::to_string(args.window_h) + "x" + std::to_string(args.window_w) +
-                 " is larger than the padded input x" + x.str());
+                 " is larger than the padded input x" + x.str() + ", " + padded_size(x, args) + " after padding");
   return Shape{x[0], oh, ow, x[3]};
 }
 

@@ -95,6 +95,29 @@ TEST_CASE("TransformerBlock's three dropouts draw from distinct seeds") {
   CHECK(std::set<std::uint64_t>(seeds.begin(), seeds.end()).size() == 3);
 }
 
+TEST_CASE("a window larger than the padded input is a shape error naming the sizes") {
+  Graph g;
+  ValueId x = g.input("x", {1, 2, 2, 1});
+  try {
+    g.conv2d(x, g.variable("w", {5, 5, 1, 1}), {.stride_h = 4, .stride_w = 4});
+    FAIL("expected a ShapeError");
+  } catch (const ShapeError& e) {
+    CHECK(contains(e.what(), "kernel 5x5"));
+    CHECK(contains(e.what(), "2x2 after padding"));
+  }
+  CHECK_THROWS_AS(g.pool2d(g.input("y", {1, 1, 1, 1}), {.window_h = 2, .window_w = 2, .stride_h = 2, .stride_w = 2}),
+                  ShapeError);
+  // A layer's: the layer and where it is declared.
+  std::string e = error_of(R"(model:
+  inputs: [{shape: [1, 1, 1]}]
+  layers:
+    - {type: MaxPooling2D}
+)");
+  CHECK(contains(e, "model.yaml:4:"));
+  CHECK(contains(e, "layer 'max_pooling2d' (MaxPooling2D)"));
+  CHECK(contains(e, "window 2x2 is larger than the padded input x[2, 1, 1, 1], 1x1 after padding"));
+}
+
 TEST_CASE("Concatenate rejects the batch axis however it is written and an axis out of range") {
   const char* yaml = R"(model:
   inputs: [{name: x, shape: [4]}]
