@@ -12,6 +12,15 @@ namespace {
   throw ConfigError(node.location() + ": " + node.path() + ": " + what);
 }
 
+// '/' separates the parts of variable paths: a Dense named "block/ffn_in"
+// would silently share "block/ffn_in/kernel" with a TransformerBlock named
+// "block", and the summary would count it twice. Keras rejects it too. `node`
+// holds the name under `name:`.
+void check_name(const ConfigNode& node, const std::string& name) {
+  if (name.find('/') != std::string::npos)
+    config_error(node["name"], "name '" + name + "' contains '/', which separates the parts of variable paths");
+}
+
 // A layer's error while it is traced, rethrown with where the layer is declared.
 [[noreturn]] void layer_error(const std::string& where, const Layer& layer, const Error& e) {
   throw ConfigError(where + ": layer '" + layer.name() + "' (" + layer.type() + "): " + e.what());
@@ -21,6 +30,7 @@ ModelInput parse_input(ConfigNode node, int index) {
   node.expect_keys({"name", "shape", "dtype"});
   ModelInput in;
   in.name = node.get<std::string>("name", index == 0 ? "input" : "input_" + std::to_string(index));
+  check_name(node, in.name);
   auto dims = node["shape"].as<std::vector<std::int64_t>>();
   for (auto d : dims)
     if (d < 1) config_error(node["shape"], "dimensions must be >= 1 (the batch axis is not part of it)");
@@ -54,6 +64,7 @@ Model Model::from_config(ConfigNode node) {
   for (std::size_t i = 0; i < layers.size(); ++i)
     if (layers.at(i).has("inputs")) model.sequential_ = false;
   model.name_ = node.get<std::string>("name", model.sequential_ ? "sequential" : "functional");
+  check_name(node, model.name_);
 
   // Names: model inputs first, then layers (explicit or auto-numbered per type).
   std::map<std::string, int> index;  // name -> source index (inputs negative)
@@ -71,6 +82,7 @@ Model Model::from_config(ConfigNode node) {
     std::string name;
     if (spec.has("name")) {
       name = spec["name"].as<std::string>();
+      check_name(spec, name);
     } else {
       std::string base = default_layer_name(type);
       int n = type_counts[base]++;

@@ -64,6 +64,18 @@ TEST_CASE("the gradient of a matmul with a weight shared over batch axes allows 
   }
 }
 
+TEST_CASE("a layer name with a slash is a config error at the name") {
+  std::string e = error_of(R"(model:
+  inputs: [{name: x, shape: [4]}]
+  layers:
+    - {type: Dense, units: 4, name: a/b}
+)");
+  CHECK(contains(e, "model.yaml:4:"));
+  CHECK(contains(e, "model.layers[0].name: name 'a/b' contains '/'"));
+  CHECK(contains(error_of("model: {name: m/n, inputs: [{shape: [4]}], layers: [{type: Dense, units: 2}]}"),
+                 "model.name: name 'm/n' contains '/'"));
+}
+
 TEST_CASE("Conv2D strides and pooling pool_size and strides take an int or a pair") {
   Model m = parse_model(R"(model:
   inputs: [{shape: [8, 8, 1]}]
