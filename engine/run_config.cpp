@@ -109,9 +109,9 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
   }
   run.model.build(store, run.training.seed);
   DistributionConfig& config = *run.distribution;
-  const bool zero = config.distribution->zero();  // kept when the layouts are chosen below
+  bool zero = config.distribution->zero();  // kept when the layouts are chosen below
+  const std::vector<Device> devices = config.distribution->mesh().devices();
   if (config.auto_mesh && !config.auto_choice) {  // the mesh and strategy the cost model predicts fastest
-    const std::vector<Device> devices = config.distribution->mesh().devices();
     config.auto_choice = choose_auto(run.model, run.training, devices, cached_calibration(), config.memory_limit);
     // Each process measured its own timings: process 0's choice stands for the
     // job, or the processes would partition differently and never meet.
@@ -126,9 +126,12 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
                         " devices with any strategy fits memory_limit " + std::to_string(config.memory_limit) +
                         " bytes per device; the least any needs is " + std::to_string(least) + " bytes");
     }
+  }
+  if (config.auto_mesh) {  // the chosen candidate, as the cost model priced it
     const AutoCandidate& c = config.auto_choice->candidates[*config.auto_choice->chosen];
     DeviceMesh mesh({c.batch_devices, c.model_devices}, {"batch", "model"}, devices);
     config.distribution = make_strategy(c.strategy, mesh, run.model, store);
+    zero = zero || c.strategy == Strategy::zero;  // the strategy the cost model priced
     if (c.strategy == Strategy::tp) config.auto_tp = plan_auto_tp(run.model, store, mesh, "model");
   }
   if (!config.auto_tp_axis.empty() && !config.auto_tp) {  // AutoTP: the layouts come from the layer graph

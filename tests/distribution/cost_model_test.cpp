@@ -8,6 +8,7 @@
 #include "distribution/cost_model.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/config/config.hpp"
+#include "engine/run_config.hpp"
 #include "engine/training/trainer.hpp"
 #include "tests/test_util.hpp"
 
@@ -100,4 +101,16 @@ TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest wit
   CHECK(tight.candidates[*tight.chosen].memory_bytes <= least);
   CHECK_FALSE(choose_auto(model, spec, cpu_devices(4), calibration, least - 1).chosen);
   set_cpu_device_count(1);
+}
+
+TEST_CASE("type auto runs the strategy it chose: ZeRO-1 splits the optimizer state") {
+  RunConfig run = load_run_config(TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml",
+                                  {"distribution={devices: cpu:2, type: auto}"});
+  AutoChoice choice;  // as if the cost model had picked ZeRO-1 on 2x1
+  choice.candidates.push_back({.batch_devices = 2, .model_devices = 1, .strategy = Strategy::zero});
+  choice.chosen = 0;
+  run.distribution->auto_choice = choice;
+  VariableStore store;
+  auto trainer = make_trainer(run, store);
+  CHECK(run.distribution->distribution->zero());
 }
