@@ -1,15 +1,18 @@
 #include "bin/sharding_bench.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <span>
 #include <thread>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -79,17 +82,24 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// `text` as a whole positive integer, else none ("2x" or "2.9" are not 2).
+std::optional<std::int64_t> whole_number(std::string_view text) {
+  std::int64_t n = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (error != std::errc() || end != text.data() + text.size() || n < 1) return std::nullopt;
+  return n;
+}
+
 std::vector<MeshShape> parse_meshes(const std::string& text) {
   std::vector<MeshShape> meshes;
   for (const auto& item : split_list(text)) {
-    auto x = item.find('x');
-    std::int64_t b = 0, m = 0;
-    try {
-      if (x != std::string::npos) b = std::stoll(item.substr(0, x)), m = std::stoll(item.substr(x + 1));
-    } catch (const std::exception&) {
-    }
-    if (b < 1 || m < 1) throw ConfigError("--mesh: '" + item + "' is not BATCHxMODEL (say 2x4)");
-    meshes.push_back({b, m});
+    const auto x = item.find('x');
+    const auto b = x == std::string::npos ? std::nullopt : whole_number(std::string_view(item).substr(0, x));
+    const auto m = x == std::string::npos ? std::nullopt : whole_number(std::string_view(item).substr(x + 1));
+    if (!b || !m || *b > kMaxCpuDevices || *m > kMaxCpuDevices)
+      throw ConfigError("--mesh: '" + item + "' is not BATCHxMODEL (say 2x4, each at most " +
+                        std::to_string(kMaxCpuDevices) + ")");
+    meshes.push_back({*b, *m});
   }
   if (meshes.empty()) throw ConfigError("--mesh: no mesh given (say 1x8,2x4)");
   return meshes;
@@ -128,21 +138,50 @@ std::pair<Tensor, Tensor> synthetic_batch(const RunConfig& run, const VariableSt
   return {inputs, targets};
 }
 
-// Spearman's rank correlation (no ties expected in timings).
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+// Spearman's rank correlation: the Pearson correlation of the ranks, tied
+// values sharing their average rank (predictions tie whenever two layouts
+// coincide on a mesh, as dp and tp on Nx1). None below 3 rows or when either
+// side is constant: no ranking to compare.
+std::optional<double> spearman(const std::vector<double>& a, const std::vector<double>& b) {
   auto ranks = [](const std::vector<double>& v) {
     std::vector<std::size_t> order(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](auto x, auto y) { return v[x] < v[y]; });
     std::vector<double> r(v.size());
-    for (std::size_t i = 0; i < order.size(); ++i) r[order[i]] = static_cast<double>(i);
+    for (std::size_t first = 0; first < order.size();) {
+      std::size_t last = first;
+      while (last + 1 < order.size() && v[order[last + 1]] == v[order[first]]) ++last;
+      for (std::size_t i = first; i <= last; ++i) r[order[i]] = (static_cast<double>(first) + static_cast<double>(last)) / 2;
+      first = last + 1;
+    }
     return r;
   };
+  if (a.size() < 3) return std::nullopt;
   const auto ra = ranks(a), rb = ranks(b);
-  const double n = static_cast<double>(a.size());
-  double d2 = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
-  return n < 2 ? 1.0 : 1.0 - 6.0 * d2 / (n * (n * n - 1));
+  const double mean = (static_cast<double>(a.size()) - 1) / 2;  // of ranks 0 .. n-1, ties included
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ab += (ra[i] - mean) * (rb[i] - mean);
+    aa += (ra[i] - mean) * (ra[i] - mean);
+    bb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  if (aa == 0 || bb == 0) return std::nullopt;
+  return ab / std::sqrt(aa * bb);
+}
+
+// Text for an SVG text node or attribute.
+std::string xml_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
 }
 
 std::string mib(std::int64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / (1 << 20)); }
@@ -154,18 +193,21 @@ class Bench {
   int run() {
     const auto meshes = parse_meshes(o_.meshes);
     const auto layouts = split_list(o_.layouts);
+    if (layouts.empty()) throw ConfigError("--layout: no layout given (dp, zero, tp, fsdp, auto, config)");
     for (const auto& l : layouts)
       if (!parse_strategy(l) && l != "auto" && l != "config")
         throw ConfigError("--layout: unknown layout '" + l + "' (dp, zero, tp, fsdp, auto, config)");
-    if (std::find(layouts.begin(), layouts.end(), "config") != layouts.end() &&
-        (!run_.distribution || run_.distribution->distribution->kind() != Distribution::Kind::model_parallel))
-      throw ConfigError(o_.config + ": --layout config needs the config's distribution: with a layout_map");
+    if (std::find(layouts.begin(), layouts.end(), "config") != layouts.end()) check_config_layout();
     std::int64_t devices = 0;
     for (const auto& m : meshes) devices = std::max(devices, m.batch * m.model);
     if (!o_.devices.empty()) {
       Device d = Device::parse(o_.devices.substr(0, o_.devices.find(':')) + ":0");
       if (d.kind != DeviceKind::cpu) throw UnsupportedError("tessera bench runs on cpu:N devices for now, not " + o_.devices);
-      devices = std::stoll(o_.devices.substr(o_.devices.find(':') + 1));
+      const auto colon = o_.devices.find(':');
+      const auto count = colon == std::string::npos ? std::nullopt : whole_number(std::string_view(o_.devices).substr(colon + 1));
+      if (!count || *count > kMaxCpuDevices)
+        throw ConfigError("--devices: '" + o_.devices + "' is not cpu:N with N from 1 to " + std::to_string(kMaxCpuDevices));
+      devices = *count;
     }
     for (const auto& m : meshes)
       if (m.batch * m.model > devices)
@@ -256,12 +298,33 @@ class Bench {
     std::sort(ms.begin(), ms.end());
     double sum = 0;
     for (double m : ms) sum += m;
-    return {ms[ms.size() / 2], ms.front(), ms.back(), sum / static_cast<double>(ms.size())};
+    const std::size_t half = ms.size() / 2;  // an even count's median is the mean of its middle two
+    const double median = ms.size() % 2 ? ms[half] : (ms[half - 1] + ms[half]) / 2;
+    return {median, ms.front(), ms.back(), sum / static_cast<double>(ms.size())};
+  }
+
+  // --layout config: the config's own layout map (and ZeRO setting) on each
+  // BATCHxMODEL mesh, whose axes are named (batch, model) as the config's must be.
+  void check_config_layout() const {
+    const DistributionConfig* d = run_.distribution ? &*run_.distribution : nullptr;
+    if (!d || d->auto_mesh || !d->auto_tp_axis.empty() ||
+        d->distribution->kind() != Distribution::Kind::model_parallel || d->distribution->layout_map().size() == 0)
+      throw ConfigError(o_.config + ": --layout config needs the config's distribution: of type model_parallel with a "
+                        "layout_map (type auto and auto_tp have rows of their own: --layout auto, tp)");
+    const auto& axes = d->distribution->mesh().axis_names();
+    if (axes != std::vector<std::string>{"batch", "model"} || d->distribution->batch_dim_name() != "batch")
+      throw ConfigError(d->location + ": --layout config runs the layout_map on BATCHxMODEL meshes with axes (batch, "
+                        "model), batches split along batch; this config's mesh axes are (" +
+                        fmt::format("{}", fmt::join(axes, ", ")) + "), batches along " +
+                        d->distribution->batch_dim_name());
   }
 
   std::unique_ptr<Distribution> distribution(const DeviceMesh& mesh, const std::string& layout, const VariableStore& store) {
     if (auto strategy = parse_strategy(layout)) return make_strategy(*strategy, mesh, run_.model, store);
-    return std::make_unique<ModelParallel>(mesh, run_.distribution->distribution->layout_map(), "batch");
+    const Distribution& config = *run_.distribution->distribution;
+    auto d = std::make_unique<ModelParallel>(mesh, config.layout_map(), "batch");
+    d->set_zero(config.zero());
+    return d;
   }
 
   // The cost model's prediction for `layout` on `mesh`, partitioning without running.
@@ -384,19 +447,21 @@ class Bench {
   void print() {
     std::vector<double> predicted, measured;
     for (const auto& r : rows_) predicted.push_back(r.predicted_ms), measured.push_back(r.median_ms);
-    const double rho = spearman(predicted, measured);
+    const std::optional<double> rho = spearman(predicted, measured);
+    const std::string rho_text = rho ? fmt::format("{:.3f}", *rho) : "n/a";
     if (o_.format == "csv") {
       fmt::print("mesh,layout,chosen,median_ms,min_ms,max_ms,samples_per_s,speedup,peak_mib,param_mib,comm_share,predicted_ms,collectives_mib,processes,inter_process_bytes\n");
       for (const auto& r : rows_)
         fmt::print("{},{},{},{:.3f},{:.3f},{:.3f},{:.1f},{:.3f},{},{},{:.3f},{:.3f},\"{}\",{},{}\n", r.mesh, r.layout, r.chosen,
                    r.median_ms, r.min_ms, r.max_ms, r.samples_per_s, r.speedup, mib(r.peak_bytes), mib(r.param_bytes),
                    r.comm_share, r.predicted_ms, bytes_text(r.bytes_per_step), r.processes, r.inter_process_bytes);
-      fmt::print("# one device: {:.3f} ms; spearman(predicted, measured) = {:.3f}\n", single_, rho);
+      fmt::print("# one device: {:.3f} ms; spearman(predicted, measured) = {}\n", single_, rho_text);
       return;
     }
     if (o_.format == "json") {
       nlohmann::json j{{"config", o_.config}, {"batch", batch_}, {"steps", o_.steps}, {"warmup", o_.warmup},
-                       {"one_device_ms", single_}, {"spearman", rho}, {"rows", nlohmann::json::array()}};
+                       {"one_device_ms", single_}, {"spearman", rho ? nlohmann::json(*rho) : nlohmann::json()},
+                       {"rows", nlohmann::json::array()}};
       for (const auto& r : rows_) j["rows"].push_back(to_json(r));
       fmt::print("{}\n", j.dump(2));
       return;
@@ -411,8 +476,8 @@ class Bench {
                  r.mesh, r.layout == "auto" ? "auto:" + r.chosen : r.layout, r.processes, r.median_ms, r.min_ms, r.max_ms,
                  r.samples_per_s, r.speedup, mib(r.peak_bytes), mib(r.param_bytes), 100 * r.comm_share, r.predicted_ms,
                  bytes_text(r.bytes_per_step), r.processes > 1 ? " (" + mib(r.inter_process_bytes) + ")" : "");
-    fmt::print("cost model: Spearman rank correlation of predicted and measured step times {:.2f} over {} rows\n", rho,
-               rows_.size());
+    fmt::print("cost model: Spearman rank correlation of predicted and measured step times {} over {} rows{}\n", rho_text,
+               rows_.size(), rho ? "" : " (needs 3 or more rows that differ)");
   }
 
   // Horizontal bars of samples/s, one per row, with the predicted rate marked.
@@ -426,7 +491,7 @@ class Bench {
     std::string svg = fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"13\">\n"
         "<text x=\"{}\" y=\"22\" font-size=\"16\">{}: samples/s per sharding (| predicted)</text>\n",
-        width, height, left, o_.config);
+        width, height, left, xml_escaped(o_.config));
     const double one = static_cast<double>(batch_) / (single_ / 1e3);
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>\n"
                        "<text x=\"{0:.1f}\" y=\"{3}\" fill=\"#555\">one device</text>\n",

@@ -113,12 +113,17 @@ assert all(float(r["median_ms"]) > 0 and float(r["samples_per_s"]) > 0 for r in 
 assert any("all_reduce" in r["collectives_mib"] for r in rows), rows
 j = json.load(open(sys.argv[2]))
 assert len(j["rows"]) == 1 and j["rows"][0]["layout"] == "fsdp", j
+assert j["spearman"] is None, j  # one row ranks nothing
 row = j["rows"][0]
 assert row["collective_bytes_per_step"] == {k: v for k, v in row["predicted_collective_bytes_per_step"].items() if v}, row
 svg = ET.parse(sys.argv[3]).getroot()
 assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 6
 PY
 expect_fail 3 "unknown layout 'zerro'" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout zerro
+expect_fail 3 "'2x1x5' is not BATCHxMODEL" -- "$tessera" bench "$work/run.yaml" --mesh 2x1x5 --layout dp
+expect_fail 3 "'cpu:2x' is not cpu:N" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout dp --devices cpu:2x
+expect_fail 3 "--layout config needs the config's distribution: of type model_parallel with a layout_map" -- \
+  "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout config --set "distribution={devices: cpu:2, type: auto_tp}"
 out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/sharded_ckpt" --split train)
 grep -q "accuracy" <<<"$out" || fail "a sharded checkpoint did not load on one device: $out"
 
