@@ -12,21 +12,28 @@ std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
 
 void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running) {
   auto now = std::chrono::steady_clock::now();
-  if (batch == 1) epoch_start_ = now;
+  if (epoch != epoch_) {
+    epoch_ = epoch;
+    epoch_start_ = now;
+    first_batch_ = batch;
+    first_samples_ = running.samples;
+  }
   // A terminal redraws the bar at most 10 times a second; a log gets a plain
   // line every tenth of a long epoch.
   if (!terminal_ && (batches < 50 || batch % (batches / 10) != 0 || batch == batches)) return;
   if (terminal_ && batch != batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   double elapsed = std::chrono::duration<double>(now - epoch_start_).count();
-  double rate = elapsed > 0 ? static_cast<double>(running.samples) / elapsed : 0;
-  double eta = batch > 0 ? elapsed * static_cast<double>(batches - batch) / static_cast<double>(batch) : 0;
+  const auto timed_batches = static_cast<double>(batch - first_batch_);
+  double rate = elapsed > 0 ? static_cast<double>(running.samples - first_samples_) / elapsed : 0;
+  double eta = timed_batches > 0 ? elapsed * static_cast<double>(batches - batch) / timed_batches : 0;
   constexpr int kWidth = 30;
   int filled = static_cast<int>(kWidth * batch / std::max<std::int64_t>(1, batches));
   Evaluation mean = running;
   mean.loss /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
   for (auto& [name, value] : mean.metrics) value /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
-  fmt::print("{}Epoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s   {}", terminal_ ? "\r" : "", epoch, epochs_,
+  // On a terminal: back to the line's start, and clear what a longer line left.
+  fmt::print("{}Epoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", epoch, epochs_,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
              batch, batches, format_evaluation(mean), rate, eta, terminal_ ? "" : "\n");
   std::fflush(stdout);
@@ -37,7 +44,7 @@ void ProgressBar::on_epoch(const EpochLog& log) {
   std::string line = fmt::format("Epoch {}/{} - {:.1f}s - {:.0f} samples/s - {}", log.epoch, epochs_,
                                  log.seconds, rate, format_evaluation(log.train));
   if (log.validation.samples > 0) line += " - " + format_evaluation(log.validation, "val_");
-  fmt::print("{}{}\n", terminal_ ? "\r" : "", line);
+  fmt::print("{}{}\n", terminal_ ? "\r\033[K" : "", line);
   std::fflush(stdout);
 }
 

@@ -20,6 +20,9 @@ class ProgressBar {
  private:
   std::int64_t epochs_;
   bool terminal_;
+  // The epoch's first report (a resumed epoch starts past batch 1): rates and
+  // the ETA count the batches and samples since, over the time since.
+  std::int64_t epoch_ = 0, first_batch_ = 0, first_samples_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;
   std::chrono::steady_clock::time_point last_draw_;
 };

@@ -169,6 +169,8 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
 // layouts, the collectives of one training step, and the cost model's
 // predicted memory and step time.
 int plan(const std::string& file, const std::vector<std::string>& overrides, bool recalibrate) {
+  // Measured first when asked: type auto chooses with the cache too.
+  const Calibration calibration = cached_calibration(recalibrate);
   RunConfig run = load_run_config(file, overrides);
   if (!run.distribution) throw ConfigError(file + ": plan needs a distribution: section (or --set distribution=...)");
   VariableStore store;
@@ -178,7 +180,6 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
   if (run.distribution->auto_choice) print_auto_choice(*run.distribution->auto_choice, run.distribution->memory_limit);
   if (auto_tp != nullptr) print_auto_tp(*auto_tp);
   print_sharding(*run.distribution->distribution, program, run.model.output_paths(), auto_tp);
-  const Calibration calibration = cached_calibration(recalibrate);
   const int devices = static_cast<int>(program.mesh().size());
   const int threads = std::max(1, calibration.cores / devices);
   StepCost cost = predict_step(program, calibration, threads);

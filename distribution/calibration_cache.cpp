@@ -1,5 +1,6 @@
 #include "distribution/calibration_cache.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,15 @@ std::string machine_key() {
   return model + " x" + std::to_string(std::thread::hardware_concurrency());
 }
 
+// Speeds finite and positive, a latency finite and not negative, a core or
+// more: an edited or damaged file (0, nan, -5) would otherwise price every
+// candidate at infinity, NaN or below zero.
+bool plausible(const Calibration& c) {
+  auto positive = [](double x) { return std::isfinite(x) && x > 0; };
+  return positive(c.matmul_gflops_per_thread) && positive(c.memory_gbps_per_thread) && positive(c.link_gbps) &&
+         std::isfinite(c.collective_latency_us) && c.collective_latency_us >= 0 && c.cores >= 1;
+}
+
 }  // namespace
 
 Calibration cached_calibration(bool refresh) {
@@ -39,10 +49,12 @@ Calibration cached_calibration(bool refresh) {
     std::string name;
     while (in >> name) std::getline(in >> std::ws, fields[name]);
     try {
-      if (fields.at("machine") == key)
-        return Calibration{std::stod(fields.at("matmul_gflops_per_thread")), std::stod(fields.at("memory_gbps_per_thread")),
-                           std::stod(fields.at("link_gbps")), std::stod(fields.at("collective_latency_us")),
-                           std::stoi(fields.at("cores"))};
+      if (fields.at("machine") == key) {
+        const Calibration cached{std::stod(fields.at("matmul_gflops_per_thread")),
+                                 std::stod(fields.at("memory_gbps_per_thread")), std::stod(fields.at("link_gbps")),
+                                 std::stod(fields.at("collective_latency_us")), std::stoi(fields.at("cores"))};
+        if (plausible(cached)) return cached;
+      }
     } catch (const std::exception&) {
     }
   }

@@ -3,13 +3,20 @@
 // (the prediction reads the same per-device graph the devices run).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "backends/registry.hpp"
 #include "distribution/auto_tp.hpp"
+#include "distribution/calibration_cache.hpp"
 #include "distribution/cost_model.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run_config.hpp"
 #include "engine/training/trainer.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
@@ -113,4 +120,28 @@ TEST_CASE("type auto runs the strategy it chose: ZeRO-1 splits the optimizer sta
   VariableStore store;
   auto trainer = make_trainer(run, store);
   CHECK(run.distribution->distribution->zero());
+}
+
+TEST_CASE("a damaged calibration cache is measured again") {
+  test::TempDir dir;
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  ::setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  const Calibration measured = cached_calibration();  // no cache yet: a probe, saved
+  const auto file = dir / "tessera" / "calibration.txt";
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  in.close();
+  std::string damaged = text.str();
+  const auto at = damaged.find("link_gbps ");
+  REQUIRE(at != std::string::npos);
+  damaged.replace(at, damaged.find('\n', at) - at, "link_gbps 0");
+  std::ofstream(file) << damaged;
+  const Calibration again = cached_calibration();
+  CHECK(again.link_gbps > 0);
+  CHECK(std::isfinite(again.link_gbps));
+  CHECK(measured.link_gbps > 0);
+  if (old) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else ::unsetenv("XDG_CACHE_HOME");
 }
