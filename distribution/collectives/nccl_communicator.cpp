@@ -128,7 +128,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 ncclComm* NcclCommunicator::comm_for(const CommGroup& group, int rank) const {
-  if (aborted_) throw CollectiveError("the communicator was aborted: " + abort_reason_);
+  if (aborted_) throw CollectiveError("the communicator was aborted: " + abort_reason());
   auto it = by_axes_.find(group.axes);
   if (it == by_axes_.end()) throw CollectiveError("NCCL: no communicator for mesh axes '" + group.axes + "'");
   if (rank < 0 || static_cast<std::size_t>(rank) >= it->second.size() || it->second[static_cast<std::size_t>(rank)] == nullptr)
@@ -151,15 +151,22 @@ void NcclCommunicator::wait(const char* what, const CommGroup& group, int rank) 
     if (Clock::now() > deadline || aborted_) {
       abort(std::string(what) + " over mesh axes '" + group.axes + "' did not complete on rank " + std::to_string(rank) +
             " within " + std::to_string(timeout().count()) + " ms (a peer did not arrive)");
-      throw CollectiveError(abort_reason_);
+      throw CollectiveError(abort_reason());
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
-  bool expected = false;
-  if (aborted_.compare_exchange_strong(expected, true)) abort_reason_ = reason;
+  std::lock_guard lock(abort_mutex_);  // the reason is in place before any thread sees the flag
+  if (aborted_) return;
+  abort_reason_ = reason;
+  aborted_ = true;
+}
+
+std::string NcclCommunicator::abort_reason() const {
+  std::lock_guard lock(abort_mutex_);
+  return abort_reason_;
 }
 
 void NcclCommunicator::all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out, ReduceOp op) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,8 +64,13 @@ class NcclCommunicator final : public Communicator {
 
  private:
   ncclComm* comm_for(const CommGroup& group, int rank) const;
-  // Waits for rank's stream; after timeout() aborts every communicator and throws.
+  // Waits for rank's stream; after timeout() marks the communicator aborted
+  // (ncclCommAbort runs in the destructor) and throws. Not yet: communicators
+  // are blocking, so a peer missing at connection set-up can block inside the
+  // NCCL call itself, before the deadline is looked at; non-blocking ones
+  // (ncclConfig_t.blocking = 0) polled under the deadline would not.
   void wait(const char* what, const CommGroup& group, int rank);
+  std::string abort_reason() const;
 
   // Per mesh rank; only this process's ranks have a device (else -1), a
   // stream, communicators and scratch (else null).
@@ -74,6 +80,7 @@ class NcclCommunicator final : public Communicator {
   std::map<std::string, std::vector<ncclComm*>> by_axes_;  // group label -> per-rank communicator
   std::vector<void*> scratch_;               // 4 device bytes for barrier()
   std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;  // abort_reason_ is written once, read by every rank's thread
   std::string abort_reason_;
 };
 

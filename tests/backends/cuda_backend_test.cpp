@@ -111,7 +111,7 @@ TEST_CASE("cuda backend: name, device and capabilities" * doctest::test_suite("g
   CHECK(b.supports(Kernel::matmul, DType::f32));
   CHECK_FALSE(b.supports(Kernel::matmul, DType::i32));
   CHECK(b.supports(Kernel::cast, DType::f32));
-  CHECK_FALSE(b.supports(Kernel::conv2d_forward, DType::f32));  // not written yet
+  CHECK(b.supports(Kernel::conv2d_forward, DType::f32));
   CHECK_FALSE(b.supports(Kernel::unary, DType::bf16));
   Tensor x = Tensor::empty({4}, DType::bf16, Device::cuda(0));
   CHECK_THROWS_AS(b.unary(UnaryOp::neg, x, x), UnsupportedError);
