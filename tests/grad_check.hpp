@@ -25,6 +25,9 @@ struct GradCheckOptions {
   double h = 1e-2;
   double atol = 2e-3;
   double rtol = 2e-2;
+  // Random ops (dropout) draw a mask per step: every run of the check runs
+  // as this one step, so the perturbed runs see the mask the gradient used.
+  std::int64_t step = 1;
 };
 
 inline void check_gradients(Graph& g, ValueId out, const std::vector<std::pair<ValueId, Tensor>>& leaves,
@@ -45,6 +48,7 @@ inline void check_gradients(Graph& g, ValueId out, const std::vector<std::pair<V
   Executor exec(g, outputs);
   Executor forward(g, {loss});
   for (auto* e : {&exec, &forward}) {
+    e->set_update_step(options.step, 0.0f);
     e->bind(probe, probe_values);
     for (const auto& [id, t] : leaves) e->bind(id, t);
   }

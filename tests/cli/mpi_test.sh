@@ -22,7 +22,15 @@ mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:BATCH*MODEL
   echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
 }
 
-# Training: N processes equal one process holding the whole mesh. On 3x2
+# The single-device runs every sharded run must equal, for both step settings.
+for ref in "single 32 96" "single24 24 72"; do
+  set -- $ref
+  "$tessera" train "$work/run.yaml" --set training.epochs=1 --set data.train.samples="$3" --set training.batch_size="$2" \
+    --set training.checkpoint.dir="$work/$1" --log "$work/$1.jsonl" > /dev/null
+  "$tessera" export "$work/$1" "$work/$1.safetensors" > /dev/null
+done
+
+# Training: N processes equal one process holding the whole mesh, and one device. On 3x2
 # with 2 processes both hold rows of the middle batch block (batches of 24):
 # its metrics must still count once.
 for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2x2 model_parallel 4" \
@@ -44,6 +52,9 @@ for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2
   "$tessera" export "$work/$name.one" "$work/$name.one.safetensors" > /dev/null
   "$tessera" export "$work/$name.mpi" "$work/$name.mpi.safetensors" > /dev/null
   same_tensors "$work/$name.one.safetensors" "$work/$name.mpi.safetensors" 2e-5
+  single=single; [ "$1" = 3x2 ] && single=single24
+  same_losses "$work/$single.jsonl" "$work/$name.one.jsonl"
+  same_tensors "$work/$single.safetensors" "$work/$name.one.safetensors" 2e-5
 done
 grep -q "MiB between procs" "$work/4x1-data_parallel-np2.out" || fail "no bytes between processes reported"
 

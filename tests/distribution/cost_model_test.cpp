@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <tuple>
 #include <fstream>
 #include <sstream>
 
@@ -95,7 +97,13 @@ TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest wit
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
   const Calibration calibration{100, 10, 10, 1, 2};
   AutoChoice free = choose_auto(model, spec, cpu_devices(4), calibration, 0);
-  REQUIRE(free.candidates.size() == 3 * 4);  // 1x4, 2x2, 4x1 x dp, zero, tp, fsdp
+  // 1x4, 2x2, 4x1 x dp, zero, tp, fsdp, each once.
+  std::set<std::tuple<std::int64_t, std::int64_t, Strategy>> seen, all;
+  for (const auto& c : free.candidates) seen.emplace(c.batch_devices, c.model_devices, c.strategy);
+  for (std::int64_t b : {1, 2, 4})
+    for (Strategy s : kStrategies) all.emplace(b, 4 / b, s);
+  CHECK(free.candidates.size() == all.size());
+  CHECK(seen == all);
   REQUIRE(free.chosen);
   for (const auto& c : free.candidates) CHECK(free.candidates[*free.chosen].predicted_seconds <= c.predicted_seconds);
   // Replicated strategies hold every parameter and its Adam moments (3 x 7.1 MiB): a budget

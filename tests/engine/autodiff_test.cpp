@@ -199,3 +199,30 @@ TEST_CASE("gradient: batch normalisation built from primitive ops (training mode
   ValueId y = g.mul(centered, g.unary(UnaryOp::rsqrt, g.add(variance, g.fill({}, 1e-3))));
   check_gradients(g, y, {{x, random_tensor({6, 3}, 40, -2.0f, 2.0f)}});
 }
+
+TEST_CASE("gradient: dropout passes the gradient through its mask, scaled") {
+  // One executor run is one step: the forward and the perturbed runs share a mask.
+  Graph g;
+  ValueId x = g.variable("x", {4, 6});
+  check_gradients(g, g.dropout(x, 0.5f, 17), {{x, random_tensor({4, 6}, 23)}});
+}
+
+TEST_CASE("dropout zeroes about rate of the elements and scales the rest by 1 / (1 - rate)") {
+  const std::int64_t n = 20000;
+  for (const float rate : {0.1f, 0.5f, 0.9f}) {
+    CAPTURE(rate);
+    Graph g;
+    ValueId x = g.input("x", {n});
+    ValueId y = g.dropout(x, rate, 5);
+    Executor exec(g, {y});
+    exec.bind(x, Tensor::from_vector(std::vector<float>(n, 2.0f), {n}));
+    exec.run();
+    std::int64_t zeros = 0;
+    for (float v : exec.output(y).to_vector<float>()) {
+      if (v == 0.0f) ++zeros;
+      else CHECK(v == doctest::Approx(2.0f / (1.0f - rate)).epsilon(1e-6));
+    }
+    // 20000 Bernoulli draws: the fraction lies within 0.015 of the rate (over 4 standard deviations).
+    CHECK(std::abs(static_cast<double>(zeros) / n - rate) < 0.015);
+  }
+}
