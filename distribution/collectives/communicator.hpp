@@ -106,7 +106,8 @@ class Communicator {
   // Wakes every waiting member and makes every later call throw CollectiveError with `reason`.
   virtual void abort(const std::string& reason) = 0;
 
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  // How long a member waits for the others (virtual: a communicator built of others passes it on).
+  virtual void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   CollectiveAccounting& accounting() { return *recorder_; }
   const CollectiveAccounting& accounting() const { return *recorder_; }

@@ -244,6 +244,12 @@ MpiCommunicator::MpiCommunicator(const DeviceMesh& mesh, ProcessPlacement placem
   }
 }
 
+void MpiCommunicator::set_timeout(std::chrono::milliseconds timeout) {
+  Communicator::set_timeout(timeout);
+  whole_.set_timeout(timeout);
+  shm_.set_timeout(timeout + std::max<std::chrono::milliseconds>(timeout / 10, std::chrono::seconds(1)));
+}
+
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);

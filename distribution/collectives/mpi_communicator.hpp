@@ -56,6 +56,10 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   int size() const override { return whole_.size(); }
+  // Also the in-process parts': groups inside this process wait `timeout`;
+  // members waiting in shared memory for their process's leader wait longer,
+  // so that the leader's watchdog, which names the late process, speaks first.
+  void set_timeout(std::chrono::milliseconds timeout) override;
 
   void all_reduce(const CommGroup& group, int rank, const Tensor& in, const Tensor& out,
                   ReduceOp op = ReduceOp::sum) override;

@@ -153,6 +153,27 @@ TEST_CASE("mpi communicator: accounting separates bytes between processes") {
     CHECK(inter == 0);
 }
 
+TEST_CASE("mpi communicator: the timeout it is given governs groups inside one process") {
+  // On 2 processes each holds a row of a 2x2 mesh: the model axis stays inside
+  // a process. Device 1 of this process never arrives; device 0 gives up after
+  // the timeout given (the in-process part once kept its own 60 s).
+  const ProcessPlacement where = MpiSession::placement();
+  if (where.processes != 2) {
+    MESSAGE("not run: needs 2 processes, this job has ", where.processes);
+    return;
+  }
+  const DeviceMesh mesh({2, 2}, {"batch", "model"}, cpu_devices(4));
+  MpiCommunicator comm(mesh, where);
+  comm.set_timeout(std::chrono::milliseconds(300));
+  const int rank = where.local_ranks(mesh.size()).front();
+  SpmdContext context(mesh, comm, rank);
+  Tensor x = filled(Shape({8}), rank);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(comm.all_reduce(context.group(0b10), rank, x, x), doctest::Contains("did not arrive"),
+                       CollectiveError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
 }  // namespace
 }  // namespace tessera
 
