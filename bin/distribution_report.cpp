@@ -6,6 +6,8 @@
 #include <regex>
 #include <set>
 
+#include "distribution/collectives/mpi_session.hpp"
+
 namespace tessera {
 namespace {
 
@@ -159,8 +161,31 @@ void print_blocks(const Distribution& distribution, const SpmdProgram& program, 
   }
 }
 
-void print_collectives(const CollectiveAccounting& accounting) {
-  auto total = accounting.total();
+std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm) {
+  auto total = comm.accounting().total();
+  const ProcessPlacement where = MpiSession::placement();
+  if (!where.multi_process()) return total;
+  std::vector<double> sums;  // exact: counts and bytes stay far below 2^53
+  for (const auto& [key, s] : total)
+    sums.insert(sums.end(), {static_cast<double>(s.calls), static_cast<double>(s.bytes), s.seconds,
+                             static_cast<double>(s.inter_process_bytes)});
+  const auto keys = static_cast<double>(total.size());
+  sums.push_back(keys);
+  MpiSession::sum_over_processes(sums, comm.timeout());
+  if (sums.back() != keys * where.processes)
+    throw Error("collective accounting: the processes of the job recorded different collectives");
+  std::size_t i = 0;
+  for (auto& [key, s] : total) {
+    s.calls = static_cast<std::int64_t>(sums[i]);
+    s.bytes = static_cast<std::int64_t>(sums[i + 1]);
+    s.seconds = sums[i + 2];
+    s.inter_process_bytes = static_cast<std::int64_t>(sums[i + 3]);
+    i += 4;
+  }
+  return total;
+}
+
+void print_collectives(const std::map<CollectiveAccounting::Key, CollectiveStats>& total) {
   if (total.empty()) {
     fmt::print("\nCollectives: none (every value stayed where it was computed)\n");
     return;
@@ -175,7 +200,7 @@ void print_collectives(const CollectiveAccounting& accounting) {
                static_cast<double>(stats.bytes) / (1 << 20), stats.seconds,
                processes ? fmt::format(" {:>18.2f}", static_cast<double>(stats.inter_process_bytes) / (1 << 20)) : "");
   fmt::print("(summed over {}devices; bytes are what each device sent, as NCCL's bus bytes)\n",
-             processes ? "this process's " : "");
+             processes ? "every process's " : "");
 }
 
 }  // namespace tessera

@@ -26,7 +26,12 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
                     const std::vector<std::string>& output_paths, const AutoTpPlan* auto_tp = nullptr);
 // Which devices hold which block of variable `path` (a grid for rank <= 2).
 void print_blocks(const Distribution& distribution, const SpmdProgram& program, const std::string& path);
-// One row per (collective kind, mesh axes): calls, bytes and seconds summed over devices.
-void print_collectives(const CollectiveAccounting& accounting);
+// One row per (collective kind, mesh axes): calls, bytes and seconds summed
+// over devices (job_collectives: over every process's).
+void print_collectives(const std::map<CollectiveAccounting::Key, CollectiveStats>& total);
+// The communicator's totals summed over the job's processes: every process
+// runs the same program, so each has the same (kind, axes) keys. Called by
+// every process of a job at once.
+std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm);
 
 }  // namespace tessera

@@ -131,6 +131,10 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   callbacks.on_batch = [&](std::int64_t e, std::int64_t b, std::int64_t n, const Evaluation& r) { bar.on_batch(e, b, n, r); };
   callbacks.on_epoch = [&](const EpochLog& l) {
     bar.on_epoch(l);
+    // Every process adds its devices' collectives to the job's, which process 0 logs.
+    const Communicator* comm = trainer.communicator();
+    std::map<CollectiveAccounting::Key, CollectiveStats> collectives;
+    if (comm != nullptr && !log_path.empty()) collectives = job_collectives(*comm);
     if (!log.is_open()) return;
     nlohmann::json j{{"epoch", l.epoch}, {"seconds", l.seconds}, {"loss", l.train.loss}};
     for (const auto& [k, v] : l.train.metrics) j[k] = v;
@@ -138,8 +142,8 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
       j["val_loss"] = l.validation.loss;
       for (const auto& [k, v] : l.validation.metrics) j["val_" + k] = v;
     }
-    if (const Communicator* comm = trainer.communicator()) {  // totals over devices, since the start
-      for (const auto& [key, stats] : comm->accounting().total())
+    if (comm != nullptr) {  // totals over the job's devices, since the start
+      for (const auto& [key, stats] : collectives)
         j["collectives"][std::string(name(key.first)) + " " + key.second] = {
             {"calls", stats.calls}, {"bytes", stats.bytes}, {"seconds", stats.seconds},
             {"inter_process_bytes", stats.inter_process_bytes}};
@@ -161,7 +165,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     for (const auto& [op, t] : rows)
       fmt::print("{:<32} {:>10.3f} {:>7.1f}% {:>10}\n", op, t.seconds, 100 * t.seconds / total, t.calls);
   }
-  if (const Communicator* comm = trainer.communicator()) print_collectives(comm->accounting());
+  if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
   return kOk;
 }
 

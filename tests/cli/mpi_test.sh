@@ -49,6 +49,12 @@ for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2
   same_losses "$work/$name.one.jsonl" "$work/$name.mpi.jsonl"
   python3 -c 'import json,sys; a, b = (json.loads(open(p).readline())["accuracy"] for p in sys.argv[1:]); assert a == b, (a, b)' \
     "$work/$name.one.jsonl" "$work/$name.mpi.jsonl" || fail "$name: accuracy differs from one process"
+  python3 - "$work/$name.one.jsonl" "$work/$name.mpi.jsonl" <<'PY' || fail "$name: the logged collectives are not the job's"
+import json, sys
+one, mpi = (json.loads(open(p).readline())["collectives"] for p in sys.argv[1:])
+counts = lambda c: {k: (v["calls"], v["bytes"]) for k, v in c.items()}
+assert counts(one) == counts(mpi), (one, mpi)  # every process's devices, not process 0's
+PY
   "$tessera" export "$work/$name.one" "$work/$name.one.safetensors" > /dev/null
   "$tessera" export "$work/$name.mpi" "$work/$name.mpi.safetensors" > /dev/null
   same_tensors "$work/$name.one.safetensors" "$work/$name.mpi.safetensors" 2e-5
