@@ -36,7 +36,25 @@ struct MpiCommunicator::MpiOps {
     if (finalized) return;
     MPI_Op_free(&bf16_sum);
     MPI_Op_free(&bf16_max);
+    for (auto& [unit, type] : chunks) MPI_Type_free(&type);
   }
+  // Bytes moved as-is (gathers, broadcasts) are counted in chunks of the
+  // largest power of two up to 4 KiB that divides `bytes`: MPI's int counts
+  // then reach 2^31 chunks (8 TiB of 4 KiB chunks), not 2 GiB.
+  std::pair<MPI_Datatype, std::size_t> chunk(std::size_t bytes) {
+    std::size_t unit = 4096;
+    while (unit > 1 && bytes % unit != 0) unit /= 2;
+    if (unit == 1) return {MPI_BYTE, 1};
+    std::lock_guard lock(chunks_mutex);  // the leaders of several groups call at once
+    auto [it, added] = chunks.try_emplace(unit, MPI_DATATYPE_NULL);
+    if (added) {
+      MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &it->second);
+      MPI_Type_commit(&it->second);
+    }
+    return {it->second, unit};
+  }
+  std::mutex chunks_mutex;
+  std::map<std::size_t, MPI_Datatype> chunks;  // by bytes per chunk
   template <bool kMax>
   static void combine(void* in, void* inout, int* len, MPI_Datatype*) {
     auto* a = static_cast<const bf16*>(in);
@@ -103,11 +121,11 @@ struct MpiCommunicator::Group {
     displs.clear();
     std::size_t offset = 0;
     for (int m : members) {
-      displs.push_back(as_count(offset, "elements"));
-      counts.push_back(as_count(static_cast<std::size_t>(m) * unit, "elements"));
+      displs.push_back(as_count(offset, "elements or chunks"));
+      counts.push_back(as_count(static_cast<std::size_t>(m) * unit, "elements or chunks"));
       offset += static_cast<std::size_t>(m) * unit;
     }
-    as_count(offset, "elements");
+    as_count(offset, "elements or chunks");
   }
 };
 
@@ -394,9 +412,10 @@ Tensor MpiCommunicator::gather_packed(Group& g, int rank, const std::byte* block
   std::memcpy(bytes(all) + static_cast<std::size_t>(group.index_of(rank)) * block_bytes, block, block_bytes);
   local_barrier(g, rank);  // the process's blocks are in
   if (rank == g.leader()) {
-    g.set_counts(block_bytes);
+    const auto [type, unit] = ops_->chunk(block_bytes);
+    g.set_counts(block_bytes / unit);
     blocking(CollectiveKind::all_gather, group, g, rank, start, [&] {
-      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), g.counts.data(), g.displs.data(), MPI_BYTE,
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), g.counts.data(), g.displs.data(), type,
                             g.comm);
     });
     inter = static_cast<std::int64_t>(block_bytes) * (group.size() - g.local.size());
@@ -472,9 +491,10 @@ void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& 
   const int caller = root_process == placement_.process ? root_rank : g.leader();
   std::int64_t inter = 0;
   if (rank == caller) {
-    const int count = as_count(x.nbytes(), "bytes");
+    const auto [type, unit] = ops_->chunk(x.nbytes());
+    const int count = as_count(x.nbytes() / unit, "chunks");
     blocking(CollectiveKind::broadcast, group, g, rank, start,
-             [&] { return MPI_Bcast(x.raw_data(), count, MPI_BYTE, root_index, g.comm); });
+             [&] { return MPI_Bcast(x.raw_data(), count, type, root_index, g.comm); });
     if (rank == root_rank) inter = static_cast<std::int64_t>(x.nbytes());
   }
   if (g.local.size() > 1) shm_.broadcast(g.local, rank, x, g.local_index(caller));
