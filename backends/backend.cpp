@@ -111,6 +111,11 @@ void Backend::matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const
   Check c(*this, "matmul");
   c.on_device({{"a", &a}, {"b", &b}, {"bias", bias}, {"out", &out}});
   c.same_dtype({{"a", &a}, {"b", &b}}).floating("a", a);
+  // out is a's dtype, or f32 accumulating bf16 operands; a bias is in out's dtype.
+  if (out.dtype() != a.dtype() && !(a.dtype() == DType::bf16 && out.dtype() == DType::f32))
+    throw DTypeError("matmul: out is " + out.describe() + " for operands " + a.describe() + " (it takes " +
+                     std::string(dtype_name(a.dtype())) + (a.dtype() == DType::bf16 ? " or f32)" : ")"));
+  if (bias != nullptr) c.same_dtype({{"bias", bias}, {"out", &out}});
   c.shape("out", out, matmul_output_shape(a.shape(), b.shape(), args));
   if (bias != nullptr) c.shape("bias", *bias, Shape{out.shape()[out.rank() - 1]});
   run_matmul(a, b, bias, out, args);
@@ -233,7 +238,7 @@ void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& bet
   c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
   if (x.rank() < 1) throw ShapeError("layer_norm: x must have rank >= 1, got " + x.shape().str());
   Shape features{x.shape()[x.rank() - 1]};
-  Shape rows{x.numel() / std::max<std::int64_t>(1, features[0])};
+  Shape rows{Shape(std::vector<std::int64_t>(x.shape().dims().begin(), x.shape().dims().end() - 1)).numel()};
   c.shape("gamma", gamma, features).shape("beta", beta, features).shape("y", y, x.shape());
   c.shape("mean", mean, rows).shape("rstd", rstd, rows);
   run_layer_norm(x, gamma, beta, y, mean, rstd, epsilon);
@@ -249,7 +254,7 @@ void Backend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const Te
                        {"dx", &dx}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   if (x.rank() < 1) throw ShapeError("layer_norm_backward: x must have rank >= 1");
   Shape features{x.shape()[x.rank() - 1]};
-  Shape rows{x.numel() / std::max<std::int64_t>(1, features[0])};
+  Shape rows{Shape(std::vector<std::int64_t>(x.shape().dims().begin(), x.shape().dims().end() - 1)).numel()};
   c.shape("gamma", gamma, features).shape("dgamma", dgamma, features).shape("dbeta", dbeta, features);
   c.shape("mean", mean, rows).shape("rstd", rstd, rows);
   c.shape("dy", dy, x.shape()).shape("dx", dx, x.shape());

@@ -75,6 +75,12 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dArgs& args) {
   if (oh < 1 || ow < 1)
     fail(op, "window " + std::to_string(args.window_h) + "x" + std::to_string(args.window_w) +
                  " is larger than the padded input x" + x.str() + ", " + padded_size(x, args) + " after padding");
+  // A window wholly in the padding has nothing to pool (Keras' same padding never makes one).
+  if (std::max(args.pad_top, args.pad_bottom) >= args.window_h || std::max(args.pad_left, args.pad_right) >= args.window_w)
+    fail(op, "padding " + std::to_string(args.pad_top) + "," + std::to_string(args.pad_bottom) + "," +
+                 std::to_string(args.pad_left) + "," + std::to_string(args.pad_right) +
+                 " (top, bottom, left, right) must be smaller than the window " + std::to_string(args.window_h) + "x" +
+                 std::to_string(args.window_w));
   return Shape{x[0], oh, ow, x[3]};
 }
 

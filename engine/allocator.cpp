@@ -1,5 +1,6 @@
 #include "engine/allocator.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -33,6 +34,7 @@ AllocatorStats Allocator::stats() const {
 
 void* CpuAllocator::raw_allocate(std::size_t bytes) {
   constexpr std::size_t kAlignment = 64;
+  if (bytes > SIZE_MAX - kAlignment) return nullptr;  // the rounding up would wrap: no such allocation
   return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
 }
 

@@ -15,7 +15,8 @@ Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (auto d : dims_) n *= d;
+  for (auto d : dims_)
+    if (__builtin_mul_overflow(n, d, &n)) throw ShapeError("shape " + str() + " has more elements than a 64-bit count");
   return n;
 }
 

@@ -9,15 +9,26 @@ Buffer::Buffer(Allocator& allocator, std::size_t bytes)
 
 Buffer::~Buffer() { allocator_->deallocate(data_, bytes_); }
 
+namespace {
+
+// numel x the element size, which must fit a size_t.
+std::size_t bytes_of(const Shape& shape, DType dtype) {
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(shape.numel()), dtype_size(dtype), &bytes))
+    throw ShapeError(std::string(dtype_name(dtype)) + shape.str() + " has more bytes than a 64-bit count");
+  return bytes;
+}
+
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  return view(std::make_shared<Buffer>(allocator_for(device), bytes), 0, shape, dtype);
+  return view(std::make_shared<Buffer>(allocator_for(device), bytes_of(shape, dtype)), 0, shape, dtype);
 }
 
 Tensor Tensor::view(std::shared_ptr<Buffer> buffer, std::size_t byte_offset, const Shape& shape,
                     DType dtype) {
-  auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  if (buffer == nullptr || byte_offset + bytes > buffer->bytes())
+  auto bytes = bytes_of(shape, dtype);
+  if (buffer == nullptr || bytes > buffer->bytes() || byte_offset > buffer->bytes() - bytes)
     throw ShapeError("Tensor::view: " + std::string(dtype_name(dtype)) + shape.str() + " (" +
                      std::to_string(bytes) + " bytes) at offset " + std::to_string(byte_offset) +
                      " does not fit in a buffer of " +

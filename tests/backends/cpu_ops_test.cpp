@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/registry.hpp"
@@ -101,7 +102,36 @@ TEST_CASE("matmul reports mismatched operands by op, shapes and dtypes") {
   CHECK(shares_memory(Device::cpu(0), Device::cpu(1)));
   CHECK_FALSE(shares_memory(Device::cpu(0), Device::cuda(0)));
   CHECK_NOTHROW(cpu.matmul(a, other, nullptr, out));
+  // An output or bias of another dtype is the engine's error, not oneDNN's.
+  Tensor half = Tensor::empty({4, 2}, DType::bf16);
+  CHECK_THROWS_WITH_AS(cpu.matmul(a, other, nullptr, half), doctest::Contains("out is bf16[4, 2]"), DTypeError);
+  Tensor int_bias = Tensor::empty({2}, DType::i32);
+  CHECK_THROWS_AS(cpu.matmul(a, other, &int_bias, out), DTypeError);
   set_cpu_device_count(1);
+}
+
+TEST_CASE("edge shapes: empty contractions and axes, and padding a window cannot see past") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  // A batched matmul with an empty contraction (or no columns) against a shared weight.
+  Tensor a = Tensor::empty({2, 3, 0}, DType::f32), b = Tensor::empty({0, 4}, DType::f32);
+  Tensor bias = Tensor::from_vector<float>({1, -2, 3, -4}, {4}), out = Tensor::empty({2, 3, 4}, DType::f32);
+  cpu.matmul(a, b, &bias, out);
+  for (std::int64_t r = 0; r < 6; ++r)
+    CHECK(std::vector<float>(out.data<float>() + r * 4, out.data<float>() + r * 4 + 4) == std::vector<float>{1, -2, 3, -4});
+  Tensor no_columns = Tensor::empty({2, 3, 0}, DType::f32);
+  CHECK_NOTHROW(cpu.matmul(random_tensor({2, 3, 4}, 5), Tensor::empty({4, 0}, DType::f32), nullptr, no_columns));
+  // max over an empty axis is -inf (the identity), as on the GPU.
+  Tensor m = Tensor::empty({1, 3}, DType::f32);
+  cpu.reduce(ReduceOp::max, Tensor::empty({0, 3}, DType::f32), m);
+  for (float v : m.to_vector<float>()) CHECK(v == -std::numeric_limits<float>::infinity());
+  // layer_norm of rows without features: one mean and rstd per row still.
+  Tensor x = Tensor::empty({3, 0}, DType::f32), none = Tensor::empty({0}, DType::f32);
+  Tensor mean = Tensor::empty({3}, DType::f32), rstd = Tensor::empty({3}, DType::f32);
+  CHECK_NOTHROW(cpu.layer_norm(x, none, none, Tensor::empty({3, 0}, DType::f32), mean, rstd, 1e-5f));
+  // Average pooling whose top padding covers a whole window.
+  Pool2dArgs pool{.kind = PoolKind::avg, .window_h = 2, .window_w = 1, .stride_h = 2, .stride_w = 1, .pad_top = 2};
+  CHECK_THROWS_WITH_AS(cpu.pool2d_forward(Tensor::empty({1, 1, 1, 1}, DType::f32), Tensor::empty({1, 1, 1, 1}, DType::f32), pool),
+                       doctest::Contains("must be smaller than the window"), ShapeError);
 }
 
 TEST_CASE("bf16 matmul accumulates in f32 and matches the f32 result of the rounded operands") {

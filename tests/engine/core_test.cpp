@@ -31,6 +31,11 @@ TEST_CASE("shape arithmetic and broadcasting") {
   CHECK_FALSE(broadcast_shapes({2, 3}, {4, 3}).has_value());
   CHECK(Shape{}.numel() == 1);
   CHECK_THROWS_AS(Shape({2, -1}), ShapeError);
+  // Counts past 64 bits are errors, not a wrapped size (a 0-byte buffer for 2^62 floats).
+  CHECK_THROWS_WITH_AS(Shape({std::int64_t{1} << 62, 4}).numel(), doctest::Contains("more elements than a 64-bit count"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(Tensor::empty(Shape{std::int64_t{1} << 62}, DType::f32),
+                       doctest::Contains("more bytes than a 64-bit count"), ShapeError);
 }
 
 TEST_CASE("device parsing and errors") {
