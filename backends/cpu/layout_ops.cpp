@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/float_to_integer.hpp"
 #include "backends/cpu/strided_loop.hpp"
 
 namespace tessera {
@@ -91,10 +92,10 @@ bf16 load_bf16(const Tensor& t, std::int64_t i) {
   return {};
 }
 
-std::int64_t load_i64(const Tensor& t, std::int64_t i) {  // floats truncate toward zero
+std::int64_t load_i64(const Tensor& t, std::int64_t i) {  // floats truncate toward zero, saturating
   switch (t.dtype()) {
-    case DType::f32: return static_cast<std::int64_t>(static_cast<const float*>(t.raw_data())[i]);
-    case DType::bf16: return static_cast<std::int64_t>(to_f32(static_cast<const bf16*>(t.raw_data())[i]));
+    case DType::f32: return float_to_i64(static_cast<const float*>(t.raw_data())[i]);
+    case DType::bf16: return float_to_i64(to_f32(static_cast<const bf16*>(t.raw_data())[i]));
     case DType::i32: return static_cast<const std::int32_t*>(t.raw_data())[i];
     case DType::i64: return static_cast<const std::int64_t*>(t.raw_data())[i];
   }
@@ -112,8 +113,8 @@ void CpuBackend::run_fill(const Tensor& out, double value) {
   switch (out.dtype()) {
     case DType::f32: return fill_typed(out, static_cast<float>(value));
     case DType::bf16: return fill_typed(out, double_to_bf16(value));
-    case DType::i32: return fill_typed(out, static_cast<std::int32_t>(value));
-    case DType::i64: return fill_typed(out, static_cast<std::int64_t>(value));
+    case DType::i32: return fill_typed(out, float_to_i32(value));
+    case DType::i64: return fill_typed(out, float_to_i64(value));
   }
 }
 
@@ -126,7 +127,10 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
     switch (out.dtype()) {
       case DType::f32: static_cast<float*>(out.raw_data())[i] = load_f32(x, i); break;
       case DType::bf16: static_cast<bf16*>(out.raw_data())[i] = load_bf16(x, i); break;
-      case DType::i32: static_cast<std::int32_t*>(out.raw_data())[i] = static_cast<std::int32_t>(load_i64(x, i)); break;
+      case DType::i32:  // floats saturate; i64 wraps
+        static_cast<std::int32_t*>(out.raw_data())[i] =
+            is_floating(x.dtype()) ? float_to_i32(load_f32(x, i)) : static_cast<std::int32_t>(load_i64(x, i));
+        break;
       case DType::i64: static_cast<std::int64_t*>(out.raw_data())[i] = load_i64(x, i); break;
     }
   }

@@ -4,13 +4,14 @@
 // bit: f32 -> bf16 rounds to nearest even and keeps NaN a quiet NaN (to_bf16 of
 // engine/dtype.hpp); integers -> bf16 round once (to odd into f32, then to
 // nearest even); integers -> f32 round to nearest even; floats -> integers
-// truncate toward zero (values outside the integer's range are undefined in
-// C++ on the CPU as here: tests leave them out); i64 -> i32 wraps.
+// truncate toward zero, saturate at the integer's range and send NaN to 0
+// (float_to_integer.hpp, shared with the CPU); i64 -> i32 wraps.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "backends/float_to_integer.hpp"
 #include "backends/host_device.hpp"
 #include "engine/dtype.hpp"
 
@@ -90,9 +91,8 @@ struct CastElements {
   }
   TESSERA_HOST_DEVICE std::int64_t load_i64(const void* src, std::int64_t i) const {
     switch (from) {
-      case DType::f32: return static_cast<std::int64_t>(static_cast<const float*>(src)[i]);
-      case DType::bf16:
-        return static_cast<std::int64_t>(cast_bf16_to_f32(static_cast<const std::uint16_t*>(src)[i]));
+      case DType::f32: return float_to_i64(static_cast<const float*>(src)[i]);
+      case DType::bf16: return float_to_i64(cast_bf16_to_f32(static_cast<const std::uint16_t*>(src)[i]));
       case DType::i32: return static_cast<const std::int32_t*>(src)[i];
       case DType::i64: return static_cast<const std::int64_t*>(src)[i];
     }
@@ -104,8 +104,10 @@ struct CastElements {
     switch (to) {
       case DType::f32: static_cast<float*>(dst)[i] = load_f32(src, i); break;
       case DType::bf16: static_cast<std::uint16_t*>(dst)[i] = load_bf16(src, i); break;
-      case DType::i32:
-        static_cast<std::int32_t*>(dst)[i] = static_cast<std::int32_t>(load_i64(src, i));
+      case DType::i32:  // floats saturate; i64 wraps
+        static_cast<std::int32_t*>(dst)[i] = from == DType::f32 || from == DType::bf16
+                                                 ? float_to_i32(load_f32(src, i))
+                                                 : static_cast<std::int32_t>(load_i64(src, i));
         break;
       case DType::i64: static_cast<std::int64_t*>(dst)[i] = load_i64(src, i); break;
     }

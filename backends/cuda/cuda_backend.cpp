@@ -1,3 +1,4 @@
+#include "backends/float_to_integer.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 
 #include <cstring>
@@ -161,8 +162,8 @@ void CudaBackend::run_fill(const Tensor& out, double value) {
   switch (out.dtype()) {
     case DType::f32: bits = bit_pattern(static_cast<float>(value)); break;
     case DType::bf16: bits = bit_pattern(to_bf16(static_cast<float>(value)).bits); break;
-    case DType::i32: bits = bit_pattern(static_cast<std::int32_t>(value)); break;
-    case DType::i64: bits = bit_pattern(static_cast<std::int64_t>(value)); break;
+    case DType::i32: bits = bit_pattern(float_to_i32(value)); break;  // as the CPU: saturating, NaN to 0
+    case DType::i64: bits = bit_pattern(float_to_i64(value)); break;
   }
   if (out.numel() == 0) return;
   CudaDeviceGuard guard(device().index);

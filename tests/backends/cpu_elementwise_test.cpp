@@ -520,6 +520,21 @@ TEST_CASE("cast between floating and integer dtypes") {
     CHECK(big64.to_vector<std::int64_t>() ==
           std::vector<std::int64_t>{static_cast<std::int64_t>(3e12f), static_cast<std::int64_t>(-5e15f)});
   }
+  SUBCASE("floats beyond an integer's range saturate and NaN is 0, in casts and fills") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    Tensor x = Tensor::from_vector<float>({nan, inf, -inf, 3e9f, -3e9f, 1e20f, -1e20f}, {7});
+    Tensor i32 = Tensor::empty({7}, DType::i32), i64 = Tensor::empty({7}, DType::i64);
+    cpu().cast(x, i32);
+    cpu().cast(x, i64);
+    constexpr auto max32 = std::numeric_limits<std::int32_t>::max(), min32 = std::numeric_limits<std::int32_t>::min();
+    constexpr auto max64 = std::numeric_limits<std::int64_t>::max(), min64 = std::numeric_limits<std::int64_t>::min();
+    CHECK(i32.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, max32, min32, max32, min32, max32, min32});
+    CHECK(i64.to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, max64, min64, 3000000000, -3000000000, max64, min64});
+    Tensor filled = Tensor::empty({1}, DType::i32);
+    cpu().fill(filled, 1e10);
+    CHECK(filled.to_vector<std::int32_t>()[0] == max32);
+  }
   SUBCASE("bf16 -> i32 truncates") {
     std::vector<float> v = {2.75f, -2.75f, 384.0f, -0.5f};
     Tensor x = to_bf16_tensor(Tensor::from_vector(v, {4}));
