@@ -15,7 +15,8 @@
 //                     one of them exchanges over MPI, then both get the result
 // Figures follow nccl-tests: busbw = size / time x 2(n-1)/n with n the
 // processes (the bytes that must cross between them), the median of --iters
-// calls after a warm-up, timed by process 0 between barriers. The last column
+// calls (at most 15 from 16 MiB) after a warm-up, timed by process 0 between
+// barriers, the best of --rounds alternating rounds per way. The last column
 // is the time of plain MPI_Allreduce over Tessera's: >= 1.00 means Tessera is
 // not slower. Issue 7's target: the hierarchical path not slower than the peer.
 #include <mpi.h>
@@ -116,9 +117,10 @@ double tessera_all_reduce(std::int64_t floats, int iters, int per_process) {
 int main(int argc, char** argv) {
   CLI::App app{"Tessera's MPI communicator against plain MPI_Allreduce (run under mpirun)"};
   std::string sizes = "4K,64K,1M,16M,64M";
-  int iters = 20;
+  int iters = 20, rounds = 3;
   app.add_option("--sizes", sizes, "Bytes per process, comma-separated (4K, 1M, 64M)")->capture_default_str();
-  app.add_option("--iters", iters, "Timed calls per size")->capture_default_str();
+  app.add_option("--iters", iters, "Timed calls per size and round (at least 15 from 16 MiB)")->capture_default_str();
+  app.add_option("--rounds", rounds, "Alternating rounds; each way keeps its best median")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   MpiSession mpi;
@@ -137,11 +139,16 @@ int main(int argc, char** argv) {
     start = comma == std::string::npos ? sizes.size() : comma + 1;
     const std::int64_t bytes = parse_size(size_text);
     const std::int64_t floats = std::max<std::int64_t>(1, bytes / 4);
-    const int reps = bytes >= (16 << 20) ? std::max(5, iters / 4) : iters;
-    const double t_plain = plain(floats, reps);
-    const double t_one = tessera_all_reduce(floats, reps, 1);
-    const double t_plain_two = plain_two(floats, reps);
-    const double t_two = tessera_all_reduce(floats, reps, 2);
+    const int reps = bytes >= (16 << 20) ? std::min(iters, 15) : iters;
+    // The four ways take turns, round after round, and each keeps its best
+    // median: no way always runs first or last on a machine whose speed drifts.
+    double t_plain = 1e30, t_one = 1e30, t_plain_two = 1e30, t_two = 1e30;
+    for (int round = 0; round < rounds; ++round) {
+      t_plain = std::min(t_plain, plain(floats, reps));
+      t_one = std::min(t_one, tessera_all_reduce(floats, reps, 1));
+      t_plain_two = std::min(t_plain_two, plain_two(floats, reps));
+      t_two = std::min(t_two, tessera_all_reduce(floats, reps, 2));
+    }
     auto busbw = [&](double t) { return static_cast<double>(floats * 4) / t * 2.0 * (n - 1) / n / 1e9; };
     worst_flat = std::min(worst_flat, t_plain / t_one);
     worst_hierarchical = std::min(worst_hierarchical, t_plain_two / t_two);
