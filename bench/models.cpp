@@ -422,8 +422,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", thread_counts, "Thread counts, comma-separated")
       ->delimiter(',')->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "Timed steps per round")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "Untimed steps before each round")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  // At least one: Tessera's trainer lives across rounds while each PyTorch
+  // round is a fresh process, so a round without warm-up would favour Tessera.
+  app.add_option("--warmup", warmup, "Untimed steps before each round (>= 1)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "Rounds per side, alternating; the best median is kept")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--csv", csv, "CSV instead of the table");
