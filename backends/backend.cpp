@@ -238,7 +238,7 @@ void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& bet
   c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
   if (x.rank() < 1) throw ShapeError("layer_norm: x must have rank >= 1, got " + x.shape().str());
   Shape features{x.shape()[x.rank() - 1]};
-  Shape rows{Shape(std::vector<std::int64_t>(x.shape().dims().begin(), x.shape().dims().end() - 1)).numel()};
+  Shape rows{x.shape().rows()};
   c.shape("gamma", gamma, features).shape("beta", beta, features).shape("y", y, x.shape());
   c.shape("mean", mean, rows).shape("rstd", rstd, rows);
   run_layer_norm(x, gamma, beta, y, mean, rstd, epsilon);
@@ -254,7 +254,7 @@ void Backend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const Te
                        {"dx", &dx}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   if (x.rank() < 1) throw ShapeError("layer_norm_backward: x must have rank >= 1");
   Shape features{x.shape()[x.rank() - 1]};
-  Shape rows{Shape(std::vector<std::int64_t>(x.shape().dims().begin(), x.shape().dims().end() - 1)).numel()};
+  Shape rows{x.shape().rows()};
   c.shape("gamma", gamma, features).shape("dgamma", dgamma, features).shape("dbeta", dbeta, features);
   c.shape("mean", mean, rows).shape("rstd", rstd, rows);
   c.shape("dy", dy, x.shape()).shape("dx", dx, x.shape());

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 #include "backends/registry.hpp"
 #include "engine/config/config.hpp"
@@ -116,6 +115,7 @@ DistributionConfig parse_distribution(ConfigNode node) {
   // The mesh first: without `devices`, its size says how many.
   std::vector<std::int64_t> shape;
   std::vector<std::string> names;
+  std::int64_t mesh_size = 1;  // checked against overflow as it is multiplied out
   std::optional<ConfigNode> mesh_node = node.find("mesh");
   if (mesh_node) {
     mesh_node->expect_keys({"shape", "axis_names"});
@@ -126,10 +126,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
     if (shape.size() > kMaxMeshAxes)
       (*mesh_node)["shape"].fail("a mesh has at most " + std::to_string(kMaxMeshAxes) + " axes, this one " +
                                  std::to_string(shape.size()));
-    std::int64_t size = 1;
     for (std::size_t i = 0; i < shape.size(); ++i) {
       if (shape[i] < 1) (*mesh_node)["shape"].at(i).fail("mesh extents must be >= 1, got " + std::to_string(shape[i]));
-      if (__builtin_mul_overflow(size, shape[i], &size) || size > std::numeric_limits<int>::max())
+      if (__builtin_mul_overflow(mesh_size, shape[i], &mesh_size) || mesh_size > std::numeric_limits<int>::max())
         (*mesh_node)["shape"].fail("the mesh holds more than " + std::to_string(std::numeric_limits<int>::max()) +
                                    " devices");
     }
@@ -144,7 +143,6 @@ DistributionConfig parse_distribution(ConfigNode node) {
     if (!config.auto_mesh) limit->fail("memory_limit is the budget type auto chooses within");
     config.memory_limit = parse_bytes(*limit);
   }
-  const std::int64_t mesh_size = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
   if (mesh_node && !node.has("devices") && mesh_size > kMaxCpuDevices)
     (*mesh_node)["shape"].fail("the mesh has " + std::to_string(mesh_size) + " positions; without devices: it would make " +
                                "as many logical CPU devices, and at most " + std::to_string(kMaxCpuDevices) + " exist");

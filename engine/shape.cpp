@@ -20,6 +20,10 @@ std::int64_t Shape::numel() const {
   return n;
 }
 
+std::int64_t Shape::rows() const {
+  return dims_.empty() ? 1 : Shape(std::vector<std::int64_t>(dims_.begin(), dims_.end() - 1)).numel();
+}
+
 int Shape::normalize_axis(int axis) const {
   int a = axis < 0 ? axis + rank() : axis;
   if (a < 0 || a >= rank())

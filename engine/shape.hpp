@@ -20,6 +20,9 @@ class Shape {
   std::int64_t& operator[](int axis) { return dims_[static_cast<std::size_t>(axis)]; }
   const std::vector<std::int64_t>& dims() const { return dims_; }
   std::int64_t numel() const;
+  // Rows of the last axis: the product of every other extent (1 for rank 0 or
+  // 1), which numel() / last cannot give when the last extent is 0.
+  std::int64_t rows() const;
 
   // Maps a possibly negative axis (-1 = last) to [0, rank); throws ShapeError.
   int normalize_axis(int axis) const;

@@ -37,8 +37,7 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   // A weight shared over a's batch axes is one 2-D product over all rows
   // (oneDNN's batched kernel with a broadcast weight is slower).
   if (b.rank() == 2 && a.rank() > 2 && !args.transpose_a) {
-    std::int64_t k = a.shape()[a.rank() - 1], n = out.shape()[out.rank() - 1], rows = 1;
-    for (int d = 0; d + 1 < a.rank(); ++d) rows *= a.shape()[d];  // not numel / k: k or n may be 0
+    std::int64_t k = a.shape()[a.rank() - 1], n = out.shape()[out.rank() - 1], rows = a.shape().rows();
     return run_matmul(a.reshape({rows, k}), b, bias, out.reshape({rows, n}), args);
   }
   int rank = out.rank();

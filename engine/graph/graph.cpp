@@ -122,7 +122,7 @@ std::vector<ValueId> Graph::layer_norm(ValueId x, ValueId gamma, ValueId beta, f
   check_same_dtype("layer_norm", x, beta);
   OpAttrs attrs;
   attrs.epsilon = epsilon;
-  Shape rows{xs.numel() / std::max<std::int64_t>(1, features[0])};
+  Shape rows{xs.rows()};
   NodeId n = add_node(OpKind::layer_norm, {x, gamma, beta}, attrs,
                       {{xs, dtype(x)}, {rows, DType::f32}, {rows, DType::f32}});
   return nodes_[n].outputs;

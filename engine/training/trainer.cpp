@@ -263,7 +263,7 @@ void Trainer::check_dataset(const Dataset& data) {
   std::vector<std::int64_t> dims = per_batch.dims();
   dims[0] = n;
   const Tensor& t = data.targets;
-  if (t.dtype() != p.graph.dtype(p.target) || !t.defined() || t.shape() != Shape(dims))
+  if (!t.defined() || t.dtype() != p.graph.dtype(p.target) || t.shape() != Shape(dims))
     throw ShapeError("data '" + data.source + "' has targets " + (t.defined() ? t.describe() : std::string("none")) +
                      " for " + std::to_string(n) + " samples, but the loss " + spec_.loss.type + " takes " +
                      std::string(dtype_name(p.graph.dtype(p.target))) + Shape(dims).str());

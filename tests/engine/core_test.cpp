@@ -30,6 +30,10 @@ TEST_CASE("shape arithmetic and broadcasting") {
   CHECK(*broadcast_shapes({4, 1, 3}, {5, 1}) == Shape{4, 5, 3});
   CHECK_FALSE(broadcast_shapes({2, 3}, {4, 3}).has_value());
   CHECK(Shape{}.numel() == 1);
+  CHECK(s.rows() == 6);
+  CHECK(Shape{3, 0}.rows() == 3);  // numel / last cannot say
+  CHECK(Shape{5}.rows() == 1);
+  CHECK(Shape{}.rows() == 1);
   CHECK_THROWS_AS(Shape({2, -1}), ShapeError);
   // Counts past 64 bits are errors, not a wrapped size (a 0-byte buffer for 2^62 floats).
   CHECK_THROWS_WITH_AS(Shape({std::int64_t{1} << 62, 4}).numel(), doctest::Contains("more elements than a 64-bit count"),
