@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libdnnl-dev       # oneDNN: the CPU backend's kernels
+  ocl-icd-opencl-dev  # oneDNN's CMake package requires OpenCL, which libdnnl-dev only recommends
   libyaml-cpp-dev   # YAML model and run configs
   libfmt-dev        # formatting
   doctest-dev       # the test suites
@@ -40,12 +41,24 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-echo "setup: installing ${missing[*]}"
+# Without root, sudo must be there and allowed (asking for a password only
+# where someone can type it); else say the exact command an administrator runs.
+need_root() {
+  echo "setup: Tessera needs Debian packages that are not installed, and installing them takes root." >&2
+  echo "setup: ask an administrator to run (or run as root), then run scripts/setup.sh again:" >&2
+  echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+}
 as_root=()
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+  command -v sudo >/dev/null || need_root
+  if ! sudo -n true 2>/dev/null; then
+    [ -t 0 ] || need_root
+    sudo -v || need_root
+  fi
   as_root=(sudo)
 fi
+echo "setup: installing ${missing[*]}"
 # Through env: sudo's env_reset would drop an exported DEBIAN_FRONTEND.
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
