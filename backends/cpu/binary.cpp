@@ -43,7 +43,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
 }  // namespace
 
 void CpuBackend::run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   switch (a.dtype()) {
     case DType::f32: return binary_typed<float>(op, a, b, out);
     case DType::bf16: return binary_typed<bf16>(op, a, b, out);

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 namespace tessera {
 
 CpuBackend::CpuBackend(Device device, int threads)
@@ -31,7 +33,7 @@ const CpuBackend::Primitive& CpuBackend::primitive(const std::string& key,
                                                   const std::function<Primitive()>& make) {
   auto it = primitives_.find(key);
   if (it != primitives_.end()) return it->second;
-  ThreadShare share(threads_);  // oneDNN picks its blocking for the threads it will have
+  KernelScope scope(threads_);  // oneDNN picks its blocking for the threads it will have
   Primitive p = make();
   auto bytes = p.desc.scratchpad_desc().get_size();
   if (bytes > 0 && (!scratchpad_ || scratchpad_->bytes() < bytes))
@@ -43,7 +45,7 @@ void CpuBackend::execute(const Primitive& p, std::unordered_map<int, dnnl::memor
   auto scratch_desc = p.desc.scratchpad_desc();
   if (scratch_desc.get_size() > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, engine_, scratchpad_->data()));
-  ThreadShare share(threads_);
+  KernelScope scope(threads_);
   p.primitive.execute(stream_, args);
   stream_.wait();
 }
@@ -104,9 +106,32 @@ std::string cache_key(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + t.shape().str();
 }
 
-ThreadShare::ThreadShare(int threads) : previous_(omp_get_max_threads()) {
-  omp_set_num_threads(threads);
+namespace {
+
+// OpenMP threads are not ours to wrap in a DenormalMode: they persist between
+// parallel regions. So the mode is given to the team of this calling thread
+// once, and again only when the team grows or the setting changes (new team
+// threads inherit the caller's mode, which the KernelScope has set by then).
+struct TeamDenormalMode {
+  int threads = 1;
+  bool flush = false;
+};
+thread_local TeamDenormalMode t_team;
+
+void give_team_denormal_mode(int threads, bool flush) {
+  if (threads <= t_team.threads && flush == t_team.flush) return;
+#pragma omp parallel num_threads(threads)
+  set_thread_denormal_mode(flush);
+  t_team = {std::max(threads, t_team.threads), flush};
 }
-ThreadShare::~ThreadShare() { omp_set_num_threads(previous_); }
+
+}  // namespace
+
+KernelScope::KernelScope(int threads)
+    : previous_threads_(omp_get_max_threads()), denormals_(flush_denormals()) {
+  omp_set_num_threads(threads);
+  give_team_denormal_mode(threads, flush_denormals());
+}
+KernelScope::~KernelScope() { omp_set_num_threads(previous_threads_); }
 
 }  // namespace tessera

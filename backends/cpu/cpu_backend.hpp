@@ -17,6 +17,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/backend.hpp"
+#include "backends/denormals.hpp"
 
 namespace tessera {
 
@@ -70,12 +71,21 @@ class CpuBackend final : public Backend {
       buffer = std::make_shared<Buffer>(allocator_, std::max<std::size_t>(bytes, 1));
     return *buffer;
   }
+  // scratch_buffer(key, ...) viewed as a tensor of `shape` and `dtype`.
+  Tensor scratch_tensor(const std::string& key, const Shape& shape, DType dtype) {
+    scratch_buffer(key, static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+    return Tensor::view(scratch_buffers_[key], 0, shape, dtype);
+  }
 
  protected:
   void run_copy(const Tensor& src, const Tensor& dst) override;
   void run_fill(const Tensor& out, double value) override;
   void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   const MatmulArgs& args) override;
+  // run_matmul where oneDNN has no bf16 kernel for this CPU (before AVX-512):
+  // bf16 operands widened to f32 (exactly), multiplied in f32, the result rounded.
+  void matmul_widened(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                      const MatmulArgs& args);
   void run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                           const Conv2dArgs& args) override;
   void run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -138,16 +148,19 @@ dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
 // Key fragment "f32[2, 3]" for primitive caches.
 std::string cache_key(const Tensor& t);
 
-// Runs `body` with OpenMP limited to `threads` threads on this thread.
-class ThreadShare {
+// What every CPU kernel runs under, for the object's lifetime: OpenMP limited
+// to the device's `threads` on this thread, and denormals flushed to zero on
+// this thread and its OpenMP threads unless switched off (backends/denormals.hpp).
+class KernelScope {
  public:
-  explicit ThreadShare(int threads);
-  ~ThreadShare();
-  ThreadShare(const ThreadShare&) = delete;
-  ThreadShare& operator=(const ThreadShare&) = delete;
+  explicit KernelScope(int threads);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
 
  private:
-  int previous_;
+  int previous_threads_;
+  DenormalMode denormals_;
 };
 
 }  // namespace tessera

@@ -27,7 +27,7 @@ void CpuBackend::run_embedding(const Tensor& table, const Tensor& ids, const Ten
   std::size_t row_bytes = static_cast<std::size_t>(table.shape()[1]) * dtype_size(table.dtype());
   const char* src = static_cast<const char*>(table.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-  ThreadShare share(threads());
+  KernelScope scope(threads());
 #pragma omp parallel for schedule(static) if (rows.size() > 256)
   for (std::size_t i = 0; i < rows.size(); ++i)
     std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
@@ -40,7 +40,7 @@ void CpuBackend::run_embedding_block(const Tensor& table, const Tensor& ids, con
   std::size_t row_bytes = static_cast<std::size_t>(table.shape()[1]) * dtype_size(table.dtype());
   const char* src = static_cast<const char*>(table.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-  ThreadShare share(threads());
+  KernelScope scope(threads());
 #pragma omp parallel for schedule(static) if (rows.size() > 256)
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t local = rows[i] - first_row;

@@ -109,7 +109,7 @@ void CpuBackend::run_copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::run_fill(const Tensor& out, double value) {
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   switch (out.dtype()) {
     case DType::f32: return fill_typed(out, static_cast<float>(value));
     case DType::bf16: return fill_typed(out, double_to_bf16(value));
@@ -120,7 +120,7 @@ void CpuBackend::run_fill(const Tensor& out, double value) {
 
 void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
   if (x.dtype() == out.dtype()) return run_copy(x, out);
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   std::int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (std::int64_t i = 0; i < n; ++i) {
@@ -157,7 +157,7 @@ std::int64_t outer(const Shape& shape, int axis) {
 }  // namespace
 
 void CpuBackend::run_concat(const std::vector<Tensor>& inputs, const Tensor& out, int axis) {
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   std::int64_t rows = outer(out.shape(), axis);
   std::size_t out_row = rows == 0 ? 0 : out.nbytes() / static_cast<std::size_t>(rows), offset = 0;
   for (const Tensor& in : inputs) {
@@ -169,7 +169,7 @@ void CpuBackend::run_concat(const std::vector<Tensor>& inputs, const Tensor& out
 }
 
 void CpuBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) {
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   std::int64_t rows = outer(x.shape(), axis);
   if (rows == 0) return;
   std::size_t x_row = x.nbytes() / static_cast<std::size_t>(rows), out_row = out.nbytes() / static_cast<std::size_t>(rows);
@@ -179,7 +179,7 @@ void CpuBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::in
 }
 
 void CpuBackend::run_broadcast_to(const Tensor& x, const Tensor& out) {
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   strided_copy_any(x, out, broadcast_strides(x.shape(), out.shape()));
 }
 
@@ -187,7 +187,7 @@ void CpuBackend::run_transpose(const Tensor& x, const Tensor& out, const std::ve
   auto x_strides = contiguous_strides(x.shape());
   std::vector<std::int64_t> strides(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) strides[i] = x_strides[perm[i]];
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   strided_copy_any(x, out, strides);
 }
 

@@ -36,7 +36,7 @@ void CpuBackend::run_sgd_update(const Tensor& param, const Tensor& grad, const T
   float* __restrict v = velocity.data<float>();
   const std::int64_t n = param.numel();
   const float lr = args.learning_rate, momentum = args.momentum, wd = args.weight_decay;
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   // Keras' SGD: v = momentum * v - lr * g; p += v (nesterov: p += momentum * v - lr * g).
   if (momentum == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
@@ -74,7 +74,7 @@ void CpuBackend::run_adam_update(const Tensor& param, const Tensor& grad, const 
                                         (1.0 - std::pow(static_cast<double>(b1), t)));
   const float decay = args.decoupled_weight_decay ? 1.0f - lr * args.weight_decay : 1.0f;
   const float l2 = args.decoupled_weight_decay ? 0.0f : args.weight_decay;
-  ThreadShare share(threads());
+  KernelScope scope(threads());
   adam_loop(p, g, pm, pv, n, b1, b2, eps, alpha, decay, l2);
 }
 

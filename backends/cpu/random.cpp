@@ -13,7 +13,7 @@ void fill_f32(const Tensor& out, int threads, F value_at) {
     throw UnsupportedError("random fills need an f32 tensor on the CPU, got " + out.describe());
   float* p = out.data<float>();
   std::int64_t n = out.numel();
-  ThreadShare share(threads);
+  KernelScope scope(threads);
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (std::int64_t i = 0; i < n; ++i) p[i] = value_at(static_cast<std::uint64_t>(i));
 }
@@ -45,7 +45,7 @@ void CpuBackend::run_dropout(const Tensor& x, const Tensor& out, float rate, std
   float* po = out.data<float>();
   float scale = 1.0f / (1.0f - rate);
   std::int64_t n = x.numel();
-  ThreadShare share(threads());
+  KernelScope scope(threads());
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (std::int64_t i = 0; i < n; ++i) {
     bool keep = philox::uniform01(philox::bits(seed, offset + static_cast<std::uint64_t>(i))) >= rate;

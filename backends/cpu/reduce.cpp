@@ -80,7 +80,7 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
 void CpuBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   if (x.shape() == out.shape()) return run_copy(x, out);
   if (auto c = collapse(x.shape(), out.shape()); c && x.dtype() == DType::f32) {  // an empty axis too: max's -inf
-    ThreadShare share(threads());
+    KernelScope scope(threads());
     return reduce_collapsed(op, x.data<float>(), out.data<float>(), *c);
   }
   auto x_md = plain_desc(x.shape(), x.dtype());
