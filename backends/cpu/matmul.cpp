@@ -30,7 +30,40 @@ memory::desc operand_desc(const Tensor& t, int rank, bool transposed) {
   return memory::desc(logical, dnnl_type(t.dtype()), strides);
 }
 
+// Whether oneDNN has a bf16 matmul for this CPU (2.6: AVX-512 and later).
+bool bf16_matmul_native(const dnnl::engine& engine) {
+  static const bool native = [&] {
+    try {
+      memory::desc md({2, 2}, memory::data_type::bf16, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
+bool any_bf16(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out) {
+  auto is = [](const Tensor& t) { return t.dtype() == DType::bf16; };
+  return is(a) || is(b) || is(out) || (bias != nullptr && is(*bias));
+}
+
 }  // namespace
+
+void CpuBackend::matmul_widened(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                                const MatmulArgs& args) {
+  auto widened = [&](const Tensor& t, const char* role) {
+    if (t.dtype() == DType::f32) return t;
+    Tensor wide = scratch_tensor(std::string("matmul f32 ") + role, t.shape(), DType::f32);
+    run_cast(t, wide);
+    return wide;
+  };
+  Tensor wide_bias = bias != nullptr ? widened(*bias, "bias") : Tensor();
+  Tensor wide_out = out.dtype() == DType::f32 ? out : scratch_tensor("matmul f32 out", out.shape(), DType::f32);
+  run_matmul(widened(a, "a"), widened(b, "b"), bias != nullptr ? &wide_bias : nullptr, wide_out, args);
+  if (out.dtype() != DType::f32) run_cast(wide_out, out);
+}
 
 void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                             const MatmulArgs& args) {
@@ -40,6 +73,7 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     std::int64_t k = a.shape()[a.rank() - 1], n = out.shape()[out.rank() - 1], rows = a.shape().rows();
     return run_matmul(a.reshape({rows, k}), b, bias, out.reshape({rows, n}), args);
   }
+  if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
   int rank = out.rank();
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +
                     (args.transpose_b ? "T" : "") + (bias ? cache_key(*bias) : "-") +
