@@ -20,6 +20,7 @@
 #include "bin/distribution_report.hpp"
 #include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
+#include "bin/run_folder.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/checkpoint/sharded_checkpoint.hpp"
@@ -98,6 +99,12 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   RunConfig run = load_run_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
+  // Training keeps what it trains: without a folder in the config, a resumed
+  // run saves where it resumed from, a new one into a new runs/ folder.
+  CheckpointSpec& checkpoint = run.training.checkpoint;
+  const bool new_run_folder = checkpoint.dir.empty() && !checkpoint.off && resume_dir.empty();
+  if (checkpoint.dir.empty() && !checkpoint.off)
+    checkpoint.dir = new_run_folder ? next_run_folder(file) : std::filesystem::path(resume_dir);
   Dataset train_data = load_dataset(*run.train_data);
   std::optional<Dataset> validation;
   if (run.validation_data) validation = load_dataset(*run.validation_data);
@@ -121,6 +128,11 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
              store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
   if (run.distribution) fmt::print("Distribution: {}\n", run.distribution->distribution->str());
+  if (checkpoint.off)
+    fmt::print("Checkpoints: none (training.checkpoint: false)\n");
+  else
+    fmt::print("Checkpoints: '{}'{}\n", checkpoint.dir.string(),
+               new_run_folder ? " (a new run folder; training.checkpoint.dir chooses another)" : "");
   std::ofstream log;
   if (!log_path.empty() && MpiSession::placement().process == 0) {  // one log for the job
     log.open(log_path, std::ios::app);
@@ -150,8 +162,12 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     }
     log << j.dump() << "\n" << std::flush;
   };
-  callbacks.on_checkpoint = [](const std::filesystem::path& dir, const TrainingState& s) {
+  std::optional<TrainingState> saved;
+  callbacks.on_checkpoint = [&](const std::filesystem::path& dir, const TrainingState& s) {
     fmt::print("Saved checkpoint '{}' (epoch {}, step {})\n", dir.string(), s.epoch, s.step);
+    saved = s;
+    if (!new_run_folder) return;
+    if (std::string why = link_latest_run(dir); !why.empty()) fmt::print(stderr, "warning: {}\n", why);
   };
   std::map<std::string, Executor::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
@@ -166,6 +182,11 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
       fmt::print("{:<32} {:>10.3f} {:>7.1f}% {:>10}\n", op, t.seconds, 100 * t.seconds / total, t.calls);
   }
   if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
+  if (saved)  // the last line says where the weights are and what to run on them
+    fmt::print("\nWeights of epoch {} are in '{}'. Next: tessera eval {} --checkpoint {}\n", saved->epoch,
+               checkpoint.dir.string(), file, checkpoint.dir.string());
+  else
+    fmt::print("\nNothing was saved (training.checkpoint: false).\n");
   return kOk;
 }
 

@@ -54,7 +54,9 @@ TrainingSpec parse_training(ConfigNode node) {
   if (spec.batch_size < 1)
     throw ConfigError(node["batch_size"].location() + ": " + node["batch_size"].path() + ": batch_size must be >= 1");
   if (auto checkpoint = node.find("checkpoint")) {
-    if (checkpoint->is_scalar()) {  // `checkpoint: runs/x`, every epoch
+    if (checkpoint->is_scalar() && checkpoint->as<std::string>() == "false") {
+      spec.checkpoint.off = true;
+    } else if (checkpoint->is_scalar()) {  // `checkpoint: runs/x`, every epoch
       spec.checkpoint.dir = checkpoint->resolve_path(checkpoint->as<std::string>());
     } else {
       checkpoint->expect_keys({"dir", "every_epochs"});
@@ -63,7 +65,8 @@ TrainingSpec parse_training(ConfigNode node) {
       spec.checkpoint.every_epochs = checkpoint->get<std::int64_t>("every_epochs", 1);
       if (spec.checkpoint.every_epochs < 1) (*checkpoint)["every_epochs"].fail("every_epochs must be >= 1");
     }
-    if (spec.checkpoint.dir.filename().empty()) spec.checkpoint.dir = spec.checkpoint.dir.parent_path();
+    if (!spec.checkpoint.off && spec.checkpoint.dir.filename().empty())
+      spec.checkpoint.dir = spec.checkpoint.dir.parent_path();
   }
   return spec;
 }

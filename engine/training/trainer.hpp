@@ -40,8 +40,11 @@ class SpmdRuntime;
 
 // `training.checkpoint: {dir: runs/x, every_epochs: 1}`: save to `dir` after
 // every `every_epochs`-th epoch and after the last, each save replacing the one before.
+// `training.checkpoint: false` turns saving off, also the `tessera` program's
+// default folder (bin/run_folder.hpp).
 struct CheckpointSpec {
   std::filesystem::path dir;  // empty: no checkpoints; resolved against the config's folder
+  bool off = false;           // `checkpoint: false`
   std::int64_t every_epochs = 1;
   // The resolved config YAML stored with each checkpoint. parse_training sees
   // only `training:`, so the caller that holds the root fills this in.

@@ -7,6 +7,7 @@ tessera=$1
 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+cd "$work"  # a run without a checkpoint folder saves under ./runs: here, not in the build tree
 source "$(dirname "$0")/lib.sh"
 
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
@@ -54,6 +55,27 @@ mkdir "$work/cwd"
 (cd "$work/cwd" && "$tessera" train ../run.yaml --set training.epochs=1 --set training.checkpoint.dir=runs/x > /dev/null &&
   "$tessera" eval ../run.yaml --checkpoint runs/x --split train > /dev/null) ||
   fail "a checkpoint saved under --set training.checkpoint.dir=runs/x did not load from --checkpoint runs/x"
+
+# Training keeps what it trains: without a checkpoint folder, each run saves to
+# a new runs/<config>/<n>, links runs/<config>/latest to it and says where it is;
+# a resumed run saves where it resumed from; `checkpoint: false` saves nothing.
+mkdir "$work/default" && cd "$work/default"
+out=$("$tessera" train ../run.yaml --set training.epochs=1)
+grep -q "Checkpoints: 'runs/run/1'" <<<"$out" || fail "the first lines do not name the run folder: $out"
+last=$(tail -1 <<<"$out")
+grep -q "Weights of epoch 1 are in 'runs/run/1'. Next: tessera eval ../run.yaml --checkpoint runs/run/1" <<<"$last" ||
+  fail "the last line does not say where the weights are: $last"
+"$tessera" train ../run.yaml --set training.epochs=1 > /dev/null
+[ "$(readlink runs/run/latest)" = 2 ] || fail "runs/run/latest does not point at the second run"
+[ -f runs/run/1/model.safetensors ] || fail "the second run replaced the first run's weights"
+"$tessera" eval ../run.yaml --checkpoint runs/run/latest --split train > /dev/null || fail "eval of runs/run/latest failed"
+out=$("$tessera" train ../run.yaml --set training.epochs=2 --resume runs/run/1)
+grep -q "Saved checkpoint 'runs/run/1' (epoch 2" <<<"$out" || fail "the resumed run did not save where it resumed from: $out"
+[ ! -e runs/run/3 ] || fail "the resumed run made a new run folder"
+out=$("$tessera" train ../run.yaml --set training.epochs=1 --set training.checkpoint=false)
+grep -q "Nothing was saved (training.checkpoint: false)" <<<"$out" || fail "checkpoint: false still saved: $out"
+[ ! -e runs/run/3 ] || fail "checkpoint: false made a run folder"
+cd "$work"
 
 # Bad input: clear messages, exit code 3, nothing overwritten.
 expect_fail 3 "unknown key 'epoch' (did you mean 'epochs'?)" -- "$tessera" train "$work/run.yaml" --set training.epoch=2

@@ -12,6 +12,7 @@ shift 2
 mpirun=("$@" --oversubscribe --allow-run-as-root)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+cd "$work"  # a run without a checkpoint folder saves under ./runs: here, not in the build tree
 source "$(dirname "$0")/lib.sh"
 
 # 96 samples in batches of 32: three optimizer steps.

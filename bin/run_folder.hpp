@@ -1,0 +1,26 @@
+// Where `tessera train` saves when the config names no checkpoint folder.
+//
+// Training keeps what it trained, as Keras' ModelCheckpoint and Lightning's
+// default root folder do: a run of configs/fashion_mlp.yaml saves to
+// runs/fashion_mlp/1, the next to runs/fashion_mlp/2 (never over an earlier
+// run's weights), and runs/fashion_mlp/latest links to the newest run that
+// has saved. Relative to the working directory, like every path on a command
+// line. A resumed run saves into the folder it resumed from.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace tessera {
+
+// runs/<config stem>/<n>: n is one more than the highest number there. In a
+// job of several processes, process 0 chooses and the others take its choice.
+std::filesystem::path next_run_folder(const std::string& config_file);
+
+// Points <run folder>/../latest at `run` (atomically: a link made beside it,
+// then renamed over the old one). Only for folders made by next_run_folder.
+// Returns why it could not (a real folder named latest, say), else "": a run
+// that saved its weights does not fail over a convenience link.
+std::string link_latest_run(const std::filesystem::path& run);
+
+}  // namespace tessera
