@@ -31,17 +31,19 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
-#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include "backends/registry.hpp"
 #include "bench/cpu_use.hpp"
+#include "bench/fma_peak.hpp"
+#include "bench/machine_info.hpp"
 
 namespace {
 
 using namespace tessera;
 using bench::CpuUse;
+using namespace tessera::bench;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -59,160 +61,6 @@ const char* dnnl_isa_name(dnnl::cpu_isa isa) {
     case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
     case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
     default: return "other";
-  }
-}
-
-// ---------------------------------------------------------------------------
-// FP32 FMA peak probe
-// ---------------------------------------------------------------------------
-
-// Twelve independent chains: enough to cover FMA latency x throughput
-// (4 cycles x 2 pipes = 8 in flight) on current x86 cores.
-constexpr int kChains = 12;
-
-enum class Isa { avx512, avx2, scalar };
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::avx512: return "AVX-512 (16 x f32)";
-    case Isa::avx2: return "AVX2+FMA (8 x f32)";
-    case Isa::scalar: return "scalar";
-  }
-  return "?";
-}
-
-int isa_lanes(Isa isa) {
-  switch (isa) {
-    case Isa::avx512: return 16;
-    case Isa::avx2: return 8;
-    case Isa::scalar: return 1;
-  }
-  return 1;
-}
-
-Isa detect_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-  return Isa::scalar;
-}
-
-// acc = acc * mul + add converges to add / (1 - mul): no overflow, no denormals.
-// The result depends on every chain, so the loop cannot be removed.
-__attribute__((target("avx512f"), noinline))
-float fma_chains_avx512(std::int64_t iters, float seed) {
-  const __m512 mul = _mm512_set1_ps(0.999999f);
-  const __m512 add = _mm512_set1_ps(1e-6f * seed);
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(seed + static_cast<float>(c));
-  for (std::int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], mul, add);
-  }
-  __m512 sum = acc[0];
-  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  float total = 0.0f;
-  for (float v : lanes) total += v;
-  return total;
-}
-
-__attribute__((target("avx2,fma"), noinline))
-float fma_chains_avx2(std::int64_t iters, float seed) {
-  const __m256 mul = _mm256_set1_ps(0.999999f);
-  const __m256 add = _mm256_set1_ps(1e-6f * seed);
-  __m256 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(seed + static_cast<float>(c));
-  for (std::int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], mul, add);
-  }
-  __m256 sum = acc[0];
-  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, sum);
-  float total = 0.0f;
-  for (float v : lanes) total += v;
-  return total;
-}
-
-__attribute__((noinline)) float fma_chains_scalar(std::int64_t iters, float seed) {
-  float acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = seed + static_cast<float>(c);
-  for (std::int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = std::fma(acc[c], 0.999999f, 1e-6f * seed);
-  }
-  float total = 0.0f;
-  for (float v : acc) total += v;
-  return total;
-}
-
-float fma_chains(Isa isa, std::int64_t iters, float seed) {
-  switch (isa) {
-    case Isa::avx512: return fma_chains_avx512(iters, seed);
-    case Isa::avx2: return fma_chains_avx2(iters, seed);
-    case Isa::scalar: return fma_chains_scalar(iters, seed);
-  }
-  return 0.0f;
-}
-
-volatile float g_sink = 0.0f;  // keeps every probe result alive
-
-struct PeakResult {
-  double gflops = 0;      // best over the repeats, all threads together
-  int threads_seen = 0;   // threads OpenMP actually gave the probe
-  double background = 0;  // other processes' CPU use meanwhile, in cores
-};
-
-// Runs the probe on `threads` OpenMP threads at once, `iters` loop trips each;
-// the rate is all threads' flops over the wall time from the first thread's
-// start to the last thread's end. Best of `repeats`.
-PeakResult measure_peak(Isa isa, int threads, std::int64_t iters, int repeats) {
-  const double flops_per_iter = 2.0 * kChains * isa_lanes(isa);
-  PeakResult result;
-  CpuUse load;
-  for (int r = 0; r < repeats; ++r) {
-    std::vector<Clock::time_point> start(static_cast<std::size_t>(threads)),
-        end(static_cast<std::size_t>(threads));
-    std::vector<float> out(static_cast<std::size_t>(threads), 0.0f);
-    int seen = 0;
-#pragma omp parallel num_threads(threads)
-    {
-      auto id = static_cast<std::size_t>(omp_get_thread_num());
-#pragma omp single
-      seen = omp_get_num_threads();
-#pragma omp barrier
-      start[id] = Clock::now();
-      out[id] = fma_chains(isa, iters, 1.0f + static_cast<float>(id));
-      end[id] = Clock::now();
-    }
-    for (float v : out) g_sink = g_sink + v;
-    start.resize(static_cast<std::size_t>(seen));
-    end.resize(static_cast<std::size_t>(seen));
-    double wall = std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
-                                                *std::min_element(start.begin(), start.end()))
-                      .count();
-    double gflops = seen * static_cast<double>(iters) * flops_per_iter / wall / 1e9;
-    result.gflops = std::max(result.gflops, gflops);
-    result.threads_seen = seen;
-  }
-  result.background = load.others();
-  return result;
-}
-
-// Loop trips for one probe measurement of about `target_s` seconds on one thread.
-std::int64_t calibrate_probe(Isa isa, double target_s) {
-  std::int64_t iters = 1 << 16;
-  for (;;) {
-    auto start = Clock::now();
-    g_sink = g_sink + fma_chains(isa, iters, 1.0f);
-    double s = seconds_since(start);
-    if (s > 0.05)
-      return std::max<std::int64_t>(
-          1, static_cast<std::int64_t>(static_cast<double>(iters) * target_s / s));
-    iters *= 4;
   }
 }
 
@@ -301,13 +149,6 @@ MatmulResult bench_matmul(Device device, int threads, const MatmulShape& s, int 
 
 std::string shape_str(const MatmulShape& s) { return fmt::format("{}x{}x{}", s.m, s.k, s.n); }
 
-std::string first_line_of(const char* path, const std::string& prefix = "") {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (prefix.empty() || line.rfind(prefix, 0) == 0) return line;
-  return "?";
-}
 
 }  // namespace
 
@@ -348,7 +189,7 @@ int main(int argc, char** argv) {
     fmt::print("  logical CPUs: {}, OpenMP max threads: {}, load average: {}\n",
                omp_get_num_procs(), omp_get_max_threads(), first_line_of("/proc/loadavg"));
     fmt::print("  peak probe: {}, {} chains of FMAs, {:.2f} s x best of {}\n", isa_name(isa),
-               kChains, probe_seconds, peak_repeats);
+               kFmaChains, probe_seconds, peak_repeats);
   }
 
   // Peak before the matmuls (the first parallel region also starts the team).

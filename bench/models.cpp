@@ -48,7 +48,9 @@
 #include <omp.h>
 
 #include "bench/cpu_use.hpp"
+#include "bench/fma_peak.hpp"
 #include "bench/machine_info.hpp"
+#include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -59,6 +61,10 @@ namespace {
 
 using namespace tessera;
 using bench::CpuUse;
+using bench::TorchPeer;
+using bench::json_lines;
+using bench::last_line;
+using bench::run_command;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -72,17 +78,18 @@ struct ModelSpec {
   std::int64_t classes;       // labels / tokens are uniform in [0, classes)
   std::string optimizer;      // training.optimizer, YAML
   std::int64_t reference_params;
+  double train_gflop, infer_gflop;  // matmul FLOPs of a step (shared/REFERENCE_MODELS.md)
 };
 
 const std::vector<ModelSpec>& reference_models() {
   static const std::vector<ModelSpec> models{
       {"mlp", 128, 10, "{type: adam, learning_rate: 1.0e-3, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8}",
-       1'863'690},
-      {"cnn", 64, 10, "{type: sgd, learning_rate: 0.01, momentum: 0.9}", 1'199'882},
+       1'863'690, 1.2242, 0.4766},
+      {"cnn", 64, 10, "{type: sgd, learning_rate: 0.01, momentum: 0.9}", 1'199'882, 4.5802, 1.5350},
       {"gpt", 8, 256,
        "{type: adamw, learning_rate: 3.0e-4, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8, "
        "weight_decay: 0.01}",
-       3'323'392},
+       3'323'392, 21.34, 7.1135},
   };
   return models;
 }
@@ -220,115 +227,6 @@ std::vector<std::pair<std::string, double>> profile_tessera(TesseraCase& c, bool
 // PyTorch side
 // ---------------------------------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
-// Runs `command` through the shell; its output (stdout and stderr) and exit status.
-std::pair<std::string, int> run_command(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {"cannot start: " + command, -1};
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
-  return {output, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
-}
-
-std::vector<json> json_lines(const std::string& text) {
-  std::vector<json> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(pos, end - pos);
-    if (!line.empty() && line.front() == '{') {
-      json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_discarded()) out.push_back(std::move(j));
-    }
-    pos = end + 1;
-  }
-  return out;
-}
-
-std::string last_line(const std::string& text) {
-  std::string t = text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  std::size_t nl = t.rfind('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
-}
-
-// The openblas-openmp folder that libopenblas0-openmp installs, or "".
-std::string openblas_openmp_dir() {
-  auto [listing, status] = run_command("dpkg -L libopenblas0-openmp");
-  if (status != 0) return "";
-  std::size_t pos = 0;
-  while (pos < listing.size()) {
-    std::size_t end = listing.find('\n', pos);
-    if (end == std::string::npos) end = listing.size();
-    std::filesystem::path file = listing.substr(pos, end - pos);
-    pos = end + 1;
-    std::string name = file.filename().string();
-    if (file.parent_path().filename() == "openblas-openmp" &&
-        (name.rfind("libblas.so", 0) == 0 || name.rfind("libopenblas", 0) == 0))
-      return file.parent_path().string();
-  }
-  return "";
-}
-
-struct Peer {
-  bool available = false;
-  std::string command;  // env ... python3 torch_models.py
-  std::string why;      // when unavailable
-  std::string torch_version, blas;
-};
-
-constexpr const char* kInstallHint = "apt-get install python3-torch libopenblas0-openmp";
-
-Peer find_peer(const std::string& python, const std::filesystem::path& source_dir) {
-  Peer peer;
-  std::filesystem::path script = source_dir / "bench" / "torch_models.py";
-  if (!std::filesystem::exists(script)) {
-    peer.why = script.string() + " not found (set --source-dir)";
-    return peer;
-  }
-  if (access(python.c_str(), X_OK) != 0) {
-    peer.why = python + " not found; install PyTorch with: " + kInstallHint;
-    return peer;
-  }
-  std::string blas_dir = openblas_openmp_dir();
-  if (blas_dir.empty()) {
-    peer.why = "libopenblas0-openmp is not installed (without it Debian's torch runs the reference "
-               "BLAS, 25-40x slower); install with: " + std::string(kInstallHint);
-    return peer;
-  }
-  std::string library_path = blas_dir;
-  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
-    library_path += std::string(":") + old;
-  peer.command = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH=" + shell_quote(library_path) +
-                 " " + shell_quote(python) + " " + shell_quote(script.string());
-  auto [output, status] = run_command(peer.command + " --check");
-  auto lines = json_lines(output);
-  if (status != 0 || lines.empty()) {
-    std::string said = last_line(output);
-    peer.why = python + ": " + (said.empty() ? "cannot import torch" : said) + "; install with: " + kInstallHint;
-    return peer;
-  }
-  peer.torch_version = lines[0].value("torch", "?");
-  for (const auto& lib : lines[0].value("blas", std::vector<std::string>{}))
-    peer.blas += (peer.blas.empty() ? "" : ", ") + lib;
-  if (peer.blas.find("openblas") == std::string::npos) {
-    peer.why = "torch did not load OpenBLAS from " + blas_dir + " (BLAS: " + peer.blas +
-               "), so it would run the reference BLAS; check libopenblas0-openmp";
-    return peer;
-  }
-  peer.available = true;
-  return peer;
-}
-
 struct PeerRound {
   Stats stats;
   std::int64_t params = 0;
@@ -336,12 +234,13 @@ struct PeerRound {
   std::string error;
 };
 
-PeerRound time_torch(const Peer& peer, const std::string& model, const std::string& mode, int threads,
+PeerRound time_torch(const TorchPeer& peer, const std::string& model, const std::string& mode, int threads,
                      int warmup, int steps) {
   PeerRound r;
   CpuUse load;
   auto [output, status] = run_command(fmt::format("{} --models {} --modes {} --threads {} --warmup {} --steps {}",
-                                                  peer.command, model, mode, threads, warmup, steps));
+                                                  peer.command("torch_models.py"), model, mode, threads, warmup,
+                                                  steps));
   double busy = load.others();
   auto lines = json_lines(output);
   if (status != 0 || lines.empty()) {
@@ -373,9 +272,25 @@ struct Row {
   std::string torch_optimizer;  // the PyTorch optimizer implementation of the kept round
   std::string peer_error;
   std::vector<std::pair<std::string, double>> ops;  // --profile: Tessera ms per step by op
+  double step_gflop = 0;          // matmul FLOPs of one step
+  double peak_gflops = 0;         // the measured FMA peak at this row's threads
+  double peer_sgemm_gflops = 0;   // PyTorch's torch.mm 1024^3 at this row's threads
   std::optional<double> ratio() const {
     if (!tessera.valid() || !torch.valid() || torch.median_ms <= 0) return std::nullopt;
     return tessera.median_ms / torch.median_ms;
+  }
+  // Tessera's step in matmul FLOPs per second, as a share of the FMA peak.
+  double tessera_peak_share() const {
+    return tessera.valid() && peak_gflops > 0 ? step_gflop / (tessera.median_ms * 1e-3) / peak_gflops : 0;
+  }
+  double peer_gemm_share() const { return peak_gflops > 0 ? peer_sgemm_gflops / peak_gflops : 0; }
+  // A peer whose own GEMM runs far below the peak makes the ratio meaningless.
+  bool peer_broken() const { return peer_gemm_share() < bench::kPeerGemmFloor; }
+  // Whether the target is met: a ratio <= 1.0 against a peer at its best.
+  std::optional<bool> met() const {
+    auto r = ratio();
+    if (!r) return std::nullopt;
+    return *r <= 1.0 && !peer_broken();
   }
 };
 
@@ -443,7 +358,14 @@ int main(int argc, char** argv) {
   const bool table = !csv && !as_json;
   const bool progress = isatty(STDERR_FILENO) != 0;
 
-  Peer peer = find_peer(python, source_dir);
+  TorchPeer peer = TorchPeer::find(python, std::filesystem::path(source_dir) / "bench", thread_counts);
+  // The yardstick of every row: this machine's FMA peak at each thread count.
+  std::map<int, double> peak;
+  {
+    const bench::Isa isa = bench::detect_isa();
+    const std::int64_t iters = bench::calibrate_probe(isa, 0.2);
+    for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 3).gflops;
+  }
   auto dnnl_v = dnnl::version();
   const std::string load_before = bench::first_line_of("/proc/loadavg");
   if (table) {
@@ -451,9 +373,17 @@ int main(int argc, char** argv) {
                dnnl_v->minor, dnnl_v->patch);
     fmt::print("  CPU: {}; logical CPUs: {}; load average: {}\n", cpu_model(), omp_get_num_procs(), load_before);
     if (peer.available)
-      fmt::print("  peer: PyTorch {} ({}), BLAS {}\n", peer.torch_version, python, peer.blas);
+      fmt::print("  peer: {}\n", peer.describe());
     else
       fmt::print("  peer: unavailable: {}\n", peer.why);
+    for (int t : thread_counts) {
+      double sgemm = peer.available && peer.sgemm_gflops.contains(t) ? peer.sgemm_gflops.at(t) : 0.0;
+      fmt::print("  {} thread(s): FP32 FMA peak {:.1f} GFLOP/s measured; PyTorch's sgemm 1024^3 {:.1f} GFLOP/s = "
+                 "{:.0f}% of it{}\n",
+                 t, peak[t], sgemm, 100 * sgemm / peak[t],
+                 peer.available && sgemm < bench::kPeerGemmFloor * peak[t] ? " (under 60%: a broken peer, no row is met)"
+                                                                            : "");
+    }
     fmt::print("  {} warm-up + {} timed steps per round, {} round(s) per side alternating "
                "(Tessera, PyTorch, ...); the best median of each side is kept\n",
                warmup, steps, rounds);
@@ -472,6 +402,9 @@ int main(int argc, char** argv) {
           row.threads = threads;
           row.batch = spec.batch;
           row.reference_params = spec.reference_params;
+          row.step_gflop = mode == "train" ? spec.train_gflop : spec.infer_gflop;
+          row.peak_gflops = peak[threads];
+          if (peer.sgemm_gflops.contains(threads)) row.peer_sgemm_gflops = peer.sgemm_gflops.at(threads);
           // cpu:0 gets `threads`; a changed share drops the cached primitives.
           set_cpu_device_count(1, threads);
           TesseraCase tessera(spec, source_dir);
@@ -513,19 +446,20 @@ int main(int argc, char** argv) {
   if (csv) {
     fmt::print("model,mode,threads,batch,params_tessera,params_torch,tessera_min_ms,tessera_median_ms,"
                "tessera_max_ms,torch_min_ms,torch_median_ms,torch_max_ms,ratio,target_met,tessera_cores,"
-               "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer\n");
+               "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer,tessera_pct_peak,peer_sgemm_pct_peak\n");
     for (const auto& r : rows) {
       auto ratio = r.ratio();
       std::string peer_state = peer.available ? (r.peer_error.empty() ? "ok" : "failed") : "unavailable";
-      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{}\n", r.model,
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{},{:.1f},{:.1f}\n", r.model,
                  r.mode, r.threads, r.batch, r.tessera_params, r.torch.valid() ? std::to_string(r.torch_params) : "",
                  r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms,
                  r.torch.valid() ? fmt::format("{:.3f}", r.torch.min_ms) : "",
                  r.torch.valid() ? fmt::format("{:.3f}", r.torch.median_ms) : "",
                  r.torch.valid() ? fmt::format("{:.3f}", r.torch.max_ms) : "",
-                 ratio ? fmt::format("{:.3f}", *ratio) : "", ratio ? (*ratio <= 1.0 ? "1" : "0") : "",
+                 ratio ? fmt::format("{:.3f}", *ratio) : "", r.met() ? (*r.met() ? "1" : "0") : "",
                  r.tessera.cores, r.tessera.busy, r.torch.valid() ? fmt::format("{:.2f}", r.torch.busy) : "",
-                 r.torch_optimizer, steps, warmup, rounds, peer_state);
+                 r.torch_optimizer, steps, warmup, rounds, peer_state, 100 * r.tessera_peak_share(),
+                 100 * r.peer_gemm_share());
     }
     for (const auto& r : rows)
       for (const auto& w : param_warnings(r, peer.available)) fmt::print("# warning: {}\n", w);
@@ -539,7 +473,8 @@ int main(int argc, char** argv) {
     out["logical_cpus"] = cpus;
     out["load_average"] = load_before;
     out["onednn"] = fmt::format("{}.{}.{}", dnnl_v->major, dnnl_v->minor, dnnl_v->patch);
-    out["peer"] = peer.available ? json{{"torch", peer.torch_version}, {"python", python}, {"blas", peer.blas}}
+    out["peer"] = peer.available ? json{{"torch", peer.torch_version}, {"python", python}, {"blas", peer.blas},
+                                        {"openblas_core", peer.openblas_core}, {"core_override", peer.core_override}}
                                  : json{{"unavailable", peer.why}};
     out["steps"] = steps;
     out["warmup"] = warmup;
@@ -553,6 +488,9 @@ int main(int argc, char** argv) {
              {"params", {{"reference", r.reference_params}, {"tessera", r.tessera_params}}},
              {"tessera", stats(r.tessera)}};
       j["tessera"]["cores"] = r.tessera.cores;
+      j["tessera"]["pct_peak"] = 100 * r.tessera_peak_share();
+      j["peak_gflops"] = r.peak_gflops;
+      j["peer_sgemm_gflops"] = r.peer_sgemm_gflops;
       if (r.torch.valid()) {
         j["params"]["torch"] = r.torch_params;
         j["torch"] = stats(r.torch);
@@ -565,7 +503,8 @@ int main(int argc, char** argv) {
       }
       if (auto ratio = r.ratio()) {
         j["ratio"] = *ratio;
-        j["target_met"] = *ratio <= 1.0;
+        j["target_met"] = *r.met();
+        if (r.peer_broken()) j["peer_broken"] = true;
       }
       auto warnings = param_warnings(r, peer.available);
       if (!warnings.empty()) j["warnings"] = warnings;
@@ -575,9 +514,9 @@ int main(int argc, char** argv) {
     return status;
   }
 
-  fmt::print("\n  {:<5} {:<5} {:>7}  {:^29}  {:>9}\n", "", "", "", "---------- Tessera ----------", "PyTorch");
-  fmt::print("  {:<5} {:<5} {:>7}  {:>9} {:>9} {:>9}  {:>9}  {:>6} {:>6}  {:>5}\n", "model", "mode", "threads",
-             "min ms", "median ms", "max ms", "median ms", "ratio", "target", "busy");
+  fmt::print("\n  {:<5} {:<5} {:>7}  {:^36}  {:>9}\n", "", "", "", "-------------- Tessera --------------", "PyTorch");
+  fmt::print("  {:<5} {:<5} {:>7}  {:>9} {:>9} {:>9} {:>6}  {:>9}  {:>6} {:>6}  {:>5}\n", "model", "mode", "threads",
+             "min ms", "median ms", "max ms", "% peak", "median ms", "ratio", "target", "busy");
   bool any_contended = false;
   int met = 0, compared = 0;
   for (const auto& r : rows) {
@@ -588,19 +527,21 @@ int main(int argc, char** argv) {
     std::string peer_cell = r.torch.valid() ? fmt::format("{:9.2f}", r.torch.median_ms)
                                             : fmt::format("{:>9}", peer.available ? "failed" : "-");
     std::string ratio_cell = ratio ? fmt::format("{:6.2f}", *ratio) : fmt::format("{:>6}", "-");
-    std::string target_cell = ratio ? (*ratio <= 1.0 ? "✓" : "✗") : "-";
+    std::string target_cell = !ratio ? "-" : r.peer_broken() ? "peer✗" : *r.met() ? "✓" : "✗";
     if (ratio) {
       ++compared;
-      met += *ratio <= 1.0;
+      met += *r.met();
     }
-    fmt::print("  {:<5} {:<5} {:>7}  {:9.2f} {:9.2f} {:9.2f}  {}  {} {:>6}  {:5.2f}{}\n", r.model, r.mode,
-               r.threads, r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms, peer_cell, ratio_cell,
-               target_cell, busy, c ? "*" : "");
+    fmt::print("  {:<5} {:<5} {:>7}  {:9.2f} {:9.2f} {:9.2f} {:5.0f}%  {}  {} {:>6}  {:5.2f}{}\n", r.model, r.mode,
+               r.threads, r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms, 100 * r.tessera_peak_share(),
+               peer_cell, ratio_cell, target_cell, busy, c ? "*" : "");
     for (const auto& w : param_warnings(r, peer.available)) fmt::print("  ! warning: {}\n", w);
     if (!r.peer_error.empty()) fmt::print("  ! peer: {}\n", r.peer_error);
   }
-  fmt::print("\n  ratio: Tessera median / PyTorch median (target <= 1.0). busy: other processes' CPU use\n"
-             "  during the kept rounds, in cores.\n");
+  fmt::print("\n  % peak: the step's matmul FLOPs per second (shared/REFERENCE_MODELS.md) over the measured FMA\n"
+             "  peak at the row's threads. ratio: Tessera median / PyTorch median (target <= 1.0, met only\n"
+             "  against a peer whose sgemm reaches 60% of the peak; peer✗: it did not, a failed measurement).\n"
+             "  busy: other processes' CPU use during the kept rounds, in cores.\n");
   std::string optimizers;
   for (const auto& r : rows)
     if (!r.torch_optimizer.empty())

@@ -14,8 +14,7 @@ one by one. The optimizer runs PyTorch's faster implementation on this machine
 Prints one JSON line per (model, mode, threads):
   {"model": "mlp", "mode": "train", "threads": 1, "params": 1863690, "foreach": true,
    "warmup": 10, "steps": 30, "min_ms": ..., "median_ms": ..., "max_ms": ...}
-`--check` prints one line about the installation instead (torch version, the
-BLAS library loaded) and exits.
+bench/torch_env.py checks the installation and times the peer's own GEMM.
 
 Run it as bench_models does (shared/REFERENCE_MODELS.md): with Debian's
 /usr/bin/python3, LD_LIBRARY_PATH at the openblas-openmp folder of
@@ -185,17 +184,6 @@ def time_steps(step, warmup, steps):
     return times
 
 
-def loaded_blas():
-    """The BLAS shared objects this process mapped (libblas, libopenblas)."""
-    found = set()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if "blas" in path.rsplit("/", 1)[-1]:
-                found.add(path)
-    return sorted(found)
-
-
 def csv_list(text):
     return [item for item in text.split(",") if item]
 
@@ -211,14 +199,7 @@ def main():
     ap.add_argument("--foreach", choices=["auto", "on", "off"], default="auto",
                     help="optimizer implementation: foreach, the for-loop, or the faster of the two "
                          "timed briefly before the warm-up (auto)")
-    ap.add_argument("--check", action="store_true", help="print the installation and exit")
     args = ap.parse_args()
-
-    if args.check:
-        torch.randn(64, 64) @ torch.randn(64, 64)  # make sure the BLAS is loaded
-        print(json.dumps({"torch": torch.__version__, "blas": loaded_blas(),
-                          "max_threads": torch.get_num_threads()}), flush=True)
-        return
 
     for name in args.models:
         for mode in args.modes:
