@@ -5,8 +5,10 @@ that compare Tessera with PyTorch (bench_models, bench_fit).
   torch_env.py                  # {"torch": "1.13.1", "blas": [...], "max_threads": 2}
   torch_env.py --sgemm 1,2      # + {"threads": 1, "sgemm_gflops": ...} per thread count
 
---sgemm times torch.mm of two 1024x1024 f32 matrices (median of at least 10
-calls after 3 warm-up calls): the figure a benchmark sets against the measured
+--sgemm times torch.mm of two 1024x1024 f32 matrices: the best of 3 medians of
+at least 10 calls each (after 3 warm-up calls), since what is asked is what the
+peer's BLAS can do on this machine, on a VM whose speed moves from second to
+second: the figure a benchmark sets against the measured
 FMA peak, so that a peer whose BLAS runs far below the machine's speed is seen
 as a failed measurement, not as a win. OpenBLAS prints the core type it picked
 to stderr when OPENBLAS_VERBOSE=2 is set; the caller reads it there.
@@ -41,13 +43,16 @@ def sgemm_gflops(threads, n=1024):
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
         torch.mm(a, b)
-    times = []
-    start_all = time.perf_counter()
-    while len(times) < 10 or time.perf_counter() - start_all < 0.5:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        times.append(time.perf_counter() - start)
-    return 2.0 * n ** 3 / statistics.median(times) / 1e9
+    best = float("inf")
+    for _ in range(3):
+        times = []
+        start_all = time.perf_counter()
+        while len(times) < 10 or time.perf_counter() - start_all < 0.3:
+            start = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - start)
+        best = min(best, statistics.median(times))
+    return 2.0 * n ** 3 / best / 1e9
 
 
 def main():

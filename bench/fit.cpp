@@ -1,0 +1,260 @@
+// bench_fit: what a user sees. Tessera's whole `fit` of the default config
+// (configs/fashion_mlp.yaml) and of the CNN (configs/fashion_cnn.yaml), every
+// epoch on the real data, against a PyTorch training loop over the same data,
+// batch, shuffling and optimizer (bench/torch_fit.py), in the same run.
+//
+// Per model it prints each epoch's samples/s on both sides, the whole fit's
+// seconds and their ratio (target: Tessera at most 0.6x PyTorch's time), and
+// Tessera's step rate: train_step on one fixed batch of the same data, the
+// figure a step benchmark reports. Target: every epoch within 10% of it (a
+// slower epoch means something a step benchmark cannot see: data handling,
+// or numbers that drift into slow paths, such as the denormals that halved
+// the default config's speed before the CPU kernels flushed them).
+//
+// This VM's speed moves by tens of percent from minute to minute, so the
+// sides take turns: after each Tessera epoch (timed by the fit itself), 15
+// probe steps give the step rate, then PyTorch runs one epoch (torch_fit.py
+// --paced, waiting on its standard input). Every row's three figures come
+// from the same minute; each side's whole fit is its own seconds only.
+//
+// Neither side runs a validation pass. The peer is found and set up by
+// bench/torch_peer (its BLAS at its best); its sgemm is set against the FMA
+// peak measured here, and a fit ratio against a peer under 60% of the peak is
+// a failed measurement. --compare-denormals adds a Tessera fit with
+// set_flush_denormals(false), to show what flushing buys on this machine.
+//
+//   bench_fit                                   # both models, the configs' epochs, all cores
+//   bench_fit --models mlp --epochs 3 --threads 1
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "backends/denormals.hpp"
+#include "bench/child_process.hpp"
+#include "bench/fma_peak.hpp"
+#include "bench/machine_info.hpp"
+#include "bench/torch_peer.hpp"
+#include "engine/tessera.hpp"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct FitRun {
+  std::vector<double> epoch_seconds;
+  double fit_seconds = 0;
+  double final_loss = 0;
+  std::int64_t samples = 0;  // per epoch
+  std::string error;
+  bool valid() const { return error.empty() && !epoch_seconds.empty(); }
+  double rate(std::size_t epoch) const { return static_cast<double>(samples) / epoch_seconds[epoch]; }
+};
+
+struct SideBySide {
+  FitRun tessera, torch;
+  std::vector<double> step_rate;  // Tessera's train_step samples/s, measured after each epoch
+  std::int64_t batch = 0;
+};
+
+// Median seconds of `steps` train_step calls on one batch.
+double median_step_seconds(Trainer& trainer, const Tensor& inputs, const Tensor& targets, int steps) {
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    auto start = Clock::now();
+    trainer.train_step(inputs, targets);
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The peer's next JSON line that has `key`; an empty object if it ended first.
+nlohmann::json next_with(bench::ChildProcess& peer, const char* key) {
+  for (;;) {
+    bool ended = false;
+    std::string line = peer.read_line(&ended);
+    if (ended) return nlohmann::json::object();
+    auto lines = bench::json_lines(line);
+    if (!lines.empty() && lines[0].contains(key)) return lines[0];
+  }
+}
+
+// Tessera's fit of `config`, and after each of its epochs (timed without
+// them) the step-rate probe and one epoch of the peer, so that the three
+// figures of an epoch come from the same minute of the machine.
+SideBySide fit_side_by_side(const std::filesystem::path& config, const std::string& model, std::int64_t epochs,
+                            int threads, const bench::TorchPeer* peer, const std::string& data_folder,
+                            bool flush) {
+  SideBySide r;
+  set_flush_denormals(flush);
+  RunConfig run = load_run_config(config.string(), {"training.epochs=" + std::to_string(epochs)});
+  Dataset train = load_dataset(*run.train_data);
+  r.batch = run.training.batch_size;
+  r.tessera.samples = train.size();
+  VariableStore store, probe_store;
+  run.model.build(store, run.training.seed);
+  run.model.build(probe_store, run.training.seed);
+  Trainer trainer(run.model, run.training, store);
+  Trainer probe(run.model, run.training, probe_store);  // the step rate, on weights of its own
+  const Tensor inputs = train.inputs.rows(0, r.batch), targets = train.targets.rows(0, r.batch);
+  median_step_seconds(probe, inputs, targets, 5);  // warm-up: tracing, planning, primitives
+
+  std::unique_ptr<bench::ChildProcess> child;
+  if (peer != nullptr) {
+    child = std::make_unique<bench::ChildProcess>(
+        fmt::format("{} --paced --model {} --epochs {} --threads {} --data {}", peer->command("torch_fit.py"), model,
+                    epochs, threads, bench::shell_quote(data_folder)));
+    if (next_with(*child, "ready").empty()) r.torch.error = "torch_fit.py ended before it was ready";
+  }
+  double paused = 0;  // seconds spent in the callbacks, which the fit's own time excludes
+  FitCallbacks callbacks;
+  callbacks.on_epoch = [&](const EpochLog& log) {
+    auto start = Clock::now();
+    r.tessera.epoch_seconds.push_back(log.seconds);
+    r.tessera.final_loss = log.train.loss;
+    r.step_rate.push_back(static_cast<double>(r.batch) / median_step_seconds(probe, inputs, targets, 15));
+    if (child && r.torch.error.empty()) {
+      child->write_line("epoch");
+      nlohmann::json e = next_with(*child, "epoch");
+      if (e.empty()) {
+        r.torch.error = "torch_fit.py ended during epoch " + std::to_string(log.epoch);
+      } else {
+        r.torch.epoch_seconds.push_back(e.value("seconds", 0.0));
+        r.torch.final_loss = e.value("loss", 0.0);
+        r.torch.samples = e.value("samples", std::int64_t{0});
+      }
+    }
+    paused += seconds_since(start);
+  };
+  auto start = Clock::now();
+  trainer.fit(train, nullptr, callbacks);
+  r.tessera.fit_seconds = seconds_since(start) - paused;
+  if (child) {
+    if (r.torch.error.empty()) r.torch.fit_seconds = next_with(*child, "fit_seconds").value("fit_seconds", 0.0);
+    int status = child->wait();
+    if (status != 0 && r.torch.error.empty()) r.torch.error = fmt::format("torch_fit.py exited with status {}", status);
+  }
+  set_flush_denormals(true);
+  return r;
+}
+
+const char* mark(bool ok) { return ok ? "✓" : "✗"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera's fit of the default config and the CNN against a PyTorch training loop, epoch by epoch"};
+  std::vector<std::string> models{"mlp", "cnn"};
+  std::int64_t epochs = 0;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool compare_denormals = false;
+  std::string python = "/usr/bin/python3";
+  std::string source_dir = TESSERA_SOURCE_DIR;
+  std::string data_folder = "/usr/share/datasets/fashion-mnist";
+  app.add_option("--models", models, "Models, comma-separated: mlp (configs/fashion_mlp.yaml), cnn")
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--epochs", epochs, "Epochs (default: the config's)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "Threads of each side (default: every core, as tessera train runs)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--compare-denormals", compare_denormals, "Also fit Tessera with denormals kept (IEEE)");
+  app.add_option("--python", python, "The python3 that has torch (Debian's)")->capture_default_str();
+  app.add_option("--source-dir", source_dir, "Tessera's source tree (configs/, bench/)")->capture_default_str();
+  app.add_option("--data", data_folder, "Fashion-MNIST's folder, for the peer (Tessera reads the config's paths)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const std::filesystem::path source(source_dir);
+  bench::TorchPeer peer = bench::TorchPeer::find(python, source / "bench", {threads});
+  const bench::Isa isa = bench::detect_isa();
+  const double peak = bench::measure_peak(isa, threads, bench::calibrate_probe(isa, 0.2), 3).gflops;
+  const double peer_sgemm = peer.sgemm_gflops.contains(threads) ? peer.sgemm_gflops.at(threads) : 0.0;
+  const bool peer_broken = peer_sgemm < bench::kPeerGemmFloor * peak;
+  std::string cpu = bench::first_line_of("/proc/cpuinfo", "model name");
+  fmt::print("Tessera fit vs a PyTorch training loop: samples/s per epoch, {} thread(s)\n", threads);
+  fmt::print("  CPU: {}; load average: {}\n", cpu.substr(std::min(cpu.size(), cpu.find(':') + 2)),
+             bench::first_line_of("/proc/loadavg"));
+  if (peer.available) {
+    fmt::print("  peer: {}\n", peer.describe());
+    fmt::print("  FP32 FMA peak {:.1f} GFLOP/s measured; PyTorch's sgemm 1024^3 {:.1f} GFLOP/s = {:.0f}% of it{}\n",
+               peak, peer_sgemm, 100 * peer_sgemm / peak,
+               peer_broken ? " (under 60%: a broken peer, the fit ratios are failed measurements)" : "");
+  } else {
+    fmt::print("  peer: unavailable: {}\n", peer.why);
+  }
+  set_cpu_device_count(1, threads);
+
+  int status = 0;
+  try {
+    for (const auto& model : models) {
+      const std::filesystem::path config = source / "configs" / ("fashion_" + model + ".yaml");
+      const std::int64_t n_epochs =
+          epochs > 0 ? epochs : load_run_config(config.string(), {}).training.epochs;
+      fmt::print("\n{} ({} epochs, no validation pass)\n", config.lexically_relative(source).string(), n_epochs);
+      SideBySide run = fit_side_by_side(config, model, n_epochs, threads, peer.available ? &peer : nullptr,
+                                        data_folder, /*flush=*/true);
+      std::optional<SideBySide> ieee;
+      if (compare_denormals)
+        ieee = fit_side_by_side(config, model, n_epochs, threads, nullptr, data_folder, /*flush=*/false);
+      const FitRun& tessera = run.tessera;
+      const FitRun& torch = run.torch;
+
+      fmt::print("  {:>5}  {:>17} {:>10} {:>9}  {:>17}{}\n", "epoch", "Tessera samples/s", "step rate", "of step",
+                 "PyTorch samples/s", ieee ? "  Tessera, denormals kept" : "");
+      bool epochs_within = true;
+      for (std::size_t e = 0; e < tessera.epoch_seconds.size(); ++e) {
+        double share = tessera.rate(e) / run.step_rate[e];
+        epochs_within = epochs_within && share >= 0.9;
+        std::string peer_cell = e < torch.epoch_seconds.size() ? fmt::format("{:17.0f}", torch.rate(e))
+                                                              : fmt::format("{:>17}", "-");
+        std::string ieee_cell = ieee ? fmt::format("  {:22.0f}", ieee->tessera.rate(e)) : "";
+        fmt::print("  {:>5}  {:17.0f} {:10.0f} {:8.0f}%  {}{}\n", e + 1, tessera.rate(e), run.step_rate[e],
+                   100 * share, peer_cell, ieee_cell);
+      }
+      fmt::print("  every epoch within 10% of the step rate measured after it: {}\n", mark(epochs_within));
+      fmt::print("  whole fit: Tessera {:.1f} s", tessera.fit_seconds);
+      if (torch.valid()) {
+        double ratio = tessera.fit_seconds / torch.fit_seconds;
+        fmt::print(", PyTorch {:.1f} s: ratio {:.2f} (target <= 0.6: {})\n", torch.fit_seconds, ratio,
+                   peer_broken ? "peer✗, a failed measurement" : mark(ratio <= 0.6));
+        fmt::print("  last epoch's loss: Tessera {:.4f}, PyTorch {:.4f}\n", tessera.final_loss, torch.final_loss);
+      } else {
+        fmt::print("\n");
+        if (!torch.error.empty()) {
+          fmt::print("  ! peer: {}\n", torch.error);
+          status = 1;
+        }
+      }
+      if (ieee)
+        fmt::print("  denormals kept (set_flush_denormals(false), a run of its own after): whole fit {:.1f} s, "
+                   "{:.2f}x the flushed fit\n",
+                   ieee->tessera.fit_seconds, ieee->tessera.fit_seconds / tessera.fit_seconds);
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "bench_fit: {}\n", e.what());
+    return 2;
+  }
+  fmt::print("\n  samples/s: an epoch's samples over its seconds (train steps, their loss and accuracy, the\n"
+             "  shuffling; no validation). step rate: Tessera's train_step on one fixed batch, 15 steps right\n"
+             "  after the epoch; of step: the epoch's rate over it. The sides take turns epoch by epoch\n"
+             "  (Tessera, its step rate, PyTorch), so each row saw the same minute of the machine; whole fit:\n"
+             "  the fit's own seconds, without the other side's turns.\n");
+  return status;
+}
