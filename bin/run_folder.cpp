@@ -33,7 +33,13 @@ std::int64_t highest_run_number(const fs::path& parent) {
 fs::path next_run_folder(const std::string& config_file) {
   const fs::path parent = fs::path("runs") / fs::path(config_file).stem();
   std::int64_t n = 0;
-  if (MpiSession::placement().process == 0) n = highest_run_number(parent) + 1;
+  if (MpiSession::placement().process == 0) {
+    // Made here, so that two runs started at once never share a folder.
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    n = highest_run_number(parent) + 1;
+    while (!fs::create_directory(parent / std::to_string(n), ec) && !ec) ++n;
+  }
   if (MpiSession::placement().multi_process()) {
     std::array<std::byte, sizeof n> bytes;
     std::memcpy(bytes.data(), &n, sizeof n);

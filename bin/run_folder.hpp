@@ -13,8 +13,9 @@
 
 namespace tessera {
 
-// runs/<config stem>/<n>: n is one more than the highest number there. In a
-// job of several processes, process 0 chooses and the others take its choice.
+// runs/<config stem>/<n>, made empty: n is one more than the highest number
+// there (or the next free one, when another run took it meanwhile). In a job
+// of several processes, process 0 chooses and the others take its choice.
 std::filesystem::path next_run_folder(const std::string& config_file);
 
 // Points <run folder>/../latest at `run` (atomically: a link made beside it,
