@@ -27,6 +27,7 @@
 //   bench_fit --models mlp --epochs 3 --threads 1
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -180,6 +181,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_folder, "Fashion-MNIST's folder, for the peer (Tessera reads the config's paths)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run takes many minutes: each line as it comes, also into a file
 
   const std::filesystem::path source(source_dir);
   bench::TorchPeer peer = bench::TorchPeer::find(python, source / "bench", {threads});
