@@ -55,7 +55,7 @@ trap cleanup EXIT
 # A minbase Debian, cached as a tarball so that later runs skip the download.
 cache=/var/cache/tessera/bookworm-minbase.tgz
 if [ ! -s "$cache" ]; then
-  echo "bare-debian-check: debootstrap bookworm (minbase) from $mirror"
+  echo "bare-debian-check: debootstrap bookworm (minbase) from the Debian archive in apt's sources"
   mkdir -p "$(dirname "$cache")"
   debootstrap --variant=minbase --make-tarball="$cache.part" bookworm "$root.tarball" "$mirror" >/dev/null 2>&1 ||
     { rm -rf "$root.tarball" "$cache.part"; skip "debootstrap could not fetch Debian 12 from $mirror"; }
