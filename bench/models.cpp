@@ -363,8 +363,8 @@ int main(int argc, char** argv) {
   std::map<int, double> peak;
   {
     const bench::Isa isa = bench::detect_isa();
-    const std::int64_t iters = bench::calibrate_probe(isa, 0.2);
-    for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 3).gflops;
+    const std::int64_t iters = bench::calibrate_probe(isa, 0.3);
+    for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 5).gflops;  // as bench_matmul
   }
   auto dnnl_v = dnnl::version();
   const std::string load_before = bench::first_line_of("/proc/loadavg");
