@@ -245,9 +245,7 @@ int main(int argc, char** argv) {
 
   const std::size_t memcpy_bytes = std::size_t{256} << 20;
   fmt::print("Tessera shared-memory collectives (f32, sum; threads of one process)\n");
-  std::string model = bench::first_line_of("/proc/cpuinfo", "model name");
-  fmt::print("  CPU: {}, {} logical CPUs, load average: {}\n",
-             model.substr(std::min(model.size(), model.find(':') + 2)), std::thread::hardware_concurrency(),
+  fmt::print("  CPU: {}, {} logical CPUs, load average: {}\n", bench::cpu_model(), std::thread::hardware_concurrency(),
              bench::first_line_of("/proc/loadavg"));
 
   MemcpyResult before = measure_memcpy(memcpy_bytes, 5);

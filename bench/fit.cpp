@@ -190,9 +190,8 @@ int main(int argc, char** argv) {
   const double peak = bench::measure_peak(isa, threads, bench::calibrate_probe(isa, 0.3), 5).gflops;
   const double peer_sgemm = peer.sgemm_gflops.contains(threads) ? peer.sgemm_gflops.at(threads) : 0.0;
   const bool peer_broken = peer_sgemm < bench::kPeerGemmFloor * peak;
-  std::string cpu = bench::first_line_of("/proc/cpuinfo", "model name");
   fmt::print("Tessera fit vs a PyTorch training loop: samples/s per epoch, {} thread(s)\n", threads);
-  fmt::print("  CPU: {}; load average: {}\n", cpu.substr(std::min(cpu.size(), cpu.find(':') + 2)),
+  fmt::print("  CPU: {}; load average: {}\n", bench::cpu_model(),
              bench::first_line_of("/proc/loadavg"));
   if (peer.available) {
     fmt::print("  peer: {}\n", peer.describe());

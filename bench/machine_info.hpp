@@ -1,6 +1,7 @@
 // Lines of /proc files that describe the machine a benchmark ran on.
 #pragma once
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -14,6 +15,13 @@ inline std::string first_line_of(const char* path, const std::string& prefix = "
   while (std::getline(in, line))
     if (prefix.empty() || line.rfind(prefix, 0) == 0) return line;
   return "?";
+}
+
+// The CPU's model name from /proc/cpuinfo ("AMD EPYC"), or "?".
+inline std::string cpu_model() {
+  std::string line = first_line_of("/proc/cpuinfo", "model name");
+  std::size_t colon = line.find(':');
+  return colon == std::string::npos ? line : line.substr(std::min(line.size(), colon + 2));
 }
 
 }  // namespace tessera::bench

@@ -184,8 +184,7 @@ int main(int argc, char** argv) {
   if (!csv) {
     fmt::print("Tessera matmul benchmark (f32, oneDNN {}.{}.{}, oneDNN ISA: {})\n", dnnl_v->major,
                dnnl_v->minor, dnnl_v->patch, dnnl_isa_name(dnnl::get_effective_cpu_isa()));
-    std::string model = first_line_of("/proc/cpuinfo", "model name");
-    fmt::print("  CPU: {}\n", model.substr(std::min(model.size(), model.find(':') + 2)));
+    fmt::print("  CPU: {}\n", cpu_model());
     fmt::print("  logical CPUs: {}, OpenMP max threads: {}, load average: {}\n",
                omp_get_num_procs(), omp_get_max_threads(), first_line_of("/proc/loadavg"));
     fmt::print("  peak probe: {}, {} chains of FMAs, {:.2f} s x best of {}\n", isa_name(isa),

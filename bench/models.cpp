@@ -314,10 +314,6 @@ std::vector<std::string> param_warnings(const Row& r, bool peer_available) {
   return w;
 }
 
-std::string cpu_model() {
-  std::string model = bench::first_line_of("/proc/cpuinfo", "model name");
-  return model.substr(std::min(model.size(), model.find(':') + 2));
-}
 
 }  // namespace
 
@@ -371,7 +367,7 @@ int main(int argc, char** argv) {
   if (table) {
     fmt::print("Tessera vs PyTorch: reference models, ms per step (oneDNN {}.{}.{})\n", dnnl_v->major,
                dnnl_v->minor, dnnl_v->patch);
-    fmt::print("  CPU: {}; logical CPUs: {}; load average: {}\n", cpu_model(), omp_get_num_procs(), load_before);
+    fmt::print("  CPU: {}; logical CPUs: {}; load average: {}\n", bench::cpu_model(), omp_get_num_procs(), load_before);
     if (peer.available)
       fmt::print("  peer: {}\n", peer.describe());
     else
@@ -469,7 +465,7 @@ int main(int argc, char** argv) {
 
   if (as_json) {
     json out;
-    out["cpu"] = cpu_model();
+    out["cpu"] = bench::cpu_model();
     out["logical_cpus"] = cpus;
     out["load_average"] = load_before;
     out["onednn"] = fmt::format("{}.{}.{}", dnnl_v->major, dnnl_v->minor, dnnl_v->patch);
