@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
       double total = 0;
       for (const auto& [op, ms] : r.ops) total += ms;
       std::string line;
-      for (std::size_t i = 0; i < r.ops.size() && i < 5; ++i)
+      for (std::size_t i = 0; i < r.ops.size() && i < 8; ++i)
         line += fmt::format("{}{} {:.2f} ({:.0f}%)", i ? ", " : "", r.ops[i].first, r.ops[i].second,
                             total > 0 ? 100 * r.ops[i].second / total : 0.0);
       fmt::print("  {:<5} {:<5} {}t  total {:7.2f}: {}\n", r.model, r.mode, r.threads, total, line);

@@ -14,6 +14,78 @@ bool is_update(OpKind kind) {
 }
 bool is_external(OpKind kind) { return kind == OpKind::input || kind == OpKind::variable; }
 
+// The values an update node writes in place: the variable (or view of one)
+// it updates and its optimizer state; all_gather_into writes its second input.
+std::vector<ValueId> written_by(const Node& node) {
+  switch (node.kind) {
+    case OpKind::sgd_update: return {node.inputs[0], node.inputs[2]};
+    case OpKind::adam_update: return {node.inputs[0], node.inputs[2], node.inputs[3]};
+    case OpKind::moving_average: return {node.inputs[0]};
+    case OpKind::all_gather_into: return {node.inputs[1]};
+    default: return {};
+  }
+}
+
+// The root of a value's storage: views (reshape, block_view) share their input's.
+ValueId storage_root(const Graph& graph, ValueId v) {
+  for (;;) {
+    NodeId producer = graph.value(v).producer;
+    if (producer < 0) return v;
+    const Node& node = graph.node(producer);
+    if (node.kind != OpKind::reshape && node.kind != OpKind::block_view) return v;
+    v = node.inputs[0];
+  }
+}
+
+// Moves every update node to just after the last node it must follow: the
+// producers of its inputs, and every earlier node that reads or writes what it
+// writes. A parameter is then updated as soon as its gradient is final, while
+// the gradient is still in cache, and the gradient's bytes are free for the
+// rest of the backward pass (an optimizer fused into backward, as in
+// PyTorch's optimizer-in-backward). Each update still follows every read of
+// the old value, so a step computes exactly what it computed before.
+// Leaves (inputs and variables, bound rather than computed) go first, so that
+// optimizer state created after the backward pass holds nothing back.
+std::vector<NodeId> updates_early(const Graph& graph, const std::vector<NodeId>& schedule) {
+  std::vector<NodeId> order;
+  order.reserve(schedule.size());
+  for (NodeId n : schedule)
+    if (is_external(graph.node(n).kind)) order.push_back(n);
+  for (NodeId n : schedule) {
+    const Node& node = graph.node(n);
+    if (is_external(node.kind)) continue;
+    if (!is_update(node.kind)) {
+      order.push_back(n);
+      continue;
+    }
+    std::vector<ValueId> written;
+    for (ValueId v : written_by(node)) written.push_back(storage_root(graph, v));
+    auto touches_written = [&](const Node& other) {
+      auto hit = [&](ValueId v) {
+        return std::find(written.begin(), written.end(), storage_root(graph, v)) != written.end();
+      };
+      for (ValueId in : other.inputs)
+        if (hit(in)) return true;
+      for (ValueId out : other.outputs)
+        if (hit(out)) return true;
+      return false;
+    };
+    auto produces_input = [&](const Node& other) {
+      for (ValueId out : other.outputs)
+        if (std::find(node.inputs.begin(), node.inputs.end(), out) != node.inputs.end()) return true;
+      return false;
+    };
+    std::size_t at = order.size();
+    while (at > 0) {
+      const Node& other = graph.node(order[at - 1]);
+      if (produces_input(other) || touches_written(other)) break;
+      --at;
+    }
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(at), n);
+  }
+  return order;
+}
+
 std::size_t aligned_bytes(const Value& v) {
   auto bytes = static_cast<std::size_t>(v.shape.numel()) * dtype_size(v.dtype);
   return (std::max<std::size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
@@ -41,8 +113,10 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
     needed_node[n] = true;
     for (ValueId in : node.inputs) needed_value[in] = true;
   }
+  std::vector<NodeId> needed;
   for (NodeId n = 0; n < graph.node_count(); ++n)
-    if (needed_node[n]) plan.schedule.push_back(n);
+    if (needed_node[n]) needed.push_back(n);
+  plan.schedule = updates_early(graph, needed);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());

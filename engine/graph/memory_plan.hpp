@@ -28,7 +28,8 @@ struct MemoryPlan {
 // Plans the nodes needed for `outputs` plus every update node (and what they
 // need). Outputs stay valid until the end of the step. Update nodes must come
 // after every read of the variables they update (autodiff then updates, in
-// that order, guarantees it).
+// that order, guarantees it); the schedule runs each one as early as that
+// allows, right after its gradient is final.
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs);
 
 }  // namespace tessera

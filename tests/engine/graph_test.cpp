@@ -2,6 +2,7 @@
 // the executor's allocation behaviour.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/registry.hpp"
@@ -82,12 +83,15 @@ namespace {
 
 // A two-layer classifier trained with Adam: x[16, 8] -> 32 (relu) -> 4 logits,
 // mean cross-entropy against one-hot labels.
+// Two dense layers with Adam; `with_updates` false leaves the update nodes
+// out (the gradients are then the caller's to apply).
 struct TinyTrainer {
   Graph g;
   ValueId x, labels, loss;
+  std::vector<ValueId> params, grads, ms, vs;
   std::vector<std::pair<ValueId, Tensor>> bindings;
 
-  TinyTrainer() {
+  explicit TinyTrainer(bool with_updates = true) {
     x = g.input("x", {16, 8});
     labels = g.input("labels", {16, 4});
     ValueId w1 = g.variable("dense/kernel", {8, 32}), b1 = g.variable("dense/bias", {32});
@@ -95,13 +99,16 @@ struct TinyTrainer {
     ValueId h = g.unary(UnaryOp::relu, g.add(g.matmul(x, w1), b1));
     ValueId logp = g.softmax(g.add(g.matmul(h, w2), b2), -1, /*log=*/true);
     loss = g.scale(g.reduce(ReduceOp::sum, g.mul(logp, labels), {0, 1}), -1.0 / 16);
-    std::vector<ValueId> params{w1, b1, w2, b2};
-    auto grads = append_gradients(g, loss, params);
+    params = {w1, b1, w2, b2};
+    auto grad_of = append_gradients(g, loss, params);
     unsigned seed = 10;
     for (ValueId p : params) {
       const Shape& s = g.shape(p);
       ValueId m = g.variable(g.value(p).name + "/m", s), v = g.variable(g.value(p).name + "/v", s);
-      g.adam_update(p, grads.at(p), m, v, {.learning_rate = 1e-2f});
+      grads.push_back(grad_of.at(p));
+      ms.push_back(m);
+      vs.push_back(v);
+      if (with_updates) g.adam_update(p, grad_of.at(p), m, v, {.learning_rate = 1e-2f});
       bindings.emplace_back(p, random_tensor(s, seed++, -0.3f, 0.3f));
       bindings.emplace_back(m, zeros(s));
       bindings.emplace_back(v, zeros(s));
@@ -151,6 +158,61 @@ TEST_CASE("the memory plan shares bytes only between values that are never live 
       if (live_together && overlap) FAIL_CHECK("values %" << a << " and %" << b << " overlap while both live");
       CHECK(plan.offset[a] + bytes(a) <= static_cast<std::int64_t>(plan.arena_bytes));
     }
+}
+
+TEST_CASE("each update runs as soon as its gradient is final, and the step computes what updating last does") {
+  TinyTrainer early;
+  MemoryPlan plan = plan_memory(early.g, {early.loss});
+  auto position = [&](auto is) {
+    for (std::size_t i = 0; i < plan.schedule.size(); ++i)
+      if (is(early.g.node(plan.schedule[i]))) return static_cast<int>(i);
+    return -1;
+  };
+  auto update_of = [&](ValueId p) {
+    return position([&](const Node& n) { return n.kind == OpKind::adam_update && n.inputs[0] == p; });
+  };
+  // Every read of a parameter comes before its update.
+  for (ValueId p : early.params)
+    for (std::size_t i = 0; i < plan.schedule.size(); ++i) {
+      const Node& n = early.g.node(plan.schedule[i]);
+      bool reads = std::find(n.inputs.begin(), n.inputs.end(), p) != n.inputs.end();
+      if (reads && n.kind != OpKind::adam_update) CHECK(static_cast<int>(i) < update_of(p));
+    }
+  // The second layer's kernel is updated before the first layer's kernel
+  // gradient (the last matmul of the backward pass) is computed.
+  const ValueId w1 = early.params[0], w2 = early.params[2];
+  const int w1_grad = position([&](const Node& n) { return n.outputs.size() == 1 && n.outputs[0] == early.grads[0]; });
+  REQUIRE(w1_grad >= 0);
+  CHECK(update_of(w2) < w1_grad);
+  CHECK(update_of(w1) > w1_grad);
+
+  // Three steps give exactly the parameters of three steps of gradients
+  // followed by Adam on each parameter in turn.
+  TinyTrainer last(/*with_updates=*/false);
+  std::vector<ValueId> outputs = last.grads;
+  outputs.push_back(last.loss);
+  Executor grads_only(last.g, outputs);
+  Executor fused(early.g, {early.loss});
+  for (auto& [id, tensor] : last.bindings) grads_only.bind(id, tensor);
+  for (auto& [id, tensor] : early.bindings) fused.bind(id, tensor);
+  Backend& backend = backend_for(Device::cpu(0));
+  for (int step = 1; step <= 3; ++step) {
+    fused.run();
+    grads_only.run();
+    for (std::size_t i = 0; i < last.params.size(); ++i) {
+      auto bound = [&](ValueId id) {
+        for (auto& [leaf, tensor] : last.bindings)
+          if (leaf == id) return tensor;
+        FAIL("unbound value " << id);
+        return Tensor();
+      };
+      backend.adam_update(bound(last.params[i]), grads_only.output(last.grads[i]), bound(last.ms[i]),
+                          bound(last.vs[i]), {.learning_rate = 1e-2f, .step = step});
+    }
+    CHECK(fused.output(early.loss).to_vector<float>() == grads_only.output(last.loss).to_vector<float>());
+  }
+  for (std::size_t i = 0; i < early.bindings.size(); ++i)
+    CHECK(early.bindings[i].second.to_vector<float>() == last.bindings[i].second.to_vector<float>());
 }
 
 TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {
