@@ -115,8 +115,13 @@ std::vector<ValueId> node_grads(Graph& g, const Node& n, const std::vector<Value
     }
     case OpKind::pool2d:
       return {emit(g, OpKind::pool2d_grad, {in(0), dy}, at, g.shape(in(0)), g.dtype(dy))};
-    case OpKind::unary:
-      return {emit(g, OpKind::unary_grad, {in(0), dy}, at, g.shape(in(0)), g.dtype(dy))};
+    case OpKind::unary: {
+      // relu's mask reads its output (y > 0 exactly where x > 0), so that
+      // nothing else holds on to x and the executor can fuse the relu into the
+      // matmul that produces x (fusion.hpp).
+      ValueId at_value = at.unary == UnaryOp::relu ? n.outputs[0] : in(0);
+      return {emit(g, OpKind::unary_grad, {at_value, dy}, at, g.shape(in(0)), g.dtype(dy))};
+    }
     case OpKind::binary:
       return binary_grads(g, n, dy);
     case OpKind::reduce:

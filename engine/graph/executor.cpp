@@ -43,7 +43,7 @@ void Executor::allocate_arena() {
                            " bytes for its activations, gradients and temporaries; a smaller batch needs less): " + e.what());
   }
   for (NodeId n : plan_.schedule)
-    for (ValueId v : graph_.node(n).outputs)
+    for (ValueId v : plan_.writes(graph_, n))
       if (plan_.storage_of[v] == v && plan_.offset[v] != MemoryPlan::kExternal)
         tensors_[v] = Tensor::view(arena_, static_cast<std::size_t>(plan_.offset[v]),
                                    graph_.value(v).shape, graph_.value(v).dtype);
@@ -60,12 +60,12 @@ void Executor::run() {
   }
   if (!arena_) allocate_arena();
   if (profile_ == nullptr) {
-    for (NodeId n : plan_.schedule) run_node(graph_.node(n));
+    for (NodeId n : plan_.schedule) run_node(n);
   } else {
     for (NodeId n : plan_.schedule) {
       const Node& node = graph_.node(n);
       auto start = std::chrono::steady_clock::now();
-      run_node(node);
+      run_node(n);
       std::string key(name(node.kind));
       if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
       if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
@@ -99,7 +99,8 @@ const SpmdContext& Executor::spmd(const Node& node) const {
   return *spmd_;
 }
 
-void Executor::run_node(const Node& node) {
+void Executor::run_node(NodeId n) {
+  const Node& node = graph_.node(n);
   Backend& b = backend_;
   const OpAttrs& at = node.attrs;
   switch (node.kind) {
@@ -109,8 +110,15 @@ void Executor::run_node(const Node& node) {
     case OpKind::fill:
       return b.fill(out(node, 0), at.scalar);
     case OpKind::matmul:
+      if (const Epilogue* e = epilogue(n)) {
+        MatmulArgs args = at.matmul;
+        args.activation = e->activation;
+        return b.matmul(in(node, 0), in(node, 1), e->bias >= 0 ? &tensors_[e->bias] : nullptr, tensors_[e->out], args);
+      }
       return b.matmul(in(node, 0), in(node, 1), nullptr, out(node, 0), at.matmul);
     case OpKind::conv2d:
+      if (const Epilogue* e = epilogue(n))
+        return b.conv2d_forward(in(node, 0), in(node, 1), &tensors_[e->bias], tensors_[e->out], at.conv);
       return b.conv2d_forward(in(node, 0), in(node, 1), nullptr, out(node, 0), at.conv);
     case OpKind::conv2d_grad_input:
       return b.conv2d_backward_data(in(node, 0), in(node, 1), out(node, 0), at.conv);

@@ -93,6 +93,17 @@ std::size_t aligned_bytes(const Value& v) {
 
 }  // namespace
 
+std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
+  std::vector<ValueId> in = graph.node(n).inputs;
+  if (auto e = epilogues.find(n); e != epilogues.end() && e->second.bias >= 0) in.push_back(e->second.bias);
+  return in;
+}
+
+std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
+  if (auto e = epilogues.find(n); e != epilogues.end()) return {e->second.out};
+  return graph.node(n).outputs;
+}
+
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) {
   auto values = static_cast<std::size_t>(graph.value_count());
   MemoryPlan plan;
@@ -117,16 +128,17 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
   for (NodeId n = 0; n < graph.node_count(); ++n)
     if (needed_node[n]) needed.push_back(n);
   plan.schedule = updates_early(graph, needed);
+  plan.epilogues = fuse_epilogues(graph, plan.schedule, outputs);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());
   for (int pos = 0; pos < end; ++pos) {
     const Node& node = graph.node(plan.schedule[pos]);
-    for (ValueId in : node.inputs) {
+    for (ValueId in : plan.reads(graph, plan.schedule[pos])) {
       ValueId root = plan.storage_of[in];
       plan.last_use[root] = std::max(plan.last_use[root], pos);
     }
-    for (ValueId out : node.outputs) {
+    for (ValueId out : plan.writes(graph, plan.schedule[pos])) {
       if (node.kind == OpKind::reshape || node.kind == OpKind::block_view) plan.storage_of[out] = plan.storage_of[node.inputs[0]];
       ValueId root = plan.storage_of[out];
       if (plan.first_use[root] < 0) plan.first_use[root] = pos;
@@ -141,7 +153,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
   for (NodeId n : plan.schedule) {
     const Node& node = graph.node(n);
     if (is_external(node.kind)) continue;
-    for (ValueId out : node.outputs)
+    for (ValueId out : plan.writes(graph, n))
       if (plan.storage_of[out] == out) order.push_back(out);
   }
   std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {

@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
+#include "engine/graph/fusion.hpp"
 #include "engine/graph/graph.hpp"
 
 namespace tessera {
@@ -23,13 +25,19 @@ struct MemoryPlan {
   std::vector<int> last_use;          // per value: last schedule position that reads it
   std::size_t arena_bytes = 0;
   std::size_t unshared_bytes = 0;     // what the values would take without sharing
+  std::unordered_map<NodeId, Epilogue> epilogues;  // per fused producer: its bias and activation
+
+  // What a scheduled node reads and writes, its epilogue's bias and output included.
+  std::vector<ValueId> reads(const Graph& graph, NodeId n) const;
+  std::vector<ValueId> writes(const Graph& graph, NodeId n) const;
 };
 
 // Plans the nodes needed for `outputs` plus every update node (and what they
 // need). Outputs stay valid until the end of the step. Update nodes must come
 // after every read of the variables they update (autodiff then updates, in
 // that order, guarantees it); the schedule runs each one as early as that
-// allows, right after its gradient is final.
+// allows, right after its gradient is final. Bias adds and activations after a
+// matmul or convolution are fused into it (fusion.hpp).
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs);
 
 }  // namespace tessera

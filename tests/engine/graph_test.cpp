@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "backends/registry.hpp"
 #include "engine/graph/autodiff.hpp"
@@ -213,6 +214,45 @@ TEST_CASE("each update runs as soon as its gradient is final, and the step compu
   }
   for (std::size_t i = 0; i < early.bindings.size(); ++i)
     CHECK(early.bindings[i].second.to_vector<float>() == last.bindings[i].second.to_vector<float>());
+}
+
+TEST_CASE("a bias add and activation after a matmul or convolution run as its epilogue, with the same result") {
+  Graph g;
+  ValueId x = g.input("x", {2, 6, 6, 3});
+  ValueId w = g.variable("conv/kernel", {3, 3, 3, 4}), cb = g.variable("conv/bias", {4});
+  ValueId k = g.variable("dense/kernel", {64, 5}), b = g.variable("dense/bias", {5});
+  ValueId conv = g.add(g.conv2d(x, w, {}), cb);
+  ValueId pre = g.add(g.matmul(g.reshape(conv, {2, 64}), k), b);
+  ValueId y = g.unary(UnaryOp::gelu_erf, pre);
+  std::map<ValueId, Tensor> bound{{x, random_tensor({2, 6, 6, 3}, 1)}, {w, random_tensor({3, 3, 3, 4}, 2)},
+                                  {cb, random_tensor({4}, 3)}, {k, random_tensor({64, 5}, 4)},
+                                  {b, random_tensor({5}, 5)}};
+
+  MemoryPlan plan = plan_memory(g, {y});
+  CHECK(plan.epilogues.size() == 2);
+  for (NodeId n : plan.schedule) {
+    CHECK(g.node(n).kind != OpKind::binary);
+    CHECK(g.node(n).kind != OpKind::unary);
+  }
+  Executor exec(g, {y});
+  for (auto& [id, t] : bound) exec.bind(id, t);
+  exec.run();
+
+  // The same ops one by one on the backend.
+  Backend& be = backend_for(Device::cpu(0));
+  Tensor c = zeros({2, 4, 4, 4}), cbias = zeros({2, 4, 4, 4}), p = zeros({2, 5}), pb = zeros({2, 5}), want = zeros({2, 5});
+  be.conv2d_forward(bound[x], bound[w], nullptr, c, {});
+  be.binary(BinaryOp::add, c, bound[cb], cbias);
+  be.matmul(cbias.reshape({2, 64}), bound[k], nullptr, p, {});
+  be.binary(BinaryOp::add, p, bound[b], pb);
+  be.unary(UnaryOp::gelu_erf, pb, want);
+  check_close(exec.output(y), want.to_vector<float>(), 1e-5, 1e-5);
+
+  // A pre-activation that is also an output stays a value of its own.
+  MemoryPlan kept = plan_memory(g, {y, pre});
+  REQUIRE(kept.epilogues.size() == 2);
+  for (const auto& [n, e] : kept.epilogues)
+    if (g.node(n).kind == OpKind::matmul) CHECK(e.out == pre);
 }
 
 TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {

@@ -1,0 +1,31 @@
+// Epilogue fusion: a matmul or convolution followed by a bias add over its
+// last axis (and, for a matmul, an activation) runs as one backend call, with
+// the bias and activation as the kernel's post-ops (oneDNN, cuBLASLt), instead
+// of two or three passes over the output in memory.
+//
+// It works on the schedule, after partitioning, so it only ever joins nodes
+// that run one after the other on one device: a row-parallel matmul, whose
+// partial sums are all-reduced before the bias add, is left alone.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "engine/graph/graph.hpp"
+
+namespace tessera {
+
+struct Epilogue {
+  ValueId bias = -1;                        // added over the last axis, or -1
+  Activation activation = Activation::none;  // matmul only
+  ValueId out = -1;                         // the value the fused call writes
+  std::vector<NodeId> absorbed;             // the add and activation nodes it replaces
+};
+
+// Finds the chains producer -> add(bias) -> activation in `schedule` whose
+// intermediate values nothing else reads (and that are not in `outputs`),
+// returns them by producer node, and removes the absorbed nodes from `schedule`.
+std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
+                                                    const std::vector<ValueId>& outputs);
+
+}  // namespace tessera
