@@ -22,8 +22,8 @@
 
 #include "backends/op_args.hpp"
 #include "backends/op_kinds.hpp"
-#include "engine/allocator.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/op_kinds.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

@@ -111,4 +111,14 @@ Backend& backend_for(Device device) {
 
 Allocator& allocator_for(Device device) { return backend_for(device).allocator(); }
 
+// Fills the core's allocator table before main, so Tensor::empty reaches the
+// backends. Its name is what the tessera target's link options require
+// (CMakeLists.txt), so that no program leaves this file out.
+extern "C" const bool tessera_backends_registered;
+const bool tessera_backends_registered = [] {
+  register_allocator_source(DeviceKind::cpu, allocator_for);
+  register_allocator_source(DeviceKind::cuda, allocator_for);
+  return true;
+}();
+
 }  // namespace tessera

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 
 namespace tessera {
 

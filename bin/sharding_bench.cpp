@@ -20,7 +20,7 @@
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/strategies.hpp"
-#include "engine/run_config.hpp"
+#include "engine/run/run_config.hpp"
 
 namespace tessera {
 namespace {

@@ -27,7 +27,7 @@
 #include "engine/config/config.hpp"
 #include "engine/data/idx.hpp"
 #include "engine/data/npy.hpp"
-#include "engine/run_config.hpp"
+#include "engine/run/run_config.hpp"
 #include <unistd.h>
 
 namespace {

@@ -7,7 +7,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# The headers include one another as "engine/tensor.hpp" (relative to the
+# The headers include one another as "engine/core/tensor.hpp" (relative to the
 # source root), so consumers get both include/ (for <tessera/engine/...>) and
 # include/tessera/ (for those inner includes).
 target_include_directories(tessera PUBLIC

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "distribution/layout_map.hpp"
-#include "engine/model.hpp"
+#include "layers/model.hpp"
 #include "engine/variable_store.hpp"
 
 namespace tessera {

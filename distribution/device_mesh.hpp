@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "engine/core/device.hpp"
 
 namespace tessera {
 

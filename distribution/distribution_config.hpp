@@ -42,7 +42,7 @@ struct DistributionConfig {
   std::string map_location;                          // of the layout_map itself
   std::string location;                              // of the section
   std::string auto_tp_axis;  // type auto_tp: the axis to split layers over; the layouts come with the model
-  std::optional<AutoTpPlan> auto_tp;  // filled in by make_trainer (engine/run_config.hpp)
+  std::optional<AutoTpPlan> auto_tp;  // filled in by make_trainer (engine/run/run_config.hpp)
   bool auto_mesh = false;             // type auto
   std::int64_t memory_limit = 0;      // bytes per device; 0: none
   std::optional<AutoChoice> auto_choice;  // filled in by make_trainer

@@ -1,6 +1,6 @@
 #include "distribution/layout_map.hpp"
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

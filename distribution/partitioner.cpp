@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

@@ -1,6 +1,6 @@
 #include "distribution/process_placement.hpp"
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "distribution/sharding.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

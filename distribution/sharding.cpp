@@ -1,6 +1,6 @@
 #include "distribution/sharding.hpp"
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

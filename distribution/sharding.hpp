@@ -16,7 +16,7 @@
 
 #include "distribution/device_mesh.hpp"
 #include "distribution/tensor_layout.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

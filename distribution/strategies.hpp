@@ -16,9 +16,8 @@
 
 #include "distribution/cost_model.hpp"
 #include "distribution/distribution.hpp"
-#include "engine/model.hpp"
-#include "engine/training/trainer.hpp"
 #include "engine/variable_store.hpp"
+#include "layers/model.hpp"
 
 namespace tessera {
 
@@ -31,11 +30,9 @@ inline constexpr Strategy kStrategies[] = {Strategy::dp, Strategy::zero, Strateg
 std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh& mesh, const Model& model,
                                             const VariableStore& store);
 
-// `type: auto`: every 2-D mesh [B, M] of the devices (B * M = their number)
-// with every strategy, partitioned (not run) for one training step of
-// `spec.batch_size`: the cost model's step time and the per-device memory
-// (variable blocks with optimizer state, plus the step workspace). The
-// fastest candidate within `memory_limit` bytes (0: no limit) is chosen.
+// `type: auto`'s candidates and choice (engine/run/auto_choice.hpp makes them):
+// per 2-D mesh [B, M] and strategy, the cost model's step time and the
+// per-device memory.
 struct AutoCandidate {
   std::int64_t batch_devices = 1, model_devices = 1;
   Strategy strategy = Strategy::dp;
@@ -46,8 +43,6 @@ struct AutoChoice {
   std::vector<AutoCandidate> candidates;
   std::optional<std::size_t> chosen;  // none when no candidate fits
 };
-AutoChoice choose_auto(const Model& model, const TrainingSpec& spec, const std::vector<Device>& devices,
-                       const Calibration& calibration, std::int64_t memory_limit);
 
 // Per-device bytes of a partitioned program: variable blocks (with optimizer
 // state) plus device 0's step workspace.

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "distribution/device_mesh.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

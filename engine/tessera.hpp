@@ -28,7 +28,7 @@
 //   std::vector<float> scores = logits.to_vector<float>();
 //
 // Every failure is thrown as a tessera::Error (ConfigError, DataError, ... in
-// engine/error.hpp), with the file:line:column of a config mistake.
+// engine/core/error.hpp), with the file:line:column of a config mistake.
 #pragma once
 
 #include "backends/backend.hpp"
@@ -38,12 +38,12 @@
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/data/synthetic.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
-#include "engine/model.hpp"
-#include "engine/run_config.hpp"
-#include "engine/tensor.hpp"
-#include "engine/training/trainer.hpp"
+#include "layers/model.hpp"
+#include "engine/run/run_config.hpp"
+#include "engine/core/tensor.hpp"
+#include "engine/run/trainer.hpp"
 #include "engine/variable_store.hpp"

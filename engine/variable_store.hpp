@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -8,7 +8,7 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera::test {
 

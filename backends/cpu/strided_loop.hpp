@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/host_device.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

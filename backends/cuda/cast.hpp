@@ -2,7 +2,7 @@
 // cast.cu launches it, and tests run it on the host against the CPU backend's
 // cast (backends/cpu/layout_ops.cpp), whose conversions it repeats bit for
 // bit: f32 -> bf16 rounds to nearest even and keeps NaN a quiet NaN (to_bf16 of
-// engine/dtype.hpp); integers -> bf16 round once (to odd into f32, then to
+// engine/core/dtype.hpp); integers -> bf16 round once (to odd into f32, then to
 // nearest even); integers -> f32 round to nearest even; floats -> integers
 // truncate toward zero, saturate at the integer's range and send NaN to 0
 // (float_to_integer.hpp, shared with the CPU); i64 -> i32 wraps.
@@ -13,7 +13,7 @@
 
 #include "backends/float_to_integer.hpp"
 #include "backends/host_device.hpp"
-#include "engine/dtype.hpp"
+#include "engine/core/dtype.hpp"
 
 namespace tessera {
 
@@ -37,7 +37,7 @@ TESSERA_HOST_DEVICE inline float cast_bits_float(std::uint32_t u) {
 #endif
 }
 
-// engine/dtype.hpp's to_bf16 / to_f32, on bits.
+// engine/core/dtype.hpp's to_bf16 / to_f32, on bits.
 TESSERA_HOST_DEVICE inline std::uint16_t cast_f32_to_bf16(float value) {
   std::uint32_t u = cast_float_bits(value);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);

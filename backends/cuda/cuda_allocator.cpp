@@ -1,7 +1,7 @@
 #include "backends/cuda/cuda_allocator.hpp"
 
 #include "backends/cuda/cuda_check.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

@@ -6,7 +6,7 @@
 // CUDA error. This header has no CUDA includes, so tests can name the class.
 #pragma once
 
-#include "engine/allocator.hpp"
+#include "engine/core/allocator.hpp"
 
 namespace tessera {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

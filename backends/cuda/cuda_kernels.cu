@@ -6,7 +6,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/epilogue.hpp"
 #include "backends/cuda/launch.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

@@ -33,7 +33,7 @@ TESSERA_HOST_DEVICE inline float apply_activation(Activation act, float x) {
   return x;
 }
 
-// bf16 bits ↔ f32, as engine/dtype.hpp's to_f32 / to_bf16 (round to nearest
+// bf16 bits ↔ f32, as engine/core/dtype.hpp's to_f32 / to_bf16 (round to nearest
 // even, NaN stays a quiet NaN), usable in device code.
 TESSERA_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t bits) {
   std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "backends/op_args.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "engine/error.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "backends/op_kinds.hpp"
-#include "engine/error.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "distribution/collectives/communicator.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 #if TESSERA_HAVE_MPI
 #include <mpi.h>

@@ -74,7 +74,7 @@ TESSERA_AVX512 inline void store16(float* p, __m512 v) {
   if constexpr (Stream) _mm512_stream_ps(p, v);
   else _mm512_storeu_ps(p, v);
 }
-// Round to nearest even, NaN stays a quiet NaN: to_bf16 of engine/dtype.hpp.
+// Round to nearest even, NaN stays a quiet NaN: to_bf16 of engine/core/dtype.hpp.
 template <bool Stream>
 TESSERA_AVX512 inline void store16(std::uint16_t* p, __m512 v) {
   const __m512i u = _mm512_castps_si512(v);

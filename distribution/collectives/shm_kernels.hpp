@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backends/op_kinds.hpp"
-#include "engine/dtype.hpp"
+#include "engine/core/dtype.hpp"
 
 namespace tessera {
 

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/safetensors.hpp"
-#include "engine/data/detail.hpp"
+#include "engine/core/file_io.hpp"
 
 namespace tessera {
 namespace {
@@ -232,7 +232,7 @@ void write_state(const fs::path& folder, const TrainingState& state, const Named
   } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a path or the config
     throw CheckpointError(std::string("cannot encode ") + kStateFile + ": " + e.what());
   }
-  data_detail::write_file_atomic(folder / kStateFile, {{text.data(), text.size()}}, "save_checkpoint");
+  write_file_atomic(folder / kStateFile, {{text.data(), text.size()}}, "save_checkpoint");
 }
 
 // Syncs the complete `scratch` and swaps it into place at `dir`.
@@ -282,9 +282,9 @@ void finish(const fs::path& scratch, const fs::path& dir) {
     return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
   };
   carry_over_user_files(dir, scratch, error);
-  data_detail::sync_directory(scratch);
+  sync_directory(scratch);
   install(scratch, dir, error);
-  data_detail::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
+  sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
 }
 
 // The tensors `listed` (a fingerprint of training_state.json), in that

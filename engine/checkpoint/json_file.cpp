@@ -5,7 +5,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

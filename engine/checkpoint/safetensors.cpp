@@ -17,7 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/detail.hpp"
+#include "engine/core/byte_order.hpp"
+#include "engine/core/file_io.hpp"
 
 namespace tessera {
 namespace {
@@ -106,7 +107,7 @@ SafetensorsHeader read_header(int fd, const std::filesystem::path& path, const c
 
   std::uint8_t length_bytes[8];
   if (!read_at(fd, length_bytes, 8, 0)) throw error("cannot read the header length");
-  const std::uint64_t header_size = data_detail::load_le64(length_bytes);
+  const std::uint64_t header_size = load_le64(length_bytes);
   if (header_size > file_size - 8)
     throw error("the header length is " + std::to_string(header_size) + " bytes but only " +
                 std::to_string(file_size - 8) +
@@ -275,7 +276,7 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
     for (const auto& [key, value] : metadata) meta[key] = value;
     header["__metadata__"] = std::move(meta);
   }
-  std::vector<data_detail::ByteRange> parts;
+  std::vector<ByteRange> parts;
   parts.reserve(tensors.size() + 2);
   parts.push_back({nullptr, 0});  // the length and the header, filled in below
   parts.push_back({nullptr, 0});
@@ -307,7 +308,7 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
   parts[0] = {length, sizeof length};
   parts[1] = {text.data(), text.size()};
   try {
-    data_detail::write_file_atomic(path, parts, "save_safetensors");
+    write_file_atomic(path, parts, "save_safetensors");
   } catch (const DataError& e) {
     throw CheckpointError(e.what());
   }

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/safetensors.hpp"
-#include "engine/data/detail.hpp"
+#include "engine/core/file_io.hpp"
 
 namespace tessera {
 namespace {
@@ -344,7 +344,7 @@ void save_shard_index(const fs::path& dir, const ShardIndex& index) {
     throw CheckpointError(where + ": cannot encode the index: " + e.what());
   }
   try {
-    data_detail::write_file_atomic(path, {{text.data(), text.size()}}, "save_shard_index");
+    write_file_atomic(path, {{text.data(), text.size()}}, "save_shard_index");
   } catch (const DataError& e) {
     throw CheckpointError(e.what());
   }

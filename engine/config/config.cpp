@@ -10,7 +10,7 @@
 #include <limits>
 #include <system_error>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace detail {

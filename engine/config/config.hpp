@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.hpp"  // ConfigError, which every function here may throw
+#include "engine/core/error.hpp"  // ConfigError, which every function here may throw
 
 namespace tessera {
 

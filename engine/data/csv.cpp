@@ -59,12 +59,12 @@ Dataset load_csv(const std::filesystem::path& path, int label_column, bool has_h
     columns = count;
     const long resolved = label_column < 0 ? static_cast<long>(count) + label_column : label_column;
     if (resolved < 0 || resolved >= static_cast<long>(count))
-      throw data_detail::data_error(kWhat, path,
+      throw file_error(kWhat, path,
                                     "label column " + std::to_string(label_column) +
                                         " does not exist (the table has " + std::to_string(count) +
                                         " columns)");
     if (count < 2)
-      throw data_detail::data_error(kWhat, path,
+      throw file_error(kWhat, path,
                                     "needs at least one input column besides the label");
     label = static_cast<std::size_t>(resolved);
   };
@@ -108,7 +108,7 @@ Dataset load_csv(const std::filesystem::path& path, int label_column, bool has_h
       labels.push_back(static_cast<std::int32_t>(label_value));
     }
   }
-  if (labels.empty()) throw data_detail::data_error(kWhat, path, "holds no data rows");
+  if (labels.empty()) throw file_error(kWhat, path, "holds no data rows");
 
   const auto rows = static_cast<std::int64_t>(labels.size());
   return Dataset{Tensor::from_vector(inputs, Shape{rows, static_cast<std::int64_t>(columns - 1)}),

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

@@ -7,8 +7,6 @@
 namespace tessera {
 namespace {
 
-using data_detail::data_error;
-using data_detail::load_be32;
 
 constexpr std::uint32_t kImagesMagic = 0x00000803;  // u8, rank 3
 constexpr std::uint32_t kLabelsMagic = 0x00000801;  // u8, rank 1
@@ -31,15 +29,15 @@ const std::uint8_t* check_idx(const data_detail::FileBytes& file, const std::fil
   const std::size_t actual = file.bytes.size();
   const std::string bytes_kind = file.gzipped ? " bytes (after gunzip)" : " bytes";
   if (actual < 4)
-    throw data_error(kWhat, path,
+    throw file_error(kWhat, path,
                      "too short for an IDX header (" + std::to_string(actual) + bytes_kind + ")");
   std::uint32_t found = load_be32(file.bytes.data());
   if (found != magic)
-    throw data_error(
+    throw file_error(
         kWhat, path,
         "bad magic " + hex32(found) + ", expected " + hex32(magic) + " (IDX " + kind + ")");
   if (actual < header)
-    throw data_error(kWhat, path,
+    throw file_error(kWhat, path,
                      "truncated header: expected at least " + std::to_string(header) + bytes_kind +
                          ", got " + std::to_string(actual));
   dims.clear();
@@ -56,7 +54,7 @@ const std::uint8_t* check_idx(const data_detail::FileBytes& file, const std::fil
   std::string extents;
   for (std::size_t i = 0; i < rank; ++i) extents += (i ? " x " : "") + std::to_string(dims[i]);
   if (overflow || expected + header != actual)
-    throw data_error(
+    throw file_error(
         kWhat, path,
         "size does not match its header (" + std::string(kind) + " " + extents + "): expected " +
             (overflow ? std::string("more than 2^64") : std::to_string(expected + header)) +

@@ -16,7 +16,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-using data_detail::data_error;
 
 constexpr char kMagic[] = "\x93NUMPY";  // 6 bytes, then major and minor version
 
@@ -87,7 +86,7 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& message) const {
-    throw data_error(what_, source_,
+    throw file_error(what_, source_,
                      "bad .npy header: " + message + " in \"" + std::string(text_) + "\"");
   }
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
@@ -168,23 +167,23 @@ namespace data_detail {
 Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view what,
                  const std::filesystem::path& source) {
   if (size < 10 || std::memcmp(data, kMagic, 6) != 0)
-    throw data_error(what, source, "not a .npy file (no \\x93NUMPY magic)");
+    throw file_error(what, source, "not a .npy file (no \\x93NUMPY magic)");
   const int major = data[6];
   std::size_t header_len = 0, header_start = 0;
   if (major == 1) {
     header_len = load_le16(data + 8);
     header_start = 10;
   } else if (major == 2 || major == 3) {
-    if (size < 12) throw data_error(what, source, "truncated .npy header");
+    if (size < 12) throw file_error(what, source, "truncated .npy header");
     header_len = load_le32(data + 8);
     header_start = 12;
   } else {
-    throw data_error(what, source,
+    throw file_error(what, source,
                      ".npy format version " + std::to_string(major) + "." +
                          std::to_string(data[7]) + " (known: 1.0 to 3.0)");
   }
   if (header_start + header_len > size)
-    throw data_error(what, source,
+    throw file_error(what, source,
                      "truncated .npy header: it claims " + std::to_string(header_len) +
                          " bytes, the file has " + std::to_string(size - header_start));
   std::string_view text(reinterpret_cast<const char*>(data + header_start), header_len);
@@ -196,11 +195,11 @@ Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view wh
   for (const NpyType& t : kTypes)
     if (t.descr == header.descr) type = &t;
   if (type == nullptr)
-    throw data_error(
+    throw file_error(
         what, source,
         "dtype '" + header.descr + "' is not supported (known: " + known_descrs() + ")");
   if (header.fortran_order)
-    throw data_error(what, source,
+    throw file_error(what, source,
                      "fortran_order is True; only C-order arrays are supported "
                      "(save np.ascontiguousarray(a))");
 
@@ -214,7 +213,7 @@ Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view wh
   }
   const std::size_t payload = size - header_start - header_len;
   if (overflow || numel * type->item_size != payload)
-    throw data_error(
+    throw file_error(
         what, source,
         "data size does not match the header (" + header.descr + " " + shape_text(header.shape) +
             "): expected " +
@@ -242,7 +241,7 @@ Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view wh
     const float* values = t.data<float>();
     for (std::int64_t i = 0; i < n; ++i)
       if (!std::isfinite(values[i]))
-        throw data_error(what, source,
+        throw file_error(what, source,
                          "element " + std::to_string(i) + " is " +
                              (std::isnan(values[i]) ? std::string("NaN") : std::string("infinite")) +
                              (type->descr == "<f8" && !std::isnan(values[i]) ? " in float32 (beyond its range)" : "") +
@@ -271,12 +270,12 @@ void save_npy(const std::filesystem::path& path, const Tensor& tensor) {
       descr = "<i8";
       break;
     default:
-      throw data_error(
+      throw file_error(
           "save_npy", path,
           "cannot save " + tensor.describe() + ": .npy output supports f32, i32 and i64");
   }
   if (tensor.device().kind != DeviceKind::cpu)
-    throw data_error("save_npy", path, "needs a CPU tensor, got " + tensor.describe());
+    throw file_error("save_npy", path, "needs a CPU tensor, got " + tensor.describe());
 
   std::string header = "{'descr': '" + std::string(descr) +
                        "', 'fortran_order': False, 'shape': " + shape_text(tensor.shape().dims()) +
@@ -287,7 +286,7 @@ void save_npy(const std::filesystem::path& path, const Tensor& tensor) {
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
   if (header.size() > 0xffff)
-    throw data_error(
+    throw file_error(
         "save_npy", path,
         "rank " + std::to_string(tensor.rank()) + " is too high for a .npy 1.0 header");
   std::uint8_t preamble[10] = {0x93,
@@ -300,7 +299,7 @@ void save_npy(const std::filesystem::path& path, const Tensor& tensor) {
                                0,
                                static_cast<std::uint8_t>(header.size() & 0xff),
                                static_cast<std::uint8_t>(header.size() >> 8)};
-  data_detail::write_file_atomic(path,
+  write_file_atomic(path,
                                  {{preamble, sizeof preamble},
                                   {header.data(), header.size()},
                                   {tensor.raw_data(), tensor.nbytes()}},

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 

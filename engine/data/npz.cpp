@@ -13,10 +13,6 @@
 namespace tessera {
 namespace {
 
-using data_detail::data_error;
-using data_detail::load_le16;
-using data_detail::load_le32;
-using data_detail::load_le64;
 
 constexpr std::uint32_t kLocalHeaderSig = 0x04034b50;
 constexpr std::uint32_t kCentralHeaderSig = 0x02014b50;
@@ -78,7 +74,7 @@ class ZipReader {
 
  private:
   [[noreturn]] void fail(const std::string& message) const {
-    throw data_error(what_, path_, message);
+    throw file_error(what_, path_, message);
   }
 
   // Throws unless [offset, offset + length) lies inside the file.
@@ -219,7 +215,7 @@ Tensor load_npz(const std::filesystem::path& path, const std::string& name) {
   std::string names;
   for (const ZipEntry& entry : zip.entries())
     names += (names.empty() ? "'" : ", '") + strip_npy(entry.name) + "'";
-  throw data_error(
+  throw file_error(
       "load_npz", path,
       "no array '" + name + "'; it holds " + (names.empty() ? std::string("none") : names));
 }

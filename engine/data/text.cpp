@@ -9,7 +9,7 @@ namespace tessera {
 
 Tensor load_text_bytes(const std::filesystem::path& path) {
   auto file = data_detail::read_file(path, "load_text_bytes");
-  if (file.bytes.empty()) throw data_detail::data_error("load_text_bytes", path, "is empty");
+  if (file.bytes.empty()) throw file_error("load_text_bytes", path, "is empty");
   Tensor tokens = Tensor::empty(Shape{static_cast<std::int64_t>(file.bytes.size())}, DType::i32);
   std::copy(file.bytes.begin(), file.bytes.end(), tokens.data<std::int32_t>());
   return tokens;

@@ -3,7 +3,7 @@
 #include <functional>
 #include <numeric>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "backends/registry.hpp"
-#include "distribution/spmd_context.hpp"
+#include "engine/graph/collective_context.hpp"
 
 namespace tessera {
 
@@ -92,7 +92,7 @@ Tensor Executor::output(ValueId value) const {
   return tensors_[value];
 }
 
-const SpmdContext& Executor::spmd(const Node& node) const {
+const CollectiveContext& Executor::spmd(const Node& node) const {
   if (spmd_ == nullptr)
     throw GraphError("op '" + std::string(name(node.kind)) +
                      "' belongs to a partitioned graph; run it with set_spmd (one executor per device)");
@@ -160,7 +160,7 @@ void Executor::run_node(NodeId n) {
       const std::int64_t rows = in(node, 0).shape()[0];
       const int axis = std::countr_zero(at.mesh_axes);
       return b.embedding_block(in(node, 0), in(node, 1), out(node, 0), spmd(node).coordinate(axis) * rows,
-                               rows * spmd(node).group(at.mesh_axes).size());
+                               rows * spmd(node).group_size(at.mesh_axes));
     }
     case OpKind::embedding_grad:
       b.fill(out(node, 0), 0.0);
@@ -199,22 +199,20 @@ void Executor::run_node(NodeId n) {
       return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
     }
     case OpKind::all_reduce:
-      return spmd(node).comm().all_reduce(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0), at.reduce);
+      return spmd(node).all_reduce(at.mesh_axes, in(node, 0), out(node, 0), at.reduce);
     case OpKind::all_gather:
-      return spmd(node).comm().all_gather(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0), at.axis);
+      return spmd(node).all_gather(at.mesh_axes, in(node, 0), out(node, 0), at.axis);
     case OpKind::reduce_scatter:
-      return spmd(node).comm().reduce_scatter(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
-                                              at.axis);
+      return spmd(node).reduce_scatter(at.mesh_axes, in(node, 0), out(node, 0), at.axis);
     case OpKind::all_to_all:
-      return spmd(node).comm().all_to_all(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), out(node, 0),
-                                          at.axes[0], at.axes[1]);
+      return spmd(node).all_to_all(at.mesh_axes, in(node, 0), out(node, 0), at.axes[0], at.axes[1]);
     case OpKind::block_view: {  // a view of this device's rows: nothing moves
       std::int64_t rows = graph_.value(node.outputs[0]).shape[0];
       tensors_[node.outputs[0]] = in(node, 0).rows(spmd(node).coordinate(std::countr_zero(at.mesh_axes)) * rows, rows);
       return;
     }
     case OpKind::all_gather_into:
-      return spmd(node).comm().all_gather(spmd_->group(at.mesh_axes), spmd_->rank(), in(node, 0), in(node, 1), 0);
+      return spmd(node).all_gather(at.mesh_axes, in(node, 0), in(node, 1), 0);
     case OpKind::shard_slice: {
       int mesh_axis = std::countr_zero(at.mesh_axes);
       std::int64_t block = out(node, 0).shape()[at.axis];

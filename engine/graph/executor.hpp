@@ -23,7 +23,7 @@
 
 namespace tessera {
 
-class SpmdContext;
+class CollectiveContext;
 
 class Executor {
  public:
@@ -52,7 +52,7 @@ class Executor {
 
   // For a partitioned graph: the communicator and rank its collective ops use
   // (owned by the caller, outliving the executor).
-  void set_spmd(const SpmdContext* context) { spmd_ = context; }
+  void set_spmd(const CollectiveContext* context) { spmd_ = context; }
 
   const MemoryPlan& plan() const { return plan_; }
   std::int64_t runs() const { return runs_; }
@@ -60,7 +60,7 @@ class Executor {
  private:
   void allocate_arena();
   void run_node(NodeId n);
-  const SpmdContext& spmd(const Node& node) const;
+  const CollectiveContext& spmd(const Node& node) const;
   const Tensor& in(const Node& node, int i) const { return tensors_[node.inputs[static_cast<std::size_t>(i)]]; }
   // The fused bias and activation of a matmul or conv2d node, if the plan has one.
   const Epilogue* epilogue(NodeId n) const {
@@ -77,7 +77,7 @@ class Executor {
   std::shared_ptr<Buffer> arena_;
   std::int64_t runs_ = 0;
   std::map<std::string, OpTime>* profile_ = nullptr;
-  const SpmdContext* spmd_ = nullptr;
+  const CollectiveContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
 };

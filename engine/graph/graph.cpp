@@ -1,6 +1,6 @@
 #include "engine/graph/graph.hpp"
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

@@ -11,8 +11,8 @@
 
 #include "backends/op_args.hpp"
 #include "backends/op_kinds.hpp"
-#include "engine/dtype.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

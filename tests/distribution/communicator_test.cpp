@@ -15,7 +15,7 @@
 #include <doctest/doctest.h>
 
 #include "distribution/collectives/shm_communicator.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;

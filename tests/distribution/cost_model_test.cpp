@@ -16,8 +16,9 @@
 #include "distribution/cost_model.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/config/config.hpp"
-#include "engine/run_config.hpp"
-#include "engine/training/trainer.hpp"
+#include "engine/run/auto_choice.hpp"
+#include "engine/run/run_config.hpp"
+#include "engine/run/trainer.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 

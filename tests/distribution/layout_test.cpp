@@ -5,7 +5,7 @@
 #include "backends/registry.hpp"
 #include "distribution/layout_map.hpp"
 #include "distribution/shard_copy.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 using namespace tessera;
 

@@ -13,7 +13,7 @@
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "tests/test_util.hpp"
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 
 using namespace tessera;
 

@@ -21,7 +21,7 @@
 #include "distribution/distribution.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;

@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "distribution/collectives/shm_kernels.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 using namespace tessera;
 

@@ -18,7 +18,7 @@
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/synthetic.hpp"
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;

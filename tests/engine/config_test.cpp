@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine/config/config.hpp"
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 using namespace tessera;
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "backends/registry.hpp"
-#include "engine/tensor.hpp"
+#include "engine/core/tensor.hpp"
 
 using namespace tessera;
 

@@ -6,7 +6,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/graph/executor.hpp"
-#include "engine/model.hpp"
+#include "layers/model.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;

@@ -8,7 +8,7 @@
 #include "engine/config/config.hpp"
 #include "engine/data/synthetic.hpp"
 #include "engine/graph/autodiff.hpp"
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
-#include "engine/model.hpp"
+#include "layers/model.hpp"
 
 using namespace tessera;
 

@@ -1,4 +1,4 @@
-#include "engine/training/trainer.hpp"
+#include "engine/run/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>

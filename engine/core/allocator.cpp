@@ -1,10 +1,10 @@
-#include "engine/allocator.hpp"
+#include "engine/core/allocator.hpp"
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 
@@ -39,5 +39,23 @@ void* CpuAllocator::raw_allocate(std::size_t bytes) {
 }
 
 void CpuAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
+
+namespace {
+
+// Filled before main (constant-initialized, so it exists before any registrar runs).
+constinit AllocatorSource allocator_sources[2] = {nullptr, nullptr};
+
+}  // namespace
+
+void register_allocator_source(DeviceKind kind, AllocatorSource source) {
+  allocator_sources[static_cast<int>(kind)] = source;
+}
+
+Allocator& device_allocator(Device device) {
+  AllocatorSource source = allocator_sources[static_cast<int>(device.kind)];
+  if (source == nullptr)
+    throw DeviceError("no backend serves " + device.str() + ": link the engine's backends (backends/registry.cpp)");
+  return source(device);
+}
 
 }  // namespace tessera

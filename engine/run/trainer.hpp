@@ -25,7 +25,7 @@
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
-#include "engine/model.hpp"
+#include "layers/model.hpp"
 #include "engine/training/loss.hpp"
 #include "engine/training/optimizer.hpp"
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/device.hpp"
+#include "engine/core/device.hpp"
 
 namespace tessera {
 
@@ -56,5 +56,13 @@ class CpuAllocator final : public Allocator {
   void* raw_allocate(std::size_t bytes) override;
   void raw_deallocate(void* ptr, std::size_t bytes) override;
 };
+
+// The allocator table: where Tensor::empty finds a device's allocator without
+// knowing the backends above it (as PyTorch's c10 keeps one per device type).
+// The backends' registry fills it, one source per device kind, before main.
+using AllocatorSource = Allocator& (*)(Device);
+void register_allocator_source(DeviceKind kind, AllocatorSource source);
+// The allocator of `device`; throws DeviceError when no backend registered its kind.
+Allocator& device_allocator(Device device);
 
 }  // namespace tessera

@@ -1,4 +1,4 @@
-#include "engine/run_config.hpp"
+#include "engine/run/run_config.hpp"
 
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
@@ -11,6 +11,7 @@
 #include "engine/data/npy.hpp"
 #include "engine/data/synthetic.hpp"
 #include "engine/data/text.hpp"
+#include "engine/run/auto_choice.hpp"
 
 namespace tessera {
 namespace {

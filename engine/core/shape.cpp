@@ -1,8 +1,8 @@
-#include "engine/shape.hpp"
+#include "engine/core/shape.hpp"
 
 #include <algorithm>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

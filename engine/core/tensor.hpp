@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/allocator.hpp"
-#include "engine/device.hpp"
-#include "engine/dtype.hpp"
-#include "engine/error.hpp"
-#include "engine/shape.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/device.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/shape.hpp"
 
 namespace tessera {
 

@@ -1,8 +1,8 @@
-#include "engine/device.hpp"
+#include "engine/core/device.hpp"
 
 #include <charconv>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 

@@ -1,9 +1,9 @@
-#include "engine/dtype.hpp"
+#include "engine/core/dtype.hpp"
 
 #include <array>
 #include <string>
 
-#include "engine/error.hpp"
+#include "engine/core/error.hpp"
 
 namespace tessera {
 namespace {

@@ -1,6 +1,4 @@
-#include "engine/tensor.hpp"
-
-#include "backends/registry.hpp"
+#include "engine/core/tensor.hpp"
 
 namespace tessera {
 
@@ -22,7 +20,7 @@ std::size_t bytes_of(const Shape& shape, DType dtype) {
 }  // namespace
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  return view(std::make_shared<Buffer>(allocator_for(device), bytes_of(shape, dtype)), 0, shape, dtype);
+  return view(std::make_shared<Buffer>(device_allocator(device), bytes_of(shape, dtype)), 0, shape, dtype);
 }
 
 Tensor Tensor::view(std::shared_ptr<Buffer> buffer, std::size_t byte_offset, const Shape& shape,

@@ -1,4 +1,4 @@
-#include "engine/model.hpp"
+#include "layers/model.hpp"
 
 #include <map>
 
