@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   Timing best_single{1e30, 0, 0};
   std::vector<Timing> best(std::size(strategies), Timing{1e30, 0, 0});
   // Op times summed over every round's steps (warm-up included): [0] one device, [i + 1] strategies[i].
-  std::vector<std::map<std::string, Executor::OpTime>> op_times(std::size(strategies) + 1);
+  std::vector<std::map<std::string, StepRunner::OpTime>> op_times(std::size(strategies) + 1);
   bench::CpuUse use;
   for (int round = 0; round < rounds; ++round) {
     {
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     const double runs = static_cast<double>(rounds) * (warmup + steps);
     for (std::size_t i = 0; i < op_times.size(); ++i) {
       fmt::print("\n{}: ms per step on device 0, by op\n", i == 0 ? "1 device x 2 threads" : labels[i - 1]);
-      std::vector<std::pair<std::string, Executor::OpTime>> rows(op_times[i].begin(), op_times[i].end());
+      std::vector<std::pair<std::string, StepRunner::OpTime>> rows(op_times[i].begin(), op_times[i].end());
       std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
       double total = 0;
       for (const auto& [op, t] : rows) total += t.seconds;

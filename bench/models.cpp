@@ -208,7 +208,7 @@ Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
 // Tessera's time per op over `steps` more steps (after the timed rounds, so
 // the per-op clock reads do not touch the figures): op -> ms per step.
 std::vector<std::pair<std::string, double>> profile_tessera(TesseraCase& c, bool train, int steps) {
-  std::map<std::string, Executor::OpTime> sink;
+  std::map<std::string, StepRunner::OpTime> sink;
   c.trainer->enable_profiling(&sink);
   for (int i = 0; i < steps; ++i) {
     if (train)

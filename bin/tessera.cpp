@@ -169,13 +169,13 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     if (!new_run_folder) return;
     if (std::string why = link_latest_run(dir); !why.empty()) fmt::print(stderr, "warning: {}\n", why);
   };
-  std::map<std::string, Executor::OpTime> op_times;
+  std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;
-    std::vector<std::pair<std::string, Executor::OpTime>> rows(op_times.begin(), op_times.end());
+    std::vector<std::pair<std::string, StepRunner::OpTime>> rows(op_times.begin(), op_times.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
     fmt::print("\n{:<32} {:>10} {:>8} {:>10}\n", "op", "seconds", "share", "calls");
     for (const auto& [op, t] : rows)

@@ -263,6 +263,6 @@ void SpmdProgram::set_update_step(std::int64_t step, float learning_rate) {
   for (auto& e : executors_) e->set_update_step(step, learning_rate);
 }
 
-void SpmdProgram::enable_profiling(std::map<std::string, Executor::OpTime>* sink) { executors_[0]->enable_profiling(sink); }
+void SpmdProgram::enable_profiling(std::map<std::string, OpTime>* sink) { executors_[0]->enable_profiling(sink); }
 
 }  // namespace tessera

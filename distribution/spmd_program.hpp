@@ -103,7 +103,7 @@ class ShardedVariables {
   std::map<std::string, Entry> entries_;
 };
 
-class SpmdProgram {
+class SpmdProgram final : public StepRunner {
  public:
   SpmdProgram(const Graph& global, const std::vector<ValueId>& outputs, SpmdRuntime& runtime,
               const std::map<ValueId, Sharding>& leaf_shardings, const std::map<ValueId, Sharding>& constraints = {},
@@ -128,24 +128,24 @@ class SpmdProgram {
   // Binds a whole tensor to a global input or variable: each device gets its
   // block (a view of an input when only the first dimension is split, as
   // batches are; a copy of a variable, which each device updates).
-  void bind(ValueId leaf, const Tensor& whole);
+  void bind(ValueId leaf, const Tensor& whole) override;
   // Binds rows [first_row, first_row + rows.shape()[0]) of a global input
   // whose first dimension alone is split (a batch), as a process of a job of
   // several holds them: they must cover local_rows(leaf).
-  void bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row);
+  void bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) override;
   // The rows of `leaf` that this process's devices need: all of them unless
   // the first dimension alone is split.
   std::pair<std::int64_t, std::int64_t> local_rows(ValueId leaf) const;
   // Binds each of this process's devices' block (local_ranks order) to a global input or variable.
   void bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks);
-  void run();
+  void run() override;
   // A requested output (replicated on every device): the copy of this
   // process's first device, valid until the next run.
-  Tensor output(ValueId global) const;
+  Tensor output(ValueId global) const override;
 
-  void set_update_step(std::int64_t step, float learning_rate);
+  void set_update_step(std::int64_t step, float learning_rate) override;
   // Per-op times of this process's first device (each device runs the same ops).
-  void enable_profiling(std::map<std::string, Executor::OpTime>* sink);
+  void enable_profiling(std::map<std::string, OpTime>* sink) override;
 
  private:
   ValueId local(ValueId global) const;

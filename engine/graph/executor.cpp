@@ -78,6 +78,13 @@ void Executor::run() {
   ++runs_;
 }
 
+void Executor::bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) {
+  if (first_row != 0)
+    throw ShapeError("bind_rows: one device holds the whole batch of '" + graph_.value(leaf).name +
+                     "', so its rows start at 0, not " + std::to_string(first_row));
+  bind(leaf, rows);
+}
+
 void Executor::set_update_step(std::int64_t step, float learning_rate) {
   if (step < 1) throw Error("set_update_step: the step is 1-based, got " + std::to_string(step));
   update_step_ = step;

@@ -20,35 +20,30 @@
 
 #include "backends/backend.hpp"
 #include "engine/graph/memory_plan.hpp"
+#include "engine/graph/step_runner.hpp"
 
 namespace tessera {
 
 class CollectiveContext;
 
-class Executor {
+class Executor final : public StepRunner {
  public:
   Executor(const Graph& graph, std::vector<ValueId> outputs, Device device = Device::cpu());
 
   // Binds an input or variable to a tensor of its shape, dtype and device;
   // throws ShapeError/DTypeError/DeviceError naming the value otherwise.
-  void bind(ValueId leaf, const Tensor& tensor);
+  void bind(ValueId leaf, const Tensor& tensor) override;
+  // One device holds a whole batch: `first_row` must be 0.
+  void bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) override;
   // Runs the schedule once; throws Error naming any input or variable not bound.
-  void run();
+  void run() override;
   // The tensor of an output value: a view valid until the next run.
-  Tensor output(ValueId value) const;
+  Tensor output(ValueId value) const override;
 
   // The optimizer step (1-based, for Adam's bias correction) and learning rate
-  // that update nodes use from the next run on, instead of their attributes'
-  // (a learning-rate schedule and a step count shared by several executors).
-  void set_update_step(std::int64_t step, float learning_rate);
-
-  // Per-op timing: when enabled, every run adds each node's wall time to the
-  // entry of its op ("matmul", "unary gelu_erf", ...). For finding hot spots.
-  struct OpTime {
-    double seconds = 0;
-    std::int64_t calls = 0;
-  };
-  void enable_profiling(std::map<std::string, OpTime>* sink) { profile_ = sink; }
+  // that update nodes use from the next run on, instead of their attributes'.
+  void set_update_step(std::int64_t step, float learning_rate) override;
+  void enable_profiling(std::map<std::string, OpTime>* sink) override { profile_ = sink; }
 
   // For a partitioned graph: the communicator and rank its collective ops use
   // (owned by the caller, outliving the executor).

@@ -76,22 +76,8 @@ TrainingSpec parse_training(ConfigNode node) {
 struct Trainer::Program {
   Graph graph;
   ValueId input = -1, target = -1, loss = -1, output = -1;
-  std::unique_ptr<Executor> exec;     // one device
-  std::unique_ptr<SpmdProgram> spmd;  // or a distribution's mesh
-
-  void bind(ValueId leaf, const Tensor& t) { spmd ? spmd->bind(leaf, t) : exec->bind(leaf, t); }
-  // Rows [first_row, ...) of a batch input: a process of a job of several holds only its devices' rows.
-  void bind_rows(ValueId leaf, const Tensor& t, std::int64_t first_row) {
-    spmd ? spmd->bind_rows(leaf, t, first_row) : exec->bind(leaf, t);
-  }
-  void run() { spmd ? spmd->run() : exec->run(); }
-  Tensor result(ValueId v) const { return spmd ? spmd->output(v) : exec->output(v); }
-  void set_update_step(std::int64_t step, float lr) {
-    spmd ? spmd->set_update_step(step, lr) : exec->set_update_step(step, lr);
-  }
-  void enable_profiling(std::map<std::string, Executor::OpTime>* sink) {
-    spmd ? spmd->enable_profiling(sink) : exec->enable_profiling(sink);
-  }
+  std::unique_ptr<StepRunner> runner;  // an Executor on one device, an SpmdProgram on a mesh
+  const SpmdProgram* spmd = nullptr;   // the runner, when it is an SpmdProgram
 };
 
 struct Trainer::NonFiniteLoss : Error {
@@ -127,16 +113,16 @@ Communicator* Trainer::communicator() { return runtime_ ? &runtime_->comm() : nu
 
 const SpmdProgram* Trainer::sharded_program(std::int64_t batch) {
   if (!distribution_) return nullptr;
-  return program(batch, /*training=*/true, /*with_loss=*/true).spmd.get();
+  return program(batch, /*training=*/true, /*with_loss=*/true).spmd;
 }
 
 void Trainer::set_collective_timeout(std::chrono::milliseconds timeout) {
   if (runtime_) runtime_->comm().set_timeout(timeout);
 }
 
-void Trainer::enable_profiling(std::map<std::string, Executor::OpTime>* sink) {
+void Trainer::enable_profiling(std::map<std::string, StepRunner::OpTime>* sink) {
   profile_ = sink;
-  for (auto& [key, p] : programs_) p->enable_profiling(sink);
+  for (auto& [key, p] : programs_) p->runner->enable_profiling(sink);
 }
 
 void Trainer::resume(const TrainingState& state) {
@@ -202,11 +188,11 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   if (distribution_) {
     distribute(*p, traced, leaves, outputs);
   } else {
-    p->exec = std::make_unique<Executor>(g, outputs, device_);
-    for (const auto& [path, id] : leaves) p->exec->bind(id, store_.find(path)->value);
+    p->runner = std::make_unique<Executor>(g, outputs, device_);
+    for (const auto& [path, id] : leaves) p->runner->bind(id, store_.find(path)->value);
   }
-  p->enable_profiling(profile_);
-  for (const auto& [id, value] : traced.constants) p->bind(id, value);
+  p->runner->enable_profiling(profile_);
+  for (const auto& [id, value] : traced.constants) p->runner->bind(id, value);
   slot = std::move(p);
   return *slot;
 }
@@ -238,8 +224,10 @@ void Trainer::distribute(Program& p, const Model::Traced& traced,
     }
   }
   const int zero_axis = distribution_->zero() ? mesh.axis_index(distribution_->batch_dim_name()) : -1;
-  p.spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints, zero_axis);
-  for (const auto& [path, id] : leaves) p.spmd->bind_blocks(id, sharded_->blocks(path, p.spmd->sharding(id)));
+  auto spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints, zero_axis);
+  for (const auto& [path, id] : leaves) spmd->bind_blocks(id, sharded_->blocks(path, spmd->sharding(id)));
+  p.spmd = spmd.get();
+  p.runner = std::move(spmd);
 }
 
 Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {
@@ -319,7 +307,7 @@ RowWindow Trainer::row_window() const {
 void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& output,
                          const Tensor& targets, std::int64_t batch, std::int64_t first_row) const {
   if (p.loss >= 0) {
-    float loss = p.result(p.loss).to_vector<float>()[0];
+    float loss = p.runner->output(p.loss).to_vector<float>()[0];
     total.loss += static_cast<double>(loss) * static_cast<double>(batch);
   }
   total.samples += batch;
@@ -458,10 +446,10 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
   Batch batch;
   while (batches.next(batch)) {
     Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
-    p.bind_rows(p.input, batch.inputs, batch.first_row);
-    p.bind_rows(p.target, batch.targets, batch.first_row);
-    p.run();
-    accumulate(total, p, p.result(p.output), batch.targets, batch.size, batch.first_row);
+    p.runner->bind_rows(p.input, batch.inputs, batch.first_row);
+    p.runner->bind_rows(p.target, batch.targets, batch.first_row);
+    p.runner->run();
+    accumulate(total, p, p.runner->output(p.output), batch.targets, batch.size, batch.first_row);
   }
   if (total.samples > 0) {
     total.loss /= static_cast<double>(total.samples);
@@ -477,15 +465,15 @@ Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) 
 
 Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row) {
   Program& p = program(n, /*training=*/true, /*with_loss=*/true);
-  p.bind_rows(p.input, inputs, first_row);
-  p.bind_rows(p.target, targets, first_row);
-  p.set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
-  p.run();
+  p.runner->bind_rows(p.input, inputs, first_row);
+  p.runner->bind_rows(p.target, targets, first_row);
+  p.runner->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
+  p.runner->run();
   ++step_;
-  float loss = p.result(p.loss).to_vector<float>()[0];
+  float loss = p.runner->output(p.loss).to_vector<float>()[0];
   if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.result(p.output), targets, n, first_row);
+  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.runner->output(p.output), targets, n, first_row);
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);
@@ -495,9 +483,9 @@ Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::i
 Tensor Trainer::forward(const Tensor& raw_inputs) {
   Tensor inputs = as_model_input(raw_inputs, "forward inputs");
   Program& p = program(inputs.shape()[0], /*training=*/false, /*with_loss=*/false);
-  p.bind(p.input, inputs);
-  p.run();
-  return p.result(p.output);
+  p.runner->bind(p.input, inputs);
+  p.runner->run();
+  return p.runner->output(p.output);
 }
 
 Tensor Trainer::predict(const Tensor& raw_inputs) {

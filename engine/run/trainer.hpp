@@ -140,7 +140,7 @@ class Trainer {
 
   std::int64_t step() const { return step_; }
   // Accumulates per-op times of every program into `sink` (see Executor).
-  void enable_profiling(std::map<std::string, Executor::OpTime>* sink);  // optimizer steps taken
+  void enable_profiling(std::map<std::string, StepRunner::OpTime>* sink);  // optimizer steps taken
 
   // Loads the checkpoint `dir` (either form, any mesh and process count) and
   // returns its state. One device reads it into the store; a sharded trainer
@@ -189,7 +189,7 @@ class Trainer {
   std::unique_ptr<SpmdRuntime> runtime_;
   std::unique_ptr<ShardedVariables> sharded_;
   std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
-  std::map<std::string, Executor::OpTime>* profile_ = nullptr;
+  std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)

@@ -72,8 +72,11 @@ TEST_CASE("executor checks bindings") {
   CHECK_THROWS_AS(exec.bind(x, Tensor::empty({3, 2}, DType::f32)), ShapeError);
   CHECK_THROWS_AS(exec.bind(x, Tensor::empty({2, 3}, DType::i32)), DTypeError);
   CHECK_THROWS_AS(exec.bind(y, Tensor::empty({2, 3}, DType::f32)), GraphError);
+  // One device holds the whole batch: its rows start at 0.
+  CHECK_THROWS_WITH_AS(exec.bind_rows(x, Tensor::empty({2, 3}, DType::f32), 2),
+                       "bind_rows: one device holds the whole batch of 'x', so its rows start at 0, not 2", ShapeError);
   Tensor xv = random_tensor({2, 3}, 1);
-  exec.bind(x, xv);
+  exec.bind_rows(x, xv, 0);
   exec.run();
   std::vector<float> expected;
   for (float v : xv.to_vector<float>()) expected.push_back(std::exp(v));
