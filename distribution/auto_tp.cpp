@@ -57,68 +57,60 @@ class Planner {
     return std::to_string(size) + " do not divide over '" + axis_ + "' of size " + std::to_string(n_);
   }
 
+  // Splits every variable of `group` (under the layer's `prefix`) when its
+  // first one splits; false, with nothing split, when it does not divide.
+  bool split_group(const std::string& prefix, const SplitGroup& group) {
+    if (group.splits.empty() || !split(prefix + group.splits[0].variable, group.splits[0].role)) return false;
+    for (std::size_t s = 1; s < group.splits.size(); ++s) split(prefix + group.splits[s].variable, group.splits[s].role);
+    return true;
+  }
+  // "units 10 do not divide over 'model' of size 4": why `group` stays whole.
+  std::string whole(const std::string& prefix, const SplitGroup& group) const {
+    const VariableSplit& first = group.splits[0];
+    return group.when_whole + " " + of(extent(prefix + first.variable, first.role));
+  }
+
   void visit(const std::vector<Model::LayerNode>& graph, std::size_t i, bool last) {
     const auto& layer = graph[i];
     const std::string& p = layer.prefix;
+    const TensorSplit& declared = layer.split;
     bool input_split = !layer.sources.empty();
     for (int s : layer.sources) input_split = input_split && s >= 0 && split_[static_cast<std::size_t>(s)];
     const std::string source = !layer.sources.empty() && layer.sources[0] >= 0 ? graph[static_cast<std::size_t>(layer.sources[0])].name : "";
     bool out = false;
-    const std::string& t = layer.type;
+    using Kind = TensorSplit::Kind;
     if (n_ == 1) {
       rule(layer, "replicated", "the mesh axis '" + axis_ + "' has size 1");
-    } else if (t == "Dense" || t == "Conv2D") {
-      const std::string unit = t == "Dense" ? "units" : "filters";
+    } else if (declared.kind == Kind::linear) {
+      const SplitGroup& column = declared.groups.at(0);
       if (input_split) {
-        split(p + "kernel", "in");
+        split_group(p, declared.groups.at(1));
         rule(layer, "row-parallel", "reads the features '" + source + "' split; one all-reduce after it, the bias added once");
-      } else if (split(p + "kernel", "out")) {
-        split(p + "bias", "out");
+      } else if (split_group(p, column)) {
         out = true;
         rule(layer, "column-parallel", last ? "its outputs split over '" + axis_ + "': vocabulary-parallel, the loss's softmax "
                                                    "all-reduces a max and a sum per row instead of gathering them"
                                             : "its outputs split over '" + axis_ + "', for a row-parallel layer to read");
       } else {
-        rule(layer, "replicated", unit + " " + of(extent(p + "kernel", "out")));
+        rule(layer, "replicated", whole(p, column));
       }
-    } else if (t == "Activation" || t == "MaxPooling2D" || t == "AveragePooling2D" ||
-               t == "GlobalAveragePooling2D" || t == "Add") {
+    } else if (declared.kind == Kind::elementwise) {
       out = input_split;
       rule(layer, input_split ? "keeps the split" : "replicated", input_split ? "elementwise over features" : "its input is whole");
-    } else if (t == "Embedding" || t == "PositionEmbedding") {
-      out = split(p + "embeddings", "out");
+    } else if (declared.kind == Kind::hidden) {
+      const SplitGroup& table = declared.groups.at(0);
+      out = split_group(p, table);
       rule(layer, out ? "hidden-parallel" : "replicated",
            out ? "the hidden dimension splits: gathering its output moves half the bytes that all-reducing a "
                  "vocabulary split's masked lookups would (a layout map can still ask for [model, null])"
-               : "the hidden size " + of(extent(p + "embeddings", "out")));
-    } else if (t == "TransformerBlock" || t == "MultiHeadAttention") {
-      const std::string attention = t == "TransformerBlock" ? p + "attention/" : p;
+               : whole(p, table));
+    } else if (declared.kind == Kind::block) {
       std::string why;
-      if (split(attention + "query/kernel", "heads")) {
-        for (const char* name : {"key", "value"}) split(attention + name + "/kernel", "heads");
-        for (const char* name : {"query", "key", "value"}) split(attention + name + "/bias", "heads");
-        split(attention + "attention_output/kernel", "heads");
-        why = "heads split: query/key/value column-parallel, output projection row-parallel";
-      } else {
-        why = "attention replicated (falls back: heads are not padded): heads " + of(extent(attention + "query/kernel", "heads"));
-      }
-      if (t == "TransformerBlock") {
-        if (split(p + "ffn_in/kernel", "out")) {
-          split(p + "ffn_in/bias", "out");
-          split(p + "ffn_out/kernel", "in");
-          why += "; feed-forward column- then row-parallel";
-        } else {
-          why += "; feed-forward replicated: ff_dim " + of(extent(p + "ffn_in/kernel", "out"));
-        }
-      }
+      for (const SplitGroup& group : declared.groups)
+        why += (why.empty() ? "" : "; ") + (split_group(p, group) ? group.when_split : whole(p, group));
       rule(layer, "tensor-parallel block", why + (input_split ? "; its split input is gathered first" : ""));
     } else {
-      rule(layer, "replicated",
-           (t == "LayerNormalization" || t == "BatchNormalization" || t == "Flatten" || t == "Reshape" || t == "Concatenate")
-               ? std::string(input_split ? "needs whole features: its split input is gathered" : "needs whole features")
-           : t == "Dropout" ? std::string(input_split ? "draws its mask over whole rows: its split input is gathered"
-                                                      : "its input is whole")
-                            : "no AutoTP rule for " + t);
+      rule(layer, "replicated", declared.why_whole + (input_split ? ": its split input is gathered" : ""));
     }
     split_[i] = out;
   }

@@ -1,17 +1,20 @@
 // AutoTP: tensor parallelism chosen for the user, from the layer graph.
 //
 // Walking the layers in order, it tracks whether each layer's output is split
-// along its features over the model axis, and applies Megatron's rules:
-//   - a Dense or Conv2D reading whole features is column-parallel (its output
+// along its features over the model axis, and applies Megatron's rules to what
+// each layer declares (layers/tensor_split.hpp; this file names no layer):
+//   - a linear layer reading whole features is column-parallel (its output
 //     features split) and the next one, reading split features, row-parallel
 //     (one all-reduce per pair, the row-parallel bias added once after it);
-//   - attention splits heads (query/key/value column-parallel, the output
-//     projection row-parallel) and the feed-forward pair is column/row;
-//   - embeddings split the hidden dimension; a last Dense (the head onto a
-//     vocabulary) is column-parallel and the loss's softmax runs on the split
-//     logits (the partitioner all-reduces its max and sum);
-//   - activations and pooling keep a split; norms, Dropout, Flatten and
-//     anything without a rule need whole features (the split is gathered);
+//   - a block splits inside, each of its groups on its own (attention's heads:
+//     query/key/value column-parallel, the output projection row-parallel; a
+//     feed-forward pair column then row) and gives whole features;
+//   - a hidden-split layer (embeddings) splits its output features; a last
+//     linear layer (the head onto a vocabulary) is column-parallel and the
+//     loss's softmax runs on the split logits (the partitioner all-reduces its
+//     max and sum);
+//   - elementwise layers keep a split; the rest need whole features (the split
+//     is gathered);
 //   - a dimension the model axis does not divide stays whole (replicated),
 //     and the plan says so.
 // The result is a layout per variable: the partitioner does the rest, so an

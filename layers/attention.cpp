@@ -68,6 +68,18 @@ AttentionArgs parse_attention(ConfigNode& args) {
   return a;
 }
 
+// The heads split together: query, key and value column-parallel, the output
+// projection row-parallel (Megatron's attention).
+SplitGroup attention_heads(const std::string& scope) {
+  SplitGroup heads;
+  for (const char* name : {"query", "key", "value"}) heads.splits.push_back({scope + name + "/kernel", "heads"});
+  for (const char* name : {"query", "key", "value"}) heads.splits.push_back({scope + name + "/bias", "heads"});
+  heads.splits.push_back({scope + "attention_output/kernel", "heads"});
+  heads.when_split = "heads split: query/key/value column-parallel, output projection row-parallel";
+  heads.when_whole = "attention replicated (falls back: heads are not padded): heads";
+  return heads;
+}
+
 class MultiHeadAttention final : public Layer {
  public:
   MultiHeadAttention(const std::string& name, AttentionArgs args)
@@ -75,6 +87,7 @@ class MultiHeadAttention final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     return self_attention(ctx, "", inputs[0], args_);
   }
+  TensorSplit tensor_split() const override { return {TensorSplit::Kind::block, {attention_heads("")}}; }
 
  private:
   AttentionArgs args_;
@@ -112,6 +125,11 @@ class TransformerBlock final : public Layer {
     x = g.add(x, drop(self_attention(ctx, "attention/", norm("norm_1", x), attention_), 1));
     ValueId hidden = apply_activation(g, dense("ffn_in", norm("norm_2", x), d, ff_dim_), activation_);
     return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d), 2));
+  }
+  TensorSplit tensor_split() const override {
+    SplitGroup feed_forward{{{"ffn_in/kernel", "out"}, {"ffn_in/bias", "out"}, {"ffn_out/kernel", "in"}},
+                            "feed-forward column- then row-parallel", "feed-forward replicated: ff_dim"};
+    return {TensorSplit::Kind::block, {attention_heads("attention/"), feed_forward}};
   }
 
  private:

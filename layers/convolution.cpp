@@ -28,6 +28,7 @@ class Conv2D final : public Layer {
     if (use_bias_) y = g.add(y, ctx.variable("bias", {filters_}, bias_init_, {"out"}));
     return apply_activation(g, y, activation_);
   }
+  TensorSplit tensor_split() const override { return {TensorSplit::Kind::linear, {{{{"kernel", "out"}, {"bias", "out"}}, "", "filters"}, {{{"kernel", "in"}}, "", ""}}}; }
 
  private:
   std::int64_t filters_;

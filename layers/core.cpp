@@ -14,6 +14,7 @@ class ActivationLayer final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
     return apply_activation(ctx.graph, in[0], activation_);
   }
+  TensorSplit tensor_split() const override { return TensorSplit::keeps_split(); }
 
  private:
   std::string activation_;
@@ -27,6 +28,7 @@ class Flatten final : public Layer {
     Shape s = ctx.graph.shape(in[0]);
     return ctx.graph.reshape(in[0], {s[0], s.numel() / std::max<std::int64_t>(1, s[0])});
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("needs whole features"); }
 };
 
 // Reshape(target_shape) reshapes all but the batch axis; one entry may be -1.
@@ -49,6 +51,7 @@ class Reshape final : public Layer {
                        " elements per sample");
     return ctx.graph.reshape(in[0], Shape(dims));
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("needs whole features"); }
 
  private:
   std::vector<std::int64_t> target_;
@@ -64,6 +67,7 @@ class Dropout final : public Layer {
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
     return ctx.training ? ctx.graph.dropout(in[0], rate_, ctx.layer_seed(seed_)) : in[0];
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("draws its mask over whole rows"); }
 
  private:
   float rate_;

@@ -22,6 +22,9 @@ class Dense final : public Layer {
     if (use_bias_) y = g.add(y, ctx.variable("bias", {units_}, bias_init_, {"out"}));
     return apply_activation(g, y, activation_);
   }
+  TensorSplit tensor_split() const override {
+    return {TensorSplit::Kind::linear, {{{{"kernel", "out"}, {"bias", "out"}}, "", "units"}, {{{"kernel", "in"}}, "", ""}}};
+  }
 
  private:
   std::int64_t units_;

@@ -14,6 +14,7 @@ class Embedding final : public Layer {
     ValueId table = ctx.variable("embeddings", {input_dim_, output_dim_}, init_, {"vocab", "out"});
     return ctx.graph.embedding(table, inputs[0]);
   }
+  TensorSplit tensor_split() const override { return {TensorSplit::Kind::hidden, {{{{"embeddings", "out"}}, "", "the hidden size"}}}; }
 
  private:
   std::int64_t input_dim_, output_dim_;
@@ -32,6 +33,7 @@ class PositionEmbedding final : public Layer {
     ValueId table = ctx.variable("embeddings", {length_, in[2]}, init_, {"", "out"});
     return ctx.graph.broadcast_to(table, in);
   }
+  TensorSplit tensor_split() const override { return {TensorSplit::Kind::hidden, {{{{"embeddings", "out"}}, "", "the hidden size"}}}; }
 
  private:
   std::int64_t length_;

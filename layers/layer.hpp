@@ -13,6 +13,7 @@
 #include "engine/graph/graph.hpp"
 #include "engine/variable_store.hpp"
 #include "layers/initializer.hpp"
+#include "layers/tensor_split.hpp"
 
 namespace tessera {
 
@@ -65,6 +66,8 @@ class Layer {
   // Its ShapeError or DTypeError need not name the layer: Model::trace adds
   // the layer's name and where the config declares it.
   virtual ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) = 0;
+  // How its variables split for tensor parallelism (AutoTP reads this).
+  virtual TensorSplit tensor_split() const { return {}; }
 
  private:
   std::string type_;

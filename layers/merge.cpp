@@ -20,6 +20,7 @@ class Add final : public Layer {
     }
     return sum;
   }
+  TensorSplit tensor_split() const override { return TensorSplit::keeps_split(); }
 };
 
 // Concatenate(axis=-1): joins two or more inputs along an axis.
@@ -38,6 +39,7 @@ class Concatenate final : public Layer {
                        std::to_string(first.rank() - 1) + " (or -1 to -" + std::to_string(first.rank() - 1) + ")");
     return ctx.graph.concat(inputs, axis);
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("needs whole features"); }
 
  private:
   int axis_;

@@ -237,7 +237,7 @@ std::vector<Model::LayerNode> Model::layer_graph() const {
   std::vector<LayerNode> graph;
   for (const auto& node : nodes_)
     graph.push_back({node.layer->type(), node.layer->name(), (sequential_ ? name_ + "/" : "") + node.layer->name() + "/",
-                     node.sources});
+                     node.sources, node.layer->tensor_split()});
   return graph;
 }
 

@@ -66,6 +66,7 @@ class Model {
   struct LayerNode {
     std::string type, name, prefix;
     std::vector<int> sources;
+    TensorSplit split;  // how its variables split (the layer's declaration)
   };
   std::vector<LayerNode> layer_graph() const;
   // Keras' "<layer path>/output" of every layer ("sequential/dense_1/output"),

@@ -22,6 +22,7 @@ class LayerNormalization final : public Layer {
                            : g.fill(features, 0.0);
     return g.layer_norm(inputs[0], gamma, beta, epsilon_)[0];
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("needs whole features"); }
 
  private:
   float epsilon_;
@@ -59,6 +60,7 @@ class BatchNormalization final : public Layer {
     ValueId inv_std = g.unary(UnaryOp::rsqrt, g.add(variance, g.fill({}, epsilon_)));
     return g.add(g.mul(g.sub(x, mean), g.mul(inv_std, gamma)), beta);
   }
+  TensorSplit tensor_split() const override { return TensorSplit::needs_whole("needs whole features"); }
 
  private:
   float momentum_, epsilon_;

@@ -23,6 +23,7 @@ class Pooling2D final : public Layer {
     }
     return ctx.graph.pool2d(inputs[0], args);
   }
+  TensorSplit tensor_split() const override { return TensorSplit::keeps_split(); }
 
  private:
   PoolKind kind_;
@@ -40,6 +41,7 @@ class GlobalAveragePooling2D final : public Layer {
       throw ShapeError("input must be [batch, height, width, channels], got " + in.str());
     return ctx.graph.reduce(ReduceOp::mean, inputs[0], {1, 2});
   }
+  TensorSplit tensor_split() const override { return TensorSplit::keeps_split(); }
 };
 
 std::unique_ptr<Layer> make_pooling(ConfigNode& args, const std::string& type, const std::string& name,

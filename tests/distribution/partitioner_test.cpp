@@ -12,6 +12,7 @@
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
+#include "layers/registry.hpp"
 #include "tests/test_util.hpp"
 #include "engine/run/trainer.hpp"
 
@@ -257,5 +258,54 @@ TEST_CASE("AutoTP's vocabulary-parallel head: training never gathers the logits"
   // What moves for them is a max or a sum per row ([batch, time, 1]), not the logits.
   for (const auto& c : program.collectives())
     if (logits.contains(c.value)) CHECK(c.bytes == 8 * 128 * 4);
+  set_cpu_device_count(1);
+}
+
+namespace {
+
+// A linear layer of its own with variables AutoTP has never heard of: AutoTP
+// must split them from the layer's declaration alone.
+class ScaledLinear final : public Layer {
+ public:
+  ScaledLinear(const std::string& name, std::int64_t units) : Layer("ScaledLinear", name), units_(units) {}
+  ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
+    Shape in = ctx.graph.shape(inputs[0]);
+    ValueId w = ctx.variable("weights", {in[in.rank() - 1], units_}, Initializer{}, {"in", "out"});
+    return ctx.graph.scale(ctx.graph.matmul(inputs[0], w), 0.5);
+  }
+  TensorSplit tensor_split() const override {
+    return {TensorSplit::Kind::linear, {{{{"weights", "out"}}, "", "units"}, {{{"weights", "in"}}, "", ""}}};
+  }
+
+ private:
+  std::int64_t units_;
+};
+
+}  // namespace
+
+TEST_CASE("AutoTP splits what a layer declares, whatever its variables are called") {
+  register_builtin_layers();
+  if (!LayerRegistry::instance().contains("ScaledLinear"))
+    LayerRegistry::instance().add("ScaledLinear", [](ConfigNode args, const std::string& name) {
+      return std::make_unique<ScaledLinear>(name, args["units"].as<std::int64_t>());
+    });
+  Model model = Model::from_config(ConfigNode::parse(R"(
+model:
+  name: scaled
+  inputs: [{name: x, shape: [8]}]
+  layers:
+    - {type: ScaledLinear, name: up, units: 16}
+    - {type: Activation, activation: relu}
+    - {type: ScaledLinear, name: down, units: 6}
+)")["model"]);
+  VariableStore store;
+  model.build(store, 0);
+  set_cpu_device_count(2, 1);
+  DeviceMesh mesh({1, 2}, {"batch", "model"}, cpu_devices(2));
+  AutoTpPlan plan = plan_auto_tp(model, store, mesh, "model");
+  CHECK(plan.variables.at("scaled/up/weights") == TensorLayout({none, "model"}));    // column-parallel
+  CHECK(plan.variables.at("scaled/down/weights") == TensorLayout({"model", none}));  // row-parallel after the relu
+  REQUIRE(plan.layers.size() == 3);
+  CHECK(plan.layers[1].rule == "keeps the split");
   set_cpu_device_count(1);
 }
