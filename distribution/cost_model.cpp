@@ -51,11 +51,6 @@ std::int64_t flops_of(const Graph& g, const Node& node) {
   }
 }
 
-bool is_collective(OpKind kind) {
-  return kind == OpKind::all_reduce || kind == OpKind::all_gather || kind == OpKind::reduce_scatter ||
-         kind == OpKind::all_to_all || kind == OpKind::all_gather_into;
-}
-
 }  // namespace
 
 std::int64_t bus_bytes(OpKind kind, std::int64_t bytes, std::int64_t members) {
@@ -121,10 +116,9 @@ StepCost predict_step(const SpmdProgram& program, const Calibration& calibration
   StepCost cost;
   for (NodeId n : program.schedule()) {
     const Node& node = g.node(n);
-    if (node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::reshape ||
-        node.kind == OpKind::block_view)
-      continue;
-    if (is_collective(node.kind)) {
+    const OpInfo& op = op_info(node.kind);
+    if (op.bound || op.view) continue;  // nothing runs, or nothing moves
+    if (op.collective) {
       std::int64_t members = 1;
       for (int a = 0; a < mesh.rank(); ++a)
         if (node.attrs.mesh_axes & (1u << a)) members *= mesh.shape()[static_cast<std::size_t>(a)];
@@ -144,7 +138,7 @@ StepCost predict_step(const SpmdProgram& program, const Calibration& calibration
       double bytes = 0;
       for (ValueId v : node.inputs) bytes += bytes_of(g, v);
       for (ValueId v : node.outputs) bytes += bytes_of(g, v);
-      if (node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) bytes *= 2;  // state written back in place
+      if (op.side_effect) bytes *= 2;  // state written back in place
       cost.compute_seconds += bytes / bytes_per_s;
     }
   }

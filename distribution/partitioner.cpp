@@ -42,7 +42,7 @@ class Partitioner {
     follow_parameters(leaves);
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
-      const bool leaf = node.kind == OpKind::input || node.kind == OpKind::variable || node.kind == OpKind::fill;
+      const bool leaf = op_info(node.kind).arity == 0;  // input, variable, fill
       if (leaf) {
         // A leaf's local value is what callers bind: a constraint on it is its sharding.
         if (auto c = constraints.find(node.outputs[0]); c != constraints.end() && node.kind == OpKind::input)

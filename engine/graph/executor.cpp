@@ -52,7 +52,7 @@ void Executor::allocate_arena() {
 void Executor::run() {
   for (NodeId n : plan_.schedule) {
     const Node& node = graph_.node(n);
-    if ((node.kind == OpKind::input || node.kind == OpKind::variable) && !tensors_[node.outputs[0]].defined()) {
+    if (op_info(node.kind).bound && !tensors_[node.outputs[0]].defined()) {
       const Value& v = graph_.value(node.outputs[0]);
       throw Error("run: " + std::string(name(node.kind)) + " '" + v.name + "' " +
                   std::string(dtype_name(v.dtype)) + v.shape.str() + " is not bound");

@@ -230,6 +230,10 @@ NodeId Graph::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, con
 
 NodeId Graph::add_node(OpKind kind, std::vector<ValueId> inputs, const OpAttrs& attrs,
                        const std::vector<std::pair<Shape, DType>>& output_types) {
+  const int arity = op_info(kind).arity;
+  if (arity >= 0 && inputs.size() != static_cast<std::size_t>(arity))
+    throw GraphError(std::string(name(kind)) + " takes " + std::to_string(arity) + " inputs, got " +
+                     std::to_string(inputs.size()));
   for (ValueId in : inputs)
     if (in < 0 || in >= value_count())
       throw GraphError(std::string(name(kind)) + ": input value " + std::to_string(in) +

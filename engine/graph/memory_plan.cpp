@@ -7,32 +7,13 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-// Side effects on variables: scheduled though nothing reads their (absent) outputs.
-bool is_update(OpKind kind) {
-  return kind == OpKind::sgd_update || kind == OpKind::adam_update || kind == OpKind::moving_average ||
-         kind == OpKind::all_gather_into;
-}
-bool is_external(OpKind kind) { return kind == OpKind::input || kind == OpKind::variable; }
-
-// The values an update node writes in place: the variable (or view of one)
-// it updates and its optimizer state; all_gather_into writes its second input.
-std::vector<ValueId> written_by(const Node& node) {
-  switch (node.kind) {
-    case OpKind::sgd_update: return {node.inputs[0], node.inputs[2]};
-    case OpKind::adam_update: return {node.inputs[0], node.inputs[2], node.inputs[3]};
-    case OpKind::moving_average: return {node.inputs[0]};
-    case OpKind::all_gather_into: return {node.inputs[1]};
-    default: return {};
-  }
-}
-
 // The root of a value's storage: views (reshape, block_view) share their input's.
 ValueId storage_root(const Graph& graph, ValueId v) {
   for (;;) {
     NodeId producer = graph.value(v).producer;
     if (producer < 0) return v;
     const Node& node = graph.node(producer);
-    if (node.kind != OpKind::reshape && node.kind != OpKind::block_view) return v;
+    if (!op_info(node.kind).view) return v;
     v = node.inputs[0];
   }
 }
@@ -50,16 +31,16 @@ std::vector<NodeId> updates_early(const Graph& graph, const std::vector<NodeId>&
   std::vector<NodeId> order;
   order.reserve(schedule.size());
   for (NodeId n : schedule)
-    if (is_external(graph.node(n).kind)) order.push_back(n);
+    if (op_info(graph.node(n).kind).bound) order.push_back(n);
   for (NodeId n : schedule) {
     const Node& node = graph.node(n);
-    if (is_external(node.kind)) continue;
-    if (!is_update(node.kind)) {
+    if (op_info(node.kind).bound) continue;
+    if (!op_info(node.kind).side_effect) {
       order.push_back(n);
       continue;
     }
     std::vector<ValueId> written;
-    for (ValueId v : written_by(node)) written.push_back(storage_root(graph, v));
+    for (int i : op_info(node.kind).writes) written.push_back(storage_root(graph, node.inputs[static_cast<std::size_t>(i)]));
     auto touches_written = [&](const Node& other) {
       auto hit = [&](ValueId v) {
         return std::find(written.begin(), written.end(), storage_root(graph, v)) != written.end();
@@ -118,7 +99,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
   for (ValueId v : outputs) needed_value[v] = true;
   for (NodeId n = graph.node_count() - 1; n >= 0; --n) {
     const Node& node = graph.node(n);
-    bool live = is_update(node.kind);
+    bool live = op_info(node.kind).side_effect;  // scheduled though nothing reads its (absent) outputs
     for (ValueId out : node.outputs) live = live || needed_value[out];
     if (!live) continue;
     needed_node[n] = true;
@@ -139,7 +120,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
       plan.last_use[root] = std::max(plan.last_use[root], pos);
     }
     for (ValueId out : plan.writes(graph, plan.schedule[pos])) {
-      if (node.kind == OpKind::reshape || node.kind == OpKind::block_view) plan.storage_of[out] = plan.storage_of[node.inputs[0]];
+      if (op_info(node.kind).view) plan.storage_of[out] = plan.storage_of[node.inputs[0]];
       ValueId root = plan.storage_of[out];
       if (plan.first_use[root] < 0) plan.first_use[root] = pos;
       plan.last_use[root] = std::max(plan.last_use[root], pos);
@@ -152,7 +133,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
   std::vector<ValueId> order;
   for (NodeId n : plan.schedule) {
     const Node& node = graph.node(n);
-    if (is_external(node.kind)) continue;
+    if (op_info(node.kind).bound) continue;
     for (ValueId out : plan.writes(graph, n))
       if (plan.storage_of[out] == out) order.push_back(out);
   }

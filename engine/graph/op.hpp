@@ -63,6 +63,19 @@ inline constexpr int kOpKindCount = 37;
 
 std::string_view name(OpKind kind);
 
+// What the executor, memory plan, partitioner and cost model need to know of
+// an op kind, kept in one table (op.cpp) instead of in each of them.
+struct OpInfo {
+  std::string_view name;
+  int arity;                 // inputs; -1: any number (concat)
+  bool bound = false;        // a leaf the caller binds (input, variable): nothing runs
+  bool view = false;         // its output is a view of its first input's bytes (reshape, block_view)
+  bool collective = false;   // moves data between the devices of a partitioned graph
+  bool side_effect = false;  // writes some of its inputs in place and has no outputs (updates)
+  std::vector<int> writes = {};  // side_effect: the inputs it writes
+};
+const OpInfo& op_info(OpKind kind);
+
 // Attributes of a node; each op reads the fields its comment above names.
 struct OpAttrs {
   MatmulArgs matmul;

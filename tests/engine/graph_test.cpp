@@ -37,6 +37,9 @@ TEST_CASE("graph errors name the op and the operands") {
   Graph g;
   ValueId x = g.input("x", {8, 16});
   ValueId w = g.variable("dense/kernel", {15, 4});
+  // The op table's arity holds for nodes appended directly too.
+  CHECK_THROWS_WITH_AS(g.add_node(OpKind::matmul, {x}, {}, {{Shape{8, 4}, DType::f32}}),
+                       "matmul takes 2 inputs, got 1", GraphError);
   try {
     g.matmul(x, w);
     FAIL("expected ShapeError");
