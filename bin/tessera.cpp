@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.hpp"
-#include "distribution/calibration_cache.hpp"
-#include "distribution/collectives/mpi_session.hpp"
 #include "bin/distribution_report.hpp"
-#include "bin/sharding_bench.hpp"
 #include "bin/progress.hpp"
 #include "bin/run_folder.hpp"
+#include "bin/sharding_bench.hpp"
+#include "distribution/calibration_cache.hpp"
+#include "distribution/collectives/mpi_session.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/checkpoint/sharded_checkpoint.hpp"

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "distribution/layout_map.hpp"
-#include "layers/model.hpp"
 #include "engine/variable_store.hpp"
+#include "layers/model.hpp"
 
 namespace tessera {
 

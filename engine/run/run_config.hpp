@@ -21,8 +21,8 @@
 #include "distribution/distribution_config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/dataset.hpp"
-#include "layers/model.hpp"
 #include "engine/run/trainer.hpp"
+#include "layers/model.hpp"
 
 namespace tessera {
 

@@ -25,9 +25,9 @@
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
-#include "layers/model.hpp"
 #include "engine/training/loss.hpp"
 #include "engine/training/optimizer.hpp"
+#include "layers/model.hpp"
 
 namespace tessera {
 

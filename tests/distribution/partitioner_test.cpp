@@ -12,9 +12,9 @@
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
+#include "engine/run/trainer.hpp"
 #include "layers/registry.hpp"
 #include "tests/test_util.hpp"
-#include "engine/run/trainer.hpp"
 
 using namespace tessera;
 

@@ -13,12 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/temp_dir.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/synthetic.hpp"
 #include "engine/run/trainer.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
