@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "backends/device_set.hpp"
 #include "backends/registry.hpp"
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
@@ -201,13 +202,14 @@ class Bench {
     std::int64_t devices = 0;
     for (const auto& m : meshes) devices = std::max(devices, m.batch * m.model);
     if (!o_.devices.empty()) {
-      Device d = Device::parse(o_.devices.substr(0, o_.devices.find(':')) + ":0");
-      if (d.kind != DeviceKind::cpu) throw UnsupportedError("tessera bench runs on cpu:N devices for now, not " + o_.devices);
-      const auto colon = o_.devices.find(':');
-      const auto count = colon == std::string::npos ? std::nullopt : whole_number(std::string_view(o_.devices).substr(colon + 1));
-      if (!count || *count > kMaxCpuDevices)
-        throw ConfigError("--devices: '" + o_.devices + "' is not cpu:N with N from 1 to " + std::to_string(kMaxCpuDevices));
-      devices = *count;
+      std::vector<Device> set;
+      try {
+        set = parse_device_set(o_.devices);
+      } catch (const DeviceError& e) {
+        throw ConfigError(std::string("--devices: ") + e.what());
+      }
+      if (set.front().kind != DeviceKind::cpu) throw UnsupportedError("tessera bench runs on cpu:N devices for now, not " + o_.devices);
+      devices = static_cast<std::int64_t>(set.size());
     }
     for (const auto& m : meshes)
       if (m.batch * m.model > devices)

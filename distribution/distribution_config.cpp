@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "backends/device_set.hpp"
 #include "backends/registry.hpp"
 #include "engine/config/config.hpp"
 
@@ -33,54 +34,20 @@ std::int64_t parse_bytes(const ConfigNode& node) {
   return static_cast<std::int64_t>(bytes);
 }
 
-// `cpu:8`, `cuda:all`, `cuda:0,1`; `mesh_size` devices when absent.
+// The set `devices:` names (backends/device_set.hpp); `mesh_size` logical
+// CPU devices when absent. Creates none: make_trainer does, for the run.
 std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
-  if (!node) {  // logical CPU devices: sharding over GPUs comes with the NCCL communicator
-    set_cpu_device_count(static_cast<int>(mesh_size));
-    return cpu_devices(static_cast<int>(mesh_size));
+  if (!node) return cpu_devices(static_cast<int>(mesh_size));  // sharding over GPUs needs `devices:`
+  std::vector<Device> devices;
+  try {
+    devices = parse_device_set(node->as<std::string>());
+  } catch (const DeviceError& e) {
+    node->fail(e.what());
   }
-  const auto text = node->as<std::string>();
-  const auto colon = text.find(':');
-  const std::string kind = text.substr(0, colon), rest = colon == std::string::npos ? "" : text.substr(colon + 1);
-  if (kind == "cpu") {
-    int n = 0;
-    try {
-      n = rest.empty() ? 1 : std::stoi(rest);
-    } catch (const std::exception&) {
-    }
-    if (n < 1 || n > kMaxCpuDevices || std::to_string(n) != (rest.empty() ? "1" : rest))
-      node->fail("'" + text + "' is not cpu:N with N from 1 to " + std::to_string(kMaxCpuDevices) +
-                 " (the number of logical CPU devices)");
-    set_cpu_device_count(n);
-    return cpu_devices(n);
-  }
-  if (kind == "cuda") {
-    std::vector<Device> devices;
-    if (rest == "all") {
-      for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
-    } else {
-      std::size_t start = 0;
-      while (start <= rest.size()) {
-        std::size_t comma = rest.find(',', start);
-        std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
-          node->fail("'" + text + "' is not cuda:all or cuda:I,J,... (GPU indices)");
-        devices.push_back(Device::cuda(std::stoi(item)));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    }
-    std::string found;
-    for (const auto& d : available_devices()) found += (found.empty() ? "" : ", ") + d.str();
-    if (devices.empty())
-      node->fail("'" + text + "' asks for GPUs, but " +
-                 std::string(cuda_compiled() ? "none was found" : "this build has no CUDA backend") + "; devices: " + found);
-    for (const auto& d : devices)
-      if (d.index >= cuda_device_count()) node->fail(d.str() + " does not exist; devices: " + found);
-    node->fail("'" + text + "': sharded execution runs on logical CPU devices (cpu:N) for now; GPU meshes need the NCCL "
-               "communicator, which is not built yet");
-  }
-  node->fail("'" + text + "' names no device kind: use cpu:N, cuda:all or cuda:0,1");
+  if (devices.front().kind == DeviceKind::cuda)
+    node->fail("'" + node->as<std::string>() + "': sharded execution runs on logical CPU devices (cpu:N) for now; "
+               "GPU meshes need the NCCL communicator, which is not built yet");
+  return devices;
 }
 
 TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {

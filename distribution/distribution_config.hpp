@@ -48,7 +48,8 @@ struct DistributionConfig {
   std::optional<AutoChoice> auto_choice;  // filled in by make_trainer
 };
 
-// Reads the section; asks the device registry for the logical CPU devices it names.
+// Reads the section. It creates no device: make_trainer (engine/run/run_config.hpp)
+// makes the logical CPU devices the mesh names when the run starts.
 DistributionConfig parse_distribution(ConfigNode node);
 
 }  // namespace tessera

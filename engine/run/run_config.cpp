@@ -1,5 +1,6 @@
 #include "engine/run/run_config.hpp"
 
+#include "backends/device_set.hpp"
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/distribution_config.hpp"
@@ -108,8 +109,9 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
                         "work (each would train its own copy)");
     return std::make_unique<Trainer>(run.model, run.training, store);
   }
-  run.model.build(store, run.training.seed);
   DistributionConfig& config = *run.distribution;
+  use_devices(config.distribution->mesh().devices());  // the logical CPU devices of the mesh
+  run.model.build(store, run.training.seed);
   bool zero = config.distribution->zero();  // kept when the layouts are chosen below
   const std::vector<Device> devices = config.distribution->mesh().devices();
   if (config.auto_mesh && !config.auto_choice) {  // the mesh and strategy the cost model predicts fastest

@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include "backends/device_set.hpp"
 #include "backends/registry.hpp"
+#include "distribution/distribution_config.hpp"
+#include "engine/config/config.hpp"
 #include "engine/core/tensor.hpp"
 
 using namespace tessera;
@@ -49,6 +52,27 @@ TEST_CASE("device parsing and errors") {
   CHECK_THROWS_AS(Device::parse("tpu:0"), DeviceError);
   CHECK_THROWS_AS(Device::parse("cpu:x"), DeviceError);
   CHECK_THROWS_AS(Device::parse("cpu:-1"), DeviceError);
+}
+
+TEST_CASE("a device set is a count of CPU devices or a list of GPUs, and parsing it creates none") {
+  set_cpu_device_count(1);
+  CHECK(parse_device_set("cpu:3") == std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)});
+  CHECK(parse_device_set("cpu") == std::vector<Device>{Device::cpu(0)});
+  for (const char* bad : {"cpu:0", "cpu:x", "cpu:+2", "cpu:99999", "tpu:4", "cuda:", "cuda:1,,2", "cuda:a"})
+    CHECK_THROWS_AS(parse_device_set(bad), DeviceError);
+  CHECK_THROWS_WITH_AS(parse_device_set("tpu:4"), "'tpu:4' names no device kind: use cpu:N, cuda:all or cuda:0,1",
+                       DeviceError);
+  if (cuda_device_count() == 0)
+    CHECK_THROWS_WITH_AS(parse_device_set("cuda:all"), doctest::Contains("asks for GPUs, but"), DeviceError);
+  // Neither the set nor a distribution section naming one changes the devices that exist...
+  CHECK(cpu_device_count() == 1);
+  DistributionConfig config = parse_distribution(ConfigNode::parse("distribution: {devices: cpu:4}")["distribution"]);
+  CHECK(config.distribution->mesh().devices().size() == 4);
+  CHECK(cpu_device_count() == 1);
+  // ...until a run uses them.
+  use_devices(config.distribution->mesh().devices());
+  CHECK(cpu_device_count() == 4);
+  set_cpu_device_count(1);
 }
 
 TEST_CASE("asking for a device that does not exist names the devices that do") {

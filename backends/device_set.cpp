@@ -1,0 +1,69 @@
+#include "backends/device_set.hpp"
+
+#include <string>
+
+#include "backends/registry.hpp"
+#include "engine/core/error.hpp"
+
+namespace tessera {
+namespace {
+
+// The devices that exist, for messages.
+std::string found_devices() {
+  std::string found;
+  for (const auto& d : available_devices()) found += (found.empty() ? "" : ", ") + d.str();
+  return found;
+}
+
+}  // namespace
+
+std::vector<Device> parse_device_set(std::string_view text) {
+  const auto colon = text.find(':');
+  const std::string kind(text.substr(0, colon));
+  const std::string rest(colon == std::string_view::npos ? "" : text.substr(colon + 1));
+  const std::string quoted = "'" + std::string(text) + "'";
+  std::vector<Device> devices;
+  if (kind == "cpu") {
+    int n = 0;
+    if (!rest.empty() && rest.size() <= 5 && rest.find_first_not_of("0123456789") == std::string::npos) n = std::stoi(rest);
+    if (rest.empty()) n = 1;
+    if (n < 1 || n > kMaxCpuDevices || std::to_string(n) != (rest.empty() ? "1" : rest))
+      throw DeviceError(quoted + " is not cpu:N with N from 1 to " + std::to_string(kMaxCpuDevices) +
+                        " (the number of logical CPU devices)");
+    for (int i = 0; i < n; ++i) devices.push_back(Device::cpu(i));
+    return devices;
+  }
+  if (kind == "cuda") {
+    if (rest == "all") {
+      for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
+    } else {
+      std::size_t start = 0;
+      for (;;) {
+        const std::size_t comma = rest.find(',', start);
+        const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
+          throw DeviceError(quoted + " is not cuda:all or cuda:I,J,... (GPU indices)");
+        devices.push_back(Device::cuda(std::stoi(item)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    if (devices.empty())
+      throw DeviceError(quoted + " asks for GPUs, but " +
+                        std::string(cuda_compiled() ? "none was found" : "this build has no CUDA backend") +
+                        "; devices: " + found_devices());
+    for (const auto& d : devices)
+      if (d.index >= cuda_device_count()) throw DeviceError(d.str() + " does not exist; devices: " + found_devices());
+    return devices;
+  }
+  throw DeviceError(quoted + " names no device kind: use cpu:N, cuda:all or cuda:0,1");
+}
+
+void use_devices(const std::vector<Device>& devices) {
+  int cpus = 0;
+  for (const auto& d : devices)
+    if (d.kind == DeviceKind::cpu) cpus = std::max(cpus, d.index + 1);
+  if (cpus > 0) set_cpu_device_count(cpus);
+}
+
+}  // namespace tessera
