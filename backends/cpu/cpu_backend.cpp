@@ -127,10 +127,13 @@ void give_team_denormal_mode(int threads, bool flush) {
 
 }  // namespace
 
-KernelScope::KernelScope(int threads)
-    : previous_threads_(omp_get_max_threads()), denormals_(flush_denormals()) {
+KernelScope::KernelScope(int threads) : KernelScope(threads, flush_denormals()) {}
+
+// The setting is read once: the caller and its team agree even if another
+// thread changes it meanwhile.
+KernelScope::KernelScope(int threads, bool flush) : previous_threads_(omp_get_max_threads()), denormals_(flush) {
   omp_set_num_threads(threads);
-  give_team_denormal_mode(threads, flush_denormals());
+  give_team_denormal_mode(threads, flush);
 }
 KernelScope::~KernelScope() { omp_set_num_threads(previous_threads_); }
 

@@ -159,6 +159,8 @@ class KernelScope {
   KernelScope& operator=(const KernelScope&) = delete;
 
  private:
+  KernelScope(int threads, bool flush);
+
   int previous_threads_;
   DenormalMode denormals_;
 };
