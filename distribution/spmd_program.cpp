@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
 #if TESSERA_HAVE_MPI
 #include "distribution/collectives/mpi_communicator.hpp"
@@ -36,8 +35,9 @@ std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const Pr
 
 }  // namespace
 
-SpmdRuntime::SpmdRuntime(const Distribution& distribution)
+SpmdRuntime::SpmdRuntime(const Distribution& distribution, ProcessGroup& processes)
     : distribution_(check_cpu(distribution)),
+      processes_(processes),
       local_ranks_(distribution.placement().local_ranks(distribution.mesh().size())),
       comm_(make_communicator(distribution.mesh(), distribution.placement())) {
   for (std::int64_t rank = 0; rank < mesh().size(); ++rank) contexts_.emplace_back(mesh(), *comm_, static_cast<int>(rank));
@@ -112,7 +112,7 @@ void ShardedVariables::detach_source() {
   source_index_ = {};
 }
 
-void ShardedVariables::write_back(std::chrono::milliseconds timeout) {
+void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::milliseconds timeout) {
   detach_source();
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
@@ -124,7 +124,7 @@ void ShardedVariables::write_back(std::chrono::milliseconds timeout) {
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
         insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
-    if (merge) MpiSession::merge_over_processes({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
+    if (merge) processes.merge({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
   }
 }
 

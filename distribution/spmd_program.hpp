@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "distribution/collectives/communicator.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "distribution/device_workers.hpp"
 #include "distribution/distribution.hpp"
 #include "distribution/partitioner.hpp"
@@ -36,12 +37,14 @@ class SpmdRuntime {
  public:
   // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not
   // built yet) and for several processes in a build without MPI.
-  explicit SpmdRuntime(const Distribution& distribution);
+  // `processes`: the job's processes, for host-side exchanges (write_back's merge, the trainer's metrics).
+  explicit SpmdRuntime(const Distribution& distribution, ProcessGroup& processes = job_processes());
   ~SpmdRuntime();
 
   const Distribution& distribution() const { return distribution_; }
   const DeviceMesh& mesh() const { return distribution_.mesh(); }
   Communicator& comm() { return *comm_; }
+  ProcessGroup& processes() { return processes_; }
   DeviceWorkers& workers() { return *workers_; }
   const SpmdContext& context(int rank) const { return contexts_[static_cast<std::size_t>(rank)]; }
   // The mesh ranks this process runs, ascending; a rank's position among them.
@@ -50,6 +53,7 @@ class SpmdRuntime {
 
  private:
   const Distribution& distribution_;
+  ProcessGroup& processes_;
   std::vector<int> local_ranks_;
   std::unique_ptr<Communicator> comm_;
   std::vector<SpmdContext> contexts_;  // by mesh rank
@@ -69,7 +73,7 @@ class ShardedVariables {
   // and the end of fit). With several processes each fills in the blocks it
   // holds and the processes merge the rest, so every store ends up whole (a
   // collective call of every process, which waits up to `timeout` for the others).
-  void write_back(std::chrono::milliseconds timeout);
+  void write_back(ProcessGroup& processes, std::chrono::milliseconds timeout);
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
   // Makes the checkpoint `dir` the source of every block, now and when made

@@ -2,7 +2,7 @@
 
 #include "backends/device_set.hpp"
 #include "distribution/calibration_cache.hpp"
-#include "distribution/collectives/mpi_session.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "distribution/distribution_config.hpp"
 
 #include <algorithm>
@@ -100,8 +100,8 @@ Dataset load_dataset(ConfigNode spec) {
   spec["type"].fail_unknown("data type", type, kDataTypes);
 }
 
-std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
-  const ProcessPlacement where = MpiSession::placement();
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes) {
+  const ProcessPlacement where = processes.placement();
   if (!run.distribution) {
     if (where.multi_process())
       throw ConfigError(run.root.location() + ": " + std::to_string(where.processes) +
@@ -119,7 +119,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
     // Each process measured its own timings: process 0's choice stands for the
     // job, or the processes would partition differently and never meet.
     std::int64_t chosen = config.auto_choice->chosen ? static_cast<std::int64_t>(*config.auto_choice->chosen) : -1;
-    MpiSession::broadcast_from_first(std::as_writable_bytes(std::span(&chosen, 1)), config.collective_timeout);
+    processes.broadcast_from_first(std::as_writable_bytes(std::span(&chosen, 1)), config.collective_timeout);
     config.auto_choice->chosen =
         chosen < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(chosen));
     if (!config.auto_choice->chosen) {
@@ -164,7 +164,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store) {
       throw ConfigError(where + ": " + e.what());
     }
   }
-  auto trainer = std::make_unique<Trainer>(run.model, run.training, store, *run.distribution->distribution);
+  auto trainer = std::make_unique<Trainer>(run.model, run.training, store, *run.distribution->distribution, processes);
   trainer->set_collective_timeout(run.distribution->collective_timeout);
   return trainer;
 }

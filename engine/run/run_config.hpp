@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "distribution/collectives/process_group.hpp"
 #include "distribution/distribution_config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/dataset.hpp"
@@ -38,8 +39,10 @@ struct RunConfig {
 // A trainer for the run: over the distribution's mesh when the config has one
 // (builds the model's variables in `store` and checks each against the layout
 // map: a ConfigError at the entry that does not fit).
-// With type auto_tp the plan is made here, into run.distribution.
-std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store);
+// With type auto_tp the plan is made here, into run.distribution. The
+// logical CPU devices of the mesh are made here; `processes` (the job's by
+// default) share type auto's choice and the trainer's host-side exchanges.
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes = job_processes());
 
 // Loads and validates a run config; `overrides` are "a.b=c" assignments.
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

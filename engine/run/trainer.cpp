@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "distribution/collectives/mpi_session.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
@@ -95,17 +94,18 @@ Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, De
                            std::to_string(model_.inputs().size()));
 }
 
-Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution)
+Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution,
+                 ProcessGroup& processes)
     : Trainer(model, std::move(spec), store, distribution.mesh().devices()[0]) {
   distribution_ = std::make_unique<Distribution>(distribution);
-  runtime_ = std::make_unique<SpmdRuntime>(*distribution_);
+  runtime_ = std::make_unique<SpmdRuntime>(*distribution_, processes);
   sharded_ = std::make_unique<ShardedVariables>(distribution_->mesh(), runtime_->local_ranks(), store_);
 }
 
 Trainer::~Trainer() = default;
 
 void Trainer::sync_store() {
-  if (sharded_) sharded_->write_back(runtime_->comm().timeout());
+  if (sharded_) sharded_->write_back(runtime_->processes(), runtime_->comm().timeout());
 }
 
 const Communicator* Trainer::communicator() const { return runtime_ ? &runtime_->comm() : nullptr; }
@@ -354,7 +354,7 @@ void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& outp
       }
     }
   if (distribution_ && distribution_->placement().multi_process())
-    MpiSession::sum_over_processes(hits, runtime_->comm().timeout());
+    runtime_->processes().sum(hits, runtime_->comm().timeout());
   for (std::size_t m = 0; m < spec_.metrics.size(); ++m)
     // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
     total.metrics[spec_.metrics[m]] += hits[m] / static_cast<double>(rows) * static_cast<double>(batch);
@@ -425,7 +425,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
         // I/O may take far longer than a collective: the barriers wait longer.
         ShardedSave save = sharded_->sharded_save(distribution_->placement());
         const auto io_timeout = std::max<std::chrono::milliseconds>(runtime_->comm().timeout(), std::chrono::minutes(30));
-        save.barrier = [io_timeout] { MpiSession::barrier(io_timeout); };
+        save.barrier = [io_timeout, &processes = runtime_->processes()] { processes.barrier(io_timeout); };
         save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config, save);
       } else {
         sync_store();

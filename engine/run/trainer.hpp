@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "distribution/collectives/process_group.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/dataset.hpp"
@@ -95,7 +96,8 @@ class Trainer {
   // Losses, metrics and the weights sync_store() writes back are the
   // single-device run's, up to float rounding. A batch the batch axis does not
   // divide runs replicated.
-  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution);
+  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution,
+          ProcessGroup& processes = job_processes());
   ~Trainer();
 
   // Sharded runs keep the variables on the devices; this copies them into the

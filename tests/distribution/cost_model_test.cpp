@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <tuple>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "backends/registry.hpp"
 #include "distribution/auto_tp.hpp"
 #include "distribution/calibration_cache.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "distribution/cost_model.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/config/config.hpp"
@@ -129,6 +131,42 @@ TEST_CASE("type auto runs the strategy it chose: ZeRO-1 splits the optimizer sta
   VariableStore store;
   auto trainer = make_trainer(run, store);
   CHECK(run.distribution->distribution->zero());
+}
+
+namespace {
+
+// A job whose process 0 chose candidate `choice`: what broadcast_from_first
+// hands every other process.
+struct FirstProcessChose final : ProcessGroup {
+  std::int64_t choice = 0;
+  int broadcasts = 0;
+  ProcessPlacement placement() const override { return {}; }
+  void sum(std::span<double>, std::chrono::milliseconds) override {}
+  void merge(std::span<std::byte>, std::chrono::milliseconds) override {}
+  void barrier(std::chrono::milliseconds) override {}
+  void broadcast_from_first(std::span<std::byte> bytes, std::chrono::milliseconds) override {
+    ++broadcasts;
+    REQUIRE(bytes.size() == sizeof choice);
+    std::memcpy(bytes.data(), &choice, sizeof choice);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("type auto follows the choice of the job's first process, through the process group it is given") {
+  RunConfig run = load_run_config(TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml",
+                                  {"distribution={devices: cpu:2, type: auto}"});
+  FirstProcessChose job;
+  job.choice = 5;  // meshes 1x2 then 2x1, strategies dp, zero, tp, fsdp each: 2x1 ZeRO-1
+  VariableStore store;
+  auto trainer = make_trainer(run, store, job);
+  CHECK(job.broadcasts == 1);
+  REQUIRE(run.distribution->auto_choice->chosen == std::optional<std::size_t>(5));
+  const AutoCandidate& c = run.distribution->auto_choice->candidates[5];
+  CHECK((c.batch_devices == 2 && c.model_devices == 1 && c.strategy == Strategy::zero));
+  CHECK(run.distribution->distribution->zero());
+  CHECK(run.distribution->distribution->mesh().shape() == std::vector<std::int64_t>{2, 1});
+  set_cpu_device_count(1);
 }
 
 TEST_CASE("a damaged calibration cache is measured again") {

@@ -84,7 +84,7 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
   const std::vector<float> b = saved.find("m/b")->value.to_vector<float>();
   CHECK(b0.to_vector<float>() == std::vector<float>(b.begin(), b.begin() + 3));
   // The state no program holds comes whole from the checkpoint when the store is written.
-  device0.write_back(std::chrono::seconds(1));
+  device0.write_back(job_processes(), std::chrono::seconds(1));
   CHECK(loaded.find("optimizer/m/w/step")->value.to_vector<float>() ==
         saved.find("optimizer/m/w/step")->value.to_vector<float>());
 
