@@ -6,7 +6,7 @@
 #include <regex>
 #include <set>
 
-#include "distribution/collectives/mpi_session.hpp"
+#include "distribution/collectives/process_group.hpp"
 
 namespace tessera {
 namespace {
@@ -161,9 +161,9 @@ void print_blocks(const Distribution& distribution, const SpmdProgram& program, 
   }
 }
 
-std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm) {
+std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm, ProcessGroup& processes) {
   auto total = comm.accounting().total();
-  const ProcessPlacement where = MpiSession::placement();
+  const ProcessPlacement where = processes.placement();
   if (!where.multi_process()) return total;
   std::vector<double> sums;  // exact: counts and bytes stay far below 2^53
   for (const auto& [key, s] : total)
@@ -171,7 +171,7 @@ std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Commu
                              static_cast<double>(s.inter_process_bytes)});
   const auto keys = static_cast<double>(total.size());
   sums.push_back(keys);
-  MpiSession::sum_over_processes(sums, comm.timeout());
+  processes.sum(sums, comm.timeout());
   if (sums.back() != keys * where.processes)
     throw Error("collective accounting: the processes of the job recorded different collectives");
   std::size_t i = 0;

@@ -9,6 +9,7 @@
 
 #include "distribution/auto_tp.hpp"
 #include "distribution/collectives/communicator.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "distribution/strategies.hpp"
 #include "distribution/spmd_program.hpp"
 
@@ -32,6 +33,7 @@ void print_collectives(const std::map<CollectiveAccounting::Key, CollectiveStats
 // The communicator's totals summed over the job's processes: every process
 // runs the same program, so each has the same (kind, axes) keys. Called by
 // every process of a job at once.
-std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm);
+std::map<CollectiveAccounting::Key, CollectiveStats> job_collectives(const Communicator& comm,
+                                                                    ProcessGroup& processes = job_processes());
 
 }  // namespace tessera

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <system_error>
 
-#include "distribution/collectives/mpi_session.hpp"
 
 namespace tessera {
 namespace {
@@ -30,27 +29,27 @@ std::int64_t highest_run_number(const fs::path& parent) {
 
 }  // namespace
 
-fs::path next_run_folder(const std::string& config_file) {
+fs::path next_run_folder(const std::string& config_file, ProcessGroup& processes) {
   const fs::path parent = fs::path("runs") / fs::path(config_file).stem();
   std::int64_t n = 0;
-  if (MpiSession::placement().process == 0) {
+  if (processes.placement().process == 0) {
     // Made here, so that two runs started at once never share a folder.
     std::error_code ec;
     fs::create_directories(parent, ec);
     n = highest_run_number(parent) + 1;
     while (!fs::create_directory(parent / std::to_string(n), ec) && !ec) ++n;
   }
-  if (MpiSession::placement().multi_process()) {
+  if (processes.placement().multi_process()) {
     std::array<std::byte, sizeof n> bytes;
     std::memcpy(bytes.data(), &n, sizeof n);
-    MpiSession::broadcast_from_first(bytes, std::chrono::minutes(5));
+    processes.broadcast_from_first(bytes, std::chrono::minutes(5));
     std::memcpy(&n, bytes.data(), sizeof n);
   }
   return parent / std::to_string(n);
 }
 
-std::string link_latest_run(const fs::path& run) {
-  if (MpiSession::placement().process != 0) return "";
+std::string link_latest_run(const fs::path& run, ProcessGroup& processes) {
+  if (processes.placement().process != 0) return "";
   const fs::path latest = run.parent_path() / "latest";
   const fs::path temp = run.parent_path() / (".latest-" + std::to_string(::getpid()));
   std::error_code ec;

@@ -11,17 +11,20 @@
 #include <filesystem>
 #include <string>
 
+#include "distribution/collectives/process_group.hpp"
+
 namespace tessera {
 
 // runs/<config stem>/<n>, made empty: n is one more than the highest number
 // there (or the next free one, when another run took it meanwhile). In a job
 // of several processes, process 0 chooses and the others take its choice.
-std::filesystem::path next_run_folder(const std::string& config_file);
+std::filesystem::path next_run_folder(const std::string& config_file, ProcessGroup& processes = job_processes());
 
 // Points <run folder>/../latest at `run` (atomically: a link made beside it,
 // then renamed over the old one). Only for folders made by next_run_folder.
 // Returns why it could not (a real folder named latest, say), else "": a run
 // that saved its weights does not fail over a convenience link.
-std::string link_latest_run(const std::filesystem::path& run);
+// Process 0 alone makes it.
+std::string link_latest_run(const std::filesystem::path& run, ProcessGroup& processes = job_processes());
 
 }  // namespace tessera

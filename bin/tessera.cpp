@@ -21,6 +21,7 @@
 #include "bin/sharding_bench.hpp"
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/checkpoint/sharded_checkpoint.hpp"
@@ -134,7 +135,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     fmt::print("Checkpoints: '{}'{}\n", checkpoint.dir.string(),
                new_run_folder ? " (a new run folder; training.checkpoint.dir chooses another)" : "");
   std::ofstream log;
-  if (!log_path.empty() && MpiSession::placement().process == 0) {  // one log for the job
+  if (!log_path.empty() && job_processes().placement().process == 0) {  // one log for the job
     log.open(log_path, std::ios::app);
     if (!log) throw Error("cannot open the metrics log '" + log_path + "' for writing");
   }
@@ -261,7 +262,7 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
   Trainer& trainer = *trainer_owner;
   Tensor outputs = trainer.predict(inputs);
-  if (MpiSession::placement().process != 0) return kOk;  // every process has them; one writes
+  if (job_processes().placement().process != 0) return kOk;  // every process has them; one writes
   if (extension(output) == ".npy") {
     save_npy(output, outputs);
   } else {
