@@ -1,21 +1,12 @@
 #include "backends/device_set.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "backends/registry.hpp"
 #include "engine/core/error.hpp"
 
 namespace tessera {
-namespace {
-
-// The devices that exist, for messages.
-std::string found_devices() {
-  std::string found;
-  for (const auto& d : available_devices()) found += (found.empty() ? "" : ", ") + d.str();
-  return found;
-}
-
-}  // namespace
 
 std::vector<Device> parse_device_set(std::string_view text) {
   const auto colon = text.find(':');
@@ -51,9 +42,9 @@ std::vector<Device> parse_device_set(std::string_view text) {
     if (devices.empty())
       throw DeviceError(quoted + " asks for GPUs, but " +
                         std::string(cuda_compiled() ? "none was found" : "this build has no CUDA backend") +
-                        "; devices: " + found_devices());
+                        "; devices: " + device_list());
     for (const auto& d : devices)
-      if (d.index >= cuda_device_count()) throw DeviceError(d.str() + " does not exist; devices: " + found_devices());
+      if (d.index >= cuda_device_count()) throw DeviceError(d.str() + " does not exist; devices: " + device_list());
     return devices;
   }
   throw DeviceError(quoted + " names no device kind: use cpu:N, cuda:all or cuda:0,1");

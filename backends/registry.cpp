@@ -32,12 +32,6 @@ int threads_per_cpu_device(const Registry& r) {
   return std::max(1, hw / r.cpu_count);
 }
 
-std::string device_list() {
-  std::string s;
-  for (const auto& d : available_devices()) s += (s.empty() ? "" : ", ") + d.str();
-  return s;
-}
-
 }  // namespace
 
 bool cuda_compiled() { return TESSERA_HAVE_CUDA != 0; }
@@ -66,6 +60,12 @@ void set_cpu_device_count(int count, int threads_per_device) {
   for (auto& [key, backend] : r.backends)
     if (key.first == static_cast<int>(DeviceKind::cpu))
       static_cast<CpuBackend&>(*backend).set_threads(threads_per_cpu_device(r));
+}
+
+std::string device_list() {
+  std::string s;
+  for (const auto& d : available_devices()) s += (s.empty() ? "" : ", ") + d.str();
+  return s;
 }
 
 std::vector<Device> available_devices() {

@@ -8,6 +8,7 @@
 // was built with CUDA.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -20,6 +21,8 @@ Allocator& allocator_for(Device device);
 
 // Every device usable now: the logical CPU devices, then the GPUs.
 std::vector<Device> available_devices();
+// The same, comma-separated ("cpu:0, cpu:1, cuda:0"), for error messages.
+std::string device_list();
 
 int cpu_device_count();
 // Each logical CPU device runs a worker thread: a bound that keeps a typo

@@ -33,7 +33,7 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     if (readers[v].size() != 1 || std::find(outputs.begin(), outputs.end(), v) != outputs.end()) return nullptr;
     return &graph.node(readers[v][0]);
   };
-  // Whether `v` exists before position `at` (a leaf, or computed earlier).
+  // Whether `v` exists before position `at` (its producer, a leaf's node included, runs earlier).
   auto defined_before = [&](ValueId v, int at) {
     NodeId producer = graph.value(v).producer;
     return producer < 0 || (position[producer] >= 0 && position[producer] < at);
@@ -46,6 +46,7 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     if (node.kind != OpKind::matmul && node.kind != OpKind::conv2d) continue;
     if (node.kind == OpKind::matmul && node.attrs.matmul.activation != Activation::none) continue;
     Epilogue e;
+    std::vector<NodeId> replaced;  // the add and activation nodes it absorbs
     e.out = node.outputs[0];
     const Shape& shape = graph.shape(e.out);
     const DType dtype = graph.dtype(e.out);
@@ -58,7 +59,7 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
           graph.dtype(add->outputs[0]) == dtype && defined_before(bias, position[n])) {
         e.bias = bias;
         e.out = add->outputs[0];
-        e.absorbed.push_back(readers[node.outputs[0]][0]);
+        replaced.push_back(readers[node.outputs[0]][0]);
       }
     }
     if (node.kind == OpKind::matmul)
@@ -68,10 +69,10 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
           e.activation = *activation;
           NodeId act_node = readers[e.out][0];
           e.out = act->outputs[0];
-          e.absorbed.push_back(act_node);
+          replaced.push_back(act_node);
         }
-    if (e.absorbed.empty()) continue;
-    for (NodeId a : e.absorbed) absorbed[a] = true;
+    if (replaced.empty()) continue;
+    for (NodeId a : replaced) absorbed[a] = true;
     fused.emplace(n, std::move(e));
   }
   std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });

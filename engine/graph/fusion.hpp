@@ -24,7 +24,6 @@ struct Epilogue {
   ValueId bias = -1;                        // added over the last axis, or -1
   Activation activation = Activation::none;  // matmul only
   ValueId out = -1;                         // the value the fused call writes
-  std::vector<NodeId> absorbed;             // the add and activation nodes it replaces
 };
 
 // Finds the chains producer -> add(bias) -> activation in `schedule` whose
