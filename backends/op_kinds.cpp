@@ -11,12 +11,12 @@ constexpr std::array<std::string_view, kUnaryOpCount> kUnaryNames = {
     "neg", "abs", "relu", "gelu_tanh", "gelu_erf", "tanh", "sigmoid",
     "exp", "log", "sqrt", "rsqrt", "square", "reciprocal"};
 constexpr std::array<std::string_view, kBinaryOpCount> kBinaryNames = {"add", "sub", "mul", "div",
-                                                                       "max", "min", "equal"};
+                                                                       "max", "min", "equal", "greater"};
 constexpr std::array<std::string_view, kReduceOpCount> kReduceNames = {"sum", "mean", "max"};
 
 static_assert(kActivationNames.back() == "sigmoid", "update kActivationNames with Activation");
 static_assert(kUnaryNames.back() == "reciprocal", "update kUnaryNames with UnaryOp");
-static_assert(kBinaryNames.back() == "equal", "update kBinaryNames with BinaryOp");
+static_assert(kBinaryNames.back() == "greater", "update kBinaryNames with BinaryOp");
 static_assert(kReduceNames.back() == "max", "update kReduceNames with ReduceOp");
 
 }  // namespace

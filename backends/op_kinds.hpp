@@ -18,9 +18,9 @@ enum class UnaryOp : std::uint8_t {
 };
 inline constexpr int kUnaryOpCount = 13;
 
-// equal gives 1 where a == b, else 0 (a mask; it has no gradient).
-enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, equal };
-inline constexpr int kBinaryOpCount = 7;
+// equal and greater give 1 where a == b (a > b), else 0: masks, with no gradient.
+enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, equal, greater };
+inline constexpr int kBinaryOpCount = 8;
 
 enum class ReduceOp : std::uint8_t { sum, mean, max };
 inline constexpr int kReduceOpCount = 3;

@@ -37,6 +37,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
     case BinaryOp::max: return binary_loop<T>(a, b, out, [](float x, float y) { return std::max(x, y); });
     case BinaryOp::min: return binary_loop<T>(a, b, out, [](float x, float y) { return std::min(x, y); });
     case BinaryOp::equal: return binary_loop<T>(a, b, out, [](float x, float y) { return x == y ? 1.0f : 0.0f; });
+    case BinaryOp::greater: return binary_loop<T>(a, b, out, [](float x, float y) { return x > y ? 1.0f : 0.0f; });
   }
 }
 

@@ -90,6 +90,7 @@ TESSERA_HOST_DEVICE inline float binary_apply(BinaryOp op, float a, float b) {
     case BinaryOp::max: return a < b ? b : a;  // std::max(a, b)
     case BinaryOp::min: return b < a ? b : a;  // std::min(a, b)
     case BinaryOp::equal: return a == b ? 1.0f : 0.0f;
+    case BinaryOp::greater: return a > b ? 1.0f : 0.0f;
   }
   return a;
 }

@@ -73,6 +73,7 @@ std::vector<ValueId> binary_grads(Graph& g, const Node& n, ValueId dy) {
       return {unbroadcast(g, da, sa), unbroadcast(g, g.sub(dy_full, da), sb)};
     }
     case BinaryOp::equal:
+    case BinaryOp::greater:
       return {kNone, kNone};  // a mask: zero almost everywhere
   }
   return {kNone, kNone};

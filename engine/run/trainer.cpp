@@ -11,26 +11,10 @@
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
 #include "engine/graph/autodiff.hpp"
+#include "engine/training/metrics.hpp"
 
 namespace tessera {
 
-namespace {
-
-const std::vector<std::string> kMetrics = {"accuracy", "top_<k>_accuracy"};
-
-// k of "accuracy" (1) or "top_<k>_accuracy" (k >= 1); 0 for other names.
-int metric_k(const std::string& name) {
-  if (name == "accuracy") return 1;
-  constexpr std::string_view prefix = "top_", suffix = "_accuracy";
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return 0;
-  std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-  return std::stoi(digits);
-}
-
-}  // namespace
 
 TrainingSpec parse_training(ConfigNode node) {
   node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "seed", "shuffle", "checkpoint"});
@@ -40,8 +24,8 @@ TrainingSpec parse_training(ConfigNode node) {
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
   for (std::size_t i = 0; i < spec.metrics.size(); ++i) {
-    const int k = metric_k(spec.metrics[i]);
-    if (k < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], kMetrics);
+    const int k = metric_top_k(spec.metrics[i]);
+    if (k < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], metric_names());
     if (k > 1 && spec.loss.type == "binary_crossentropy")
       node["metrics"].at(i).fail("'" + spec.metrics[i] + "' ranks classes, which binary_crossentropy does not have: use 'accuracy'");
   }
@@ -75,8 +59,8 @@ TrainingSpec parse_training(ConfigNode node) {
 struct Trainer::Program {
   Graph graph;
   ValueId input = -1, target = -1, loss = -1, output = -1;
+  std::vector<MetricCount> metrics;    // with a loss: one per spec.metrics entry
   std::unique_ptr<StepRunner> runner;  // an Executor on one device, an SpmdProgram on a mesh
-  const SpmdProgram* spmd = nullptr;   // the runner, when it is an SpmdProgram
 };
 
 struct Trainer::NonFiniteLoss : Error {
@@ -87,37 +71,34 @@ struct Trainer::NonFiniteLoss : Error {
   std::string loss;  // as printed: nan, inf, -inf
 };
 
-Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device)
-    : model_(model), spec_(std::move(spec)), store_(store), device_(device) {
+Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, std::unique_ptr<StepHost> host)
+    : model_(model), spec_(std::move(spec)), store_(store), host_(std::move(host)) {
   if (model_.inputs().size() != 1)
     throw UnsupportedError("the trainer feeds models with one input; '" + model_.name() + "' has " +
                            std::to_string(model_.inputs().size()));
 }
 
+Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device)
+    : Trainer(model, std::move(spec), store, device_host(store, device)) {}
+
 Trainer::Trainer(const Model& model, TrainingSpec spec, VariableStore& store, const Distribution& distribution,
                  ProcessGroup& processes)
-    : Trainer(model, std::move(spec), store, distribution.mesh().devices()[0]) {
-  distribution_ = std::make_unique<Distribution>(distribution);
-  runtime_ = std::make_unique<SpmdRuntime>(*distribution_, processes);
-  sharded_ = std::make_unique<ShardedVariables>(distribution_->mesh(), runtime_->local_ranks(), store_);
-}
+    : Trainer(model, std::move(spec), store, mesh_host(store, distribution, processes)) {}
 
 Trainer::~Trainer() = default;
 
-void Trainer::sync_store() {
-  if (sharded_) sharded_->write_back(runtime_->processes(), runtime_->comm().timeout());
-}
+void Trainer::sync_store() { host_->sync_store(); }
 
-const Communicator* Trainer::communicator() const { return runtime_ ? &runtime_->comm() : nullptr; }
-Communicator* Trainer::communicator() { return runtime_ ? &runtime_->comm() : nullptr; }
+const Communicator* Trainer::communicator() const { return host_->communicator(); }
+Communicator* Trainer::communicator() { return host_->communicator(); }
 
 const SpmdProgram* Trainer::sharded_program(std::int64_t batch) {
-  if (!distribution_) return nullptr;
-  return program(batch, /*training=*/true, /*with_loss=*/true).spmd;
+  if (host_->communicator() == nullptr) return nullptr;  // one device: nothing to partition
+  return dynamic_cast<const SpmdProgram*>(program(batch, /*training=*/true, /*with_loss=*/true).runner.get());
 }
 
 void Trainer::set_collective_timeout(std::chrono::milliseconds timeout) {
-  if (runtime_) runtime_->comm().set_timeout(timeout);
+  if (Communicator* comm = host_->communicator()) comm->set_timeout(timeout);
 }
 
 void Trainer::enable_profiling(std::map<std::string, StepRunner::OpTime>* sink) {
@@ -134,20 +115,13 @@ void Trainer::resume(const TrainingState& state) {
   if (state.step < 0 || state.epoch < 0 || state.batch < 0)
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
-  if (sharded_ && !loaded_) sharded_->reload();  // the store holds the checkpoint's values now
-  loaded_ = false;
+  host_->store_changed();  // the store holds the checkpoint's values now, unless load() read them
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;
 }
 
-TrainingState Trainer::load(const std::filesystem::path& dir) {
-  if (!sharded_) return load_checkpoint(dir, store_);
-  TrainingState state = load_checkpoint(dir, store_, LoadValues::none);  // checked; nothing read yet
-  sharded_->read_from(dir);
-  loaded_ = true;
-  return state;
-}
+TrainingState Trainer::load(const std::filesystem::path& dir) { return host_->load(dir); }
 
 TrainingState Trainer::state() const {
   return TrainingState{.step = step_, .epoch = epochs_done_, .batch = batches_done_, .seed = spec_.seed, .config = {}};
@@ -162,17 +136,21 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;
-  // Training without metrics never reads the outputs: not asking for them
-  // spares a sharded run gathering them (a vocabulary-parallel head's logits).
-  std::vector<ValueId> outputs;
-  if (!training || !spec_.metrics.empty()) outputs.push_back(p->output);
-  std::vector<std::pair<std::string, ValueId>> leaves = traced.variables;
+  TracedStep step{.graph = g, .outputs = {}, .input = p->input, .target = -1, .model_variables = traced.variables,
+                  .variables = traced.variables, .layer_outputs = {}};
+  // Training reads only the loss and the metrics: not asking for the model's
+  // output spares a sharded run gathering it (a vocabulary-parallel head's logits).
+  if (!with_loss) step.outputs.push_back(p->output);
   if (with_loss) {
     Shape per_sample = g.shape(p->output);
     Shape target = loss_target_shape(spec_.loss, per_sample);
-    p->target = g.input("target", target, loss_target_dtype(spec_.loss));
+    p->target = step.target = g.input("target", target, loss_target_dtype(spec_.loss));
     p->loss = build_loss(g, spec_.loss, p->output, p->target);
-    outputs.push_back(p->loss);
+    step.outputs.push_back(p->loss);
+    for (const std::string& metric : spec_.metrics) {
+      p->metrics.push_back(build_metric(g, metric, spec_.loss, p->output, p->target));
+      step.outputs.push_back(p->metrics.back().hits);
+    }
   }
   if (training) {
     std::vector<std::pair<std::string, ValueId>> params;
@@ -183,51 +161,16 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
         wrt.push_back(id);
       }
     auto grads = append_gradients(g, p->loss, wrt);
-    append_updates(g, spec_.optimizer, params, grads, store_, leaves);
+    append_updates(g, spec_.optimizer, params, grads, store_, step.variables);
   }
-  if (distribution_) {
-    distribute(*p, traced, leaves, outputs);
-  } else {
-    p->runner = std::make_unique<Executor>(g, outputs, device_);
-    for (const auto& [path, id] : leaves) p->runner->bind(id, store_.find(path)->value);
-  }
+  const std::vector<std::string> output_paths = model_.output_paths();
+  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
+    step.layer_outputs.emplace_back(output_paths[i], traced.layer_outputs[i].second);
+  p->runner = host_->runner(step);
   p->runner->enable_profiling(profile_);
   for (const auto& [id, value] : traced.constants) p->runner->bind(id, value);
   slot = std::move(p);
   return *slot;
-}
-
-void Trainer::distribute(Program& p, const Model::Traced& traced,
-                         const std::vector<std::pair<std::string, ValueId>>& leaves, const std::vector<ValueId>& outputs) {
-  const Graph& g = p.graph;
-  const DeviceMesh& mesh = distribution_->mesh();
-  std::map<ValueId, Sharding> shardings, constraints;
-  for (const auto& [path, id] : traced.variables)
-    shardings[id] = Sharding::from_layout(distribution_->variable_layout(path, g.shape(id)).layout, mesh);
-  // Batches split along the batch axis when it divides them (a last partial batch may not).
-  const std::int64_t batch_devices = mesh.axis_size(distribution_->batch_dim_name());
-  const bool split_batch = g.shape(p.input)[0] % batch_devices == 0;
-  for (ValueId data : {p.input, p.target}) {
-    if (data < 0 || !split_batch) continue;
-    shardings[data] = Sharding::from_layout(distribution_->data_layout(g.shape(data).rank()), mesh);
-  }
-  const std::vector<std::string> output_paths = model_.output_paths();
-  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i) {
-    const ValueId value = traced.layer_outputs[i].second;
-    try {
-      if (auto layout = distribution_->tensor_layout(output_paths[i], g.shape(value)))
-        constraints[value] = Sharding::from_layout(*layout, mesh);
-    } catch (const LayoutError&) {
-      // A batch the batch axis does not divide runs replicated, activations too;
-      // with a divisible batch a layout that does not fit is the user's error.
-      if (split_batch) throw;
-    }
-  }
-  const int zero_axis = distribution_->zero() ? mesh.axis_index(distribution_->batch_dim_name()) : -1;
-  auto spmd = std::make_unique<SpmdProgram>(g, outputs, *runtime_, shardings, constraints, zero_axis);
-  for (const auto& [path, id] : leaves) spmd->bind_blocks(id, sharded_->blocks(path, spmd->sharding(id)));
-  p.spmd = spmd.get();
-  p.runner = std::move(spmd);
 }
 
 Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {
@@ -260,104 +203,15 @@ void Trainer::check_dataset(const Dataset& data) {
                      std::string(dtype_name(p.graph.dtype(p.target))) + Shape(dims).str());
 }
 
-std::pair<std::int64_t, std::int64_t> Trainer::process_rows(std::int64_t size) const {
-  if (!distribution_ || !distribution_->placement().multi_process()) return {0, size};
-  // As distribute() splits batches: along the batch axis when it divides them.
-  const DeviceMesh& mesh = distribution_->mesh();
-  const int axis = mesh.axis_index(distribution_->batch_dim_name());
-  const std::int64_t parts = mesh.shape()[static_cast<std::size_t>(axis)];
-  if (size % parts != 0) return {0, size};
-  const std::int64_t block = size / parts;
-  std::int64_t begin = size, end = 0;
-  for (int rank : runtime_->local_ranks()) {
-    const std::int64_t at = mesh.coordinates(rank)[static_cast<std::size_t>(axis)] * block;
-    begin = std::min(begin, at);
-    end = std::max(end, at + block);
-  }
-  return {begin, end};
-}
-
-std::vector<std::pair<std::int64_t, std::int64_t>> Trainer::counted_rows(std::int64_t size) const {
-  if (!distribution_ || !distribution_->placement().multi_process()) return {{0, size}};
-  const ProcessPlacement& where = distribution_->placement();
-  const DeviceMesh& mesh = distribution_->mesh();
-  const int axis = mesh.axis_index(distribution_->batch_dim_name());
-  const std::int64_t parts = mesh.shape()[static_cast<std::size_t>(axis)];
-  if (size % parts != 0) {  // every process holds every row: process 0 counts them
-    if (where.process == 0) return {{0, size}};
-    return {};
-  }
-  // Each block of rows is counted by the process of the first device that holds it.
-  std::vector<std::pair<std::int64_t, std::int64_t>> counted;
-  std::vector<bool> seen(static_cast<std::size_t>(parts), false);
-  for (int rank = 0; rank < mesh.size(); ++rank) {
-    const std::int64_t block = mesh.coordinates(rank)[static_cast<std::size_t>(axis)];
-    if (seen[static_cast<std::size_t>(block)]) continue;
-    seen[static_cast<std::size_t>(block)] = true;
-    if (where.owner(rank, mesh.size()) == where.process) counted.emplace_back(block * size / parts, (block + 1) * size / parts);
-  }
-  return counted;
-}
-
-RowWindow Trainer::row_window() const {
-  if (!distribution_ || !distribution_->placement().multi_process()) return {};
-  return [this](std::int64_t size) { return process_rows(size); };
-}
-
-void Trainer::accumulate(Evaluation& total, const Program& p, const Tensor& output,
-                         const Tensor& targets, std::int64_t batch, std::int64_t first_row) const {
-  if (p.loss >= 0) {
-    float loss = p.runner->output(p.loss).to_vector<float>()[0];
-    total.loss += static_cast<double>(loss) * static_cast<double>(batch);
+void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch) const {
+  const auto samples = static_cast<double>(batch);
+  total.loss += static_cast<double>(p.runner->output(p.loss).to_vector<float>()[0]) * samples;
+  // Sums over samples, so that an epoch's mean is over samples.
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    const double hits = p.runner->output(p.metrics[m].hits).to_vector<float>()[0];
+    total.metrics[spec_.metrics[m]] += hits / p.metrics[m].cases * samples;
   }
   total.samples += batch;
-  if (spec_.metrics.empty()) return;
-  // Classification metrics over the last axis: rows of `classes` scores. The
-  // targets may be some of the batch's samples (a process's share, from
-  // first_row): this process scores the samples it counts, and the processes add up.
-  const std::int64_t classes = output.shape()[output.rank() - 1];
-  const std::int64_t rows = output.numel() / classes;
-  const std::int64_t rows_per_sample = rows / batch;
-  // Keras' rule: the accuracy of a binary cross-entropy, or of a single output
-  // unit, is binary accuracy: each element's score against a threshold (0 for
-  // logits, else 0.5) must agree with its target's side of 0.5.
-  const bool binary = spec_.loss.type == "binary_crossentropy" || classes == 1;
-  const float threshold = spec_.loss.type == "binary_crossentropy" && spec_.loss.from_logits ? 0.0f : 0.5f;
-  auto target_at = [&](std::int64_t i) {
-    return targets.dtype() == DType::i32 ? static_cast<float>(targets.data<std::int32_t>()[i]) : targets.data<float>()[i];
-  };
-  std::vector<double> hits(spec_.metrics.size(), 0.0);
-  for (auto [begin, end] : counted_rows(batch))
-    for (std::size_t m = 0; m < spec_.metrics.size(); ++m) {
-      const int k = metric_k(spec_.metrics[m]);
-      if (binary && k != 1)
-        throw Error("metric '" + spec_.metrics[m] + "' ranks classes, but the model's output has a single unit: use 'accuracy'");
-      for (std::int64_t r = begin * rows_per_sample; r < end * rows_per_sample; ++r) {
-        const float* row = output.data<float>() + r * classes;
-        const std::int64_t t = r - first_row * rows_per_sample;  // the row in `targets`
-        if (binary) {
-          std::int64_t agree = 0;
-          for (std::int64_t c = 0; c < classes; ++c) agree += (row[c] > threshold) == (target_at(t * classes + c) > 0.5f);
-          hits[m] += static_cast<double>(agree) / static_cast<double>(classes);
-          continue;
-        }
-        std::int64_t label;
-        if (targets.dtype() == DType::i32) {
-          label = targets.data<std::int32_t>()[t];
-        } else {
-          const float* target = targets.data<float>() + t * classes;
-          label = std::max_element(target, target + classes) - target;
-        }
-        std::int64_t higher = 0;  // scores above the label's: top-k when fewer than k
-        for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[label];
-        hits[m] += higher < k;
-      }
-    }
-  if (distribution_ && distribution_->placement().multi_process())
-    runtime_->processes().sum(hits, runtime_->comm().timeout());
-  for (std::size_t m = 0; m < spec_.metrics.size(); ++m)
-    // Weighted by samples so the epoch mean is over samples (rows per sample may be > 1).
-    total.metrics[spec_.metrics[m]] += hits[m] / static_cast<double>(rows) * static_cast<double>(batch);
 }
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
@@ -366,7 +220,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   if (validation != nullptr) check_dataset(*validation);
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
   Dataset data{as_model_input(train.inputs, train.source), train.targets, train.source};
-  BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, row_window());
+  BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, host_->row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
   total_steps_ = per_epoch * spec_.epochs;
   // Where to begin: epoch 1, or the position resume() gave (used once).
@@ -420,17 +274,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
       TrainingState now = state();
-      if (distribution_ && distribution_->placement().multi_process()) {
-        // Each process writes its devices' blocks: nothing is gathered. File
-        // I/O may take far longer than a collective: the barriers wait longer.
-        ShardedSave save = sharded_->sharded_save(distribution_->placement());
-        const auto io_timeout = std::max<std::chrono::milliseconds>(runtime_->comm().timeout(), std::chrono::minutes(30));
-        save.barrier = [io_timeout, &processes = runtime_->processes()] { processes.barrier(io_timeout); };
-        save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config, save);
-      } else {
-        sync_store();
-        save_checkpoint(checkpoint.dir, store_, now, checkpoint.resolved_config);
-      }
+      host_->save(checkpoint.dir, now, checkpoint.resolved_config);
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
   }
@@ -440,7 +284,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
 
 Evaluation Trainer::evaluate(const Dataset& dataset) {
   Dataset data{as_model_input(dataset.inputs, dataset.source), dataset.targets, dataset.source};
-  BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, row_window());
+  BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, host_->row_window());
   batches.start_epoch(0);
   Evaluation total;
   Batch batch;
@@ -449,7 +293,7 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
     p.runner->bind_rows(p.input, batch.inputs, batch.first_row);
     p.runner->bind_rows(p.target, batch.targets, batch.first_row);
     p.runner->run();
-    accumulate(total, p, p.runner->output(p.output), batch.targets, batch.size, batch.first_row);
+    accumulate(total, p, batch.size);
   }
   if (total.samples > 0) {
     total.loss /= static_cast<double>(total.samples);
@@ -473,7 +317,7 @@ Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::i
   float loss = p.runner->output(p.loss).to_vector<float>()[0];
   if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, spec_.metrics.empty() ? Tensor() : p.runner->output(p.output), targets, n, first_row);
+  accumulate(result, p, n);
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);

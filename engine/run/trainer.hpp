@@ -26,6 +26,7 @@
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/run/step_host.hpp"
 #include "engine/training/loss.hpp"
 #include "engine/training/optimizer.hpp"
 #include "layers/model.hpp"
@@ -35,9 +36,7 @@ namespace tessera {
 class Communicator;
 class ConfigNode;
 class Distribution;
-class ShardedVariables;
 class SpmdProgram;
-class SpmdRuntime;
 
 // `training.checkpoint: {dir: runs/x, every_epochs: 1}`: save to `dir` after
 // every `every_epochs`-th epoch and after the last, each save replacing the one before.
@@ -55,7 +54,7 @@ struct CheckpointSpec {
 struct TrainingSpec {
   LossSpec loss;
   OptimizerSpec optimizer;
-  std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy
+  std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy (engine/training/metrics.hpp)
   std::int64_t epochs = 1;
   std::int64_t batch_size = 32;
   std::uint64_t seed = 0;
@@ -164,39 +163,26 @@ class Trainer {
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
+  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, std::unique_ptr<StepHost> host);
   Program& program(std::int64_t batch, bool training, bool with_loss);
-  // Partitions a traced program over the distribution's mesh and binds the devices' variable blocks.
-  void distribute(Program& p, const Model::Traced& traced, const std::vector<std::pair<std::string, ValueId>>& leaves,
-                  const std::vector<ValueId>& outputs);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
   // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.
   void check_dataset(const Dataset& data);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
   Evaluation run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row);
-  // The rows of a batch of `size` that this process's devices train on (all in one process).
-  std::pair<std::int64_t, std::int64_t> process_rows(std::int64_t size) const;
-  RowWindow row_window() const;  // process_rows for the batch iterator; none in one process
-  // The rows of a batch whose metrics this process counts: across processes, each row exactly once.
-  std::vector<std::pair<std::int64_t, std::int64_t>> counted_rows(std::int64_t size) const;
-  // Adds a batch's loss and metrics; `targets` are its rows from first_row on.
-  void accumulate(Evaluation& total, const Program& p, const Tensor& output, const Tensor& targets,
-                  std::int64_t batch, std::int64_t first_row) const;
+  // Adds the loss and metrics of `p`'s last run over a batch of `batch` samples.
+  void accumulate(Evaluation& total, const Program& p, std::int64_t batch) const;
 
   const Model& model_;
   TrainingSpec spec_;
   VariableStore& store_;
-  Device device_;
-  // Declared before the programs, which refer to them (destroyed after).
-  std::unique_ptr<Distribution> distribution_;  // null: one device
-  std::unique_ptr<SpmdRuntime> runtime_;
-  std::unique_ptr<ShardedVariables> sharded_;
+  std::unique_ptr<StepHost> host_;  // declared before the programs, which refer to it (destroyed after)
   std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
   std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
   std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
-  bool loaded_ = false;  // load() put a checkpoint's values into the devices' blocks
 };
 
 }  // namespace tessera

@@ -31,7 +31,8 @@ constexpr UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::abs,     UnaryOp::relu,
 static_assert(std::size(kUnaryOps) == kUnaryOpCount, "test every UnaryOp");
 
 constexpr BinaryOp kBinaryOps[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul,
-                                   BinaryOp::div, BinaryOp::max, BinaryOp::min, BinaryOp::equal};
+                                   BinaryOp::div, BinaryOp::max, BinaryOp::min, BinaryOp::equal,
+                                   BinaryOp::greater};
 static_assert(std::size(kBinaryOps) == kBinaryOpCount, "test every BinaryOp");
 
 const double kSqrt2OverPi = std::sqrt(2.0 / 3.14159265358979323846);
@@ -126,6 +127,7 @@ float binary_ref(BinaryOp op, float a, float b) {
     case BinaryOp::max: return a > b ? a : b;
     case BinaryOp::min: return a < b ? a : b;
     case BinaryOp::equal: return a == b ? 1.0 : 0.0;
+    case BinaryOp::greater: return a > b ? 1.0 : 0.0;
   }
   return 0;
 }

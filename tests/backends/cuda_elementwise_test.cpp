@@ -66,7 +66,7 @@ const std::vector<UnaryOp> kUnaryOps = {
     UnaryOp::rsqrt, UnaryOp::square, UnaryOp::reciprocal};
 const std::vector<BinaryOp> kBinaryOps = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul,
                                           BinaryOp::div, BinaryOp::max, BinaryOp::min,
-                                          BinaryOp::equal};
+                                          BinaryOp::equal, BinaryOp::greater};
 
 bool positive_domain(UnaryOp op) {
   return op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt;

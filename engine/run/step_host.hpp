@@ -1,0 +1,72 @@
+// StepHost: where a Trainer's traced steps run and its variables live.
+//
+// On one device (device_host) a step is an Executor over the store's own
+// tensors. On a distribution's mesh (mesh_host) a step is partitioned into an
+// SpmdProgram, the variables live on the devices as blocks, and in a job of
+// several processes each process loads only its devices' rows of a batch and
+// saves only its devices' blocks. The Trainer asks its host for runners, rows
+// and checkpoints, and never asks which kind of host it holds.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.hpp"
+#include "engine/core/device.hpp"
+#include "engine/data/batch_iterator.hpp"
+#include "engine/graph/step_runner.hpp"
+#include "engine/variable_store.hpp"
+
+namespace tessera {
+
+class Communicator;
+class Distribution;
+class ProcessGroup;
+
+// A traced step (forward, and for training loss, gradients and updates) and
+// what a host needs to place it.
+struct TracedStep {
+  const Graph& graph;
+  std::vector<ValueId> outputs;  // what its runner returns
+  ValueId input = -1, target = -1;  // the batch's leaves; target -1 without a loss
+  // The model's variables (their layouts come from the distribution), and
+  // every leaf to bind from the store: those and the optimizer's state.
+  std::vector<std::pair<std::string, ValueId>> model_variables, variables;
+  // Each layer's output, by its layer path (a distribution may constrain its layout).
+  std::vector<std::pair<std::string, ValueId>> layer_outputs;
+};
+
+class StepHost {
+ public:
+  virtual ~StepHost() = default;
+
+  // A runner for `step` with every variable bound; the step's graph must outlive it.
+  virtual std::unique_ptr<StepRunner> runner(const TracedStep& step) = 0;
+  // The rows of each batch this process loads; empty: all of them.
+  virtual RowWindow row_window() const = 0;
+
+  // Loads the checkpoint `dir` (either form, any mesh) and returns its state;
+  // on error nothing changed (see load_checkpoint).
+  virtual TrainingState load(const std::filesystem::path& dir) = 0;
+  // The store was given new values by someone else (load_checkpoint by hand):
+  // the runners take them, unless load() already gave them a checkpoint's.
+  virtual void store_changed() = 0;
+  // Saves the variables and `state` as a checkpoint in `dir`.
+  virtual void save(const std::filesystem::path& dir, const TrainingState& state, const std::string& config) = 0;
+  // Copies the variables the runners updated into the store.
+  virtual void sync_store() = 0;
+
+  // The collectives between the devices (bytes and time per kind and mesh
+  // axis, the timeout); null on one device.
+  virtual Communicator* communicator() = 0;
+};
+
+std::unique_ptr<StepHost> device_host(VariableStore& store, Device device);
+// `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).
+std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes);
+
+}  // namespace tessera
