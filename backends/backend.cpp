@@ -6,14 +6,6 @@
 namespace tessera {
 namespace {
 
-constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
-    "copy", "fill", "matmul", "conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
-    "pool2d_forward", "pool2d_backward", "unary", "unary_backward", "binary", "reduce",
-    "broadcast_to", "transpose", "softmax", "softmax_backward", "layer_norm",
-    "layer_norm_backward", "embedding", "embedding_block", "embedding_backward", "one_hot", "cast", "random_uniform",
-    "random_normal", "dropout", "sgd_update", "adam_update", "concat", "slice", "moving_average"};
-static_assert(kKernelNames.back() == "moving_average", "update kKernelNames with Kernel");
-
 // Operand checks shared by every backend. `op` names the kernel in messages.
 class Check {
  public:
@@ -87,8 +79,6 @@ class Check {
 
 
 }  // namespace
-
-std::string_view name(Kernel kernel) { return kKernelNames[static_cast<int>(kernel)]; }
 
 void Backend::copy(const Tensor& src, const Tensor& dst) {
   // Host <-> device copies are allowed: only one side must be on this device.
@@ -394,45 +384,45 @@ void Backend::adam_update(const Tensor& param, const Tensor& grad, const Tensor&
   run_adam_update(param, grad, m, v, args);
 }
 
-void Backend::unsupported(Kernel kernel) const {
-  throw UnsupportedError("kernel '" + std::string(tessera::name(kernel)) +
+void Backend::unsupported(std::string_view kernel) const {
+  throw UnsupportedError("kernel '" + std::string(kernel) +
                          "' is not implemented by the " + name() + " backend on " +
                          device_.str());
 }
 
 // Default slots: not implemented on this backend.
-void Backend::run_copy(const Tensor&, const Tensor&) { unsupported(Kernel::copy); }
-void Backend::run_fill(const Tensor&, double) { unsupported(Kernel::fill); }
-void Backend::run_matmul(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const MatmulArgs&) { unsupported(Kernel::matmul); }
-void Backend::run_conv2d_forward(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const Conv2dArgs&) { unsupported(Kernel::conv2d_forward); }
-void Backend::run_conv2d_backward_data(const Tensor&, const Tensor&, const Tensor&, const Conv2dArgs&) { unsupported(Kernel::conv2d_backward_data); }
-void Backend::run_conv2d_backward_weights(const Tensor&, const Tensor&, const Tensor&, const Tensor*, const Conv2dArgs&) { unsupported(Kernel::conv2d_backward_weights); }
-void Backend::run_pool2d_forward(const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(Kernel::pool2d_forward); }
-void Backend::run_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(Kernel::pool2d_backward); }
-void Backend::run_unary(UnaryOp, const Tensor&, const Tensor&) { unsupported(Kernel::unary); }
-void Backend::run_unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::unary_backward); }
-void Backend::run_binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::binary); }
-void Backend::run_reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported(Kernel::reduce); }
-void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(Kernel::broadcast_to); }
-void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(Kernel::transpose); }
-void Backend::run_softmax(const Tensor&, const Tensor&, int, bool) { unsupported(Kernel::softmax); }
-void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(Kernel::softmax_backward); }
-void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(Kernel::layer_norm); }
-void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::layer_norm_backward); }
-void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding); }
+void Backend::run_copy(const Tensor&, const Tensor&) { unsupported("copy"); }
+void Backend::run_fill(const Tensor&, double) { unsupported(tessera::name(OpKind::fill)); }
+void Backend::run_matmul(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const MatmulArgs&) { unsupported(tessera::name(OpKind::matmul)); }
+void Backend::run_conv2d_forward(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d)); }
+void Backend::run_conv2d_backward_data(const Tensor&, const Tensor&, const Tensor&, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d_grad_input)); }
+void Backend::run_conv2d_backward_weights(const Tensor&, const Tensor&, const Tensor&, const Tensor*, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d_grad_weight)); }
+void Backend::run_pool2d_forward(const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(tessera::name(OpKind::pool2d)); }
+void Backend::run_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(tessera::name(OpKind::pool2d_grad)); }
+void Backend::run_unary(UnaryOp, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::unary)); }
+void Backend::run_unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::unary_grad)); }
+void Backend::run_binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::binary)); }
+void Backend::run_reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::reduce)); }
+void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::broadcast_to)); }
+void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(tessera::name(OpKind::transpose)); }
+void Backend::run_softmax(const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax)); }
+void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax_grad)); }
+void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::layer_norm)); }
+void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::layer_norm_grad)); }
+void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::embedding)); }
 void Backend::run_embedding_block(const Tensor&, const Tensor&, const Tensor&, std::int64_t, std::int64_t) {
-  unsupported(Kernel::embedding_block);
+  unsupported("embedding_block");
 }
-void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(Kernel::embedding_backward); }
-void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(Kernel::one_hot); }
-void Backend::run_concat(const std::vector<Tensor>&, const Tensor&, int) { unsupported(Kernel::concat); }
-void Backend::run_slice(const Tensor&, const Tensor&, int, std::int64_t) { unsupported(Kernel::slice); }
-void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(Kernel::cast); }
-void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_uniform); }
-void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported(Kernel::random_normal); }
-void Backend::run_dropout(const Tensor&, const Tensor&, float, std::uint64_t, std::uint64_t) { unsupported(Kernel::dropout); }
-void Backend::run_moving_average(const Tensor&, const Tensor&, float) { unsupported(Kernel::moving_average); }
-void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(Kernel::sgd_update); }
-void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(Kernel::adam_update); }
+void Backend::run_embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::embedding_grad)); }
+void Backend::run_one_hot(const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::one_hot)); }
+void Backend::run_concat(const std::vector<Tensor>&, const Tensor&, int) { unsupported(tessera::name(OpKind::concat)); }
+void Backend::run_slice(const Tensor&, const Tensor&, int, std::int64_t) { unsupported(tessera::name(OpKind::slice)); }
+void Backend::run_cast(const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::cast)); }
+void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported("random_uniform"); }
+void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported("random_normal"); }
+void Backend::run_dropout(const Tensor&, const Tensor&, float, std::uint64_t, std::uint64_t) { unsupported(tessera::name(OpKind::dropout)); }
+void Backend::run_moving_average(const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::moving_average)); }
+void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(tessera::name(OpKind::sgd_update)); }
+void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(tessera::name(OpKind::adam_update)); }
 
 }  // namespace tessera

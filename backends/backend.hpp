@@ -27,17 +27,6 @@
 
 namespace tessera {
 
-// Names of the backend's kernels, for capability queries and error messages.
-enum class Kernel : std::uint8_t {
-  copy, fill, matmul, conv2d_forward, conv2d_backward_data, conv2d_backward_weights,
-  pool2d_forward, pool2d_backward, unary, unary_backward, binary, reduce, broadcast_to,
-  transpose, softmax, softmax_backward, layer_norm, layer_norm_backward, embedding, embedding_block,
-  embedding_backward, one_hot, cast, random_uniform, random_normal, dropout, sgd_update, adam_update,
-  concat, slice, moving_average
-};
-inline constexpr int kKernelCount = 31;
-std::string_view name(Kernel kernel);
-
 class Backend {
  public:
   explicit Backend(Device device) : device_(device) {}
@@ -48,8 +37,10 @@ class Backend {
   Device device() const { return device_; }
   virtual std::string name() const = 0;  // "onednn", "cuda"
   virtual Allocator& allocator() = 0;
-  // Whether `kernel` runs on this backend for tensors of `dtype`.
-  virtual bool supports(Kernel kernel, DType dtype) const = 0;
+  // Whether a node of op `kind` runs on this backend for tensors of `dtype`
+  // (the node's output, or for an update its parameter). Copies and random
+  // fills are not ops: every backend has them, for f32 at least.
+  virtual bool supports(OpKind kind, DType dtype) const = 0;
   // Waits until every kernel issued so far has finished (a no-op on the CPU).
   virtual void synchronize() {}
 
@@ -202,7 +193,7 @@ class Backend {
                                const Tensor& v, const AdamArgs& args);
 
  private:
-  [[noreturn]] void unsupported(Kernel kernel) const;
+  [[noreturn]] void unsupported(std::string_view kernel) const;
   Device device_;
 };
 

@@ -13,19 +13,41 @@ CpuBackend::CpuBackend(Device device, int threads)
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {}
 
-bool CpuBackend::supports(Kernel kernel, DType dtype) const {
-  switch (kernel) {
-    case Kernel::copy:
-    case Kernel::fill:
-    case Kernel::cast:
-    case Kernel::transpose:
-    case Kernel::broadcast_to:
-      return true;
-    case Kernel::matmul:
-    case Kernel::binary:
+bool CpuBackend::supports(OpKind kind, DType dtype) const {
+  switch (kind) {
+    case OpKind::fill:
+    case OpKind::cast:
+    case OpKind::transpose:
+    case OpKind::broadcast_to:
+    case OpKind::concat:
+    case OpKind::slice:
+    case OpKind::shard_slice:
+      return true;  // data movement: any element size
+    case OpKind::matmul:
+    case OpKind::binary:
+    case OpKind::one_hot:
+    case OpKind::embedding:  // the table's dtype
       return dtype == DType::f32 || dtype == DType::bf16;
-    default:
+    case OpKind::conv2d:
+    case OpKind::conv2d_grad_input:
+    case OpKind::conv2d_grad_weight:
+    case OpKind::pool2d:
+    case OpKind::pool2d_grad:
+    case OpKind::unary:
+    case OpKind::unary_grad:
+    case OpKind::reduce:
+    case OpKind::softmax:
+    case OpKind::softmax_grad:
+    case OpKind::layer_norm:
+    case OpKind::layer_norm_grad:
+    case OpKind::embedding_grad:
+    case OpKind::dropout:
+    case OpKind::sgd_update:
+    case OpKind::adam_update:
+    case OpKind::moving_average:
       return dtype == DType::f32;
+    default:
+      return false;  // leaves, views and collectives run no kernel
   }
 }
 

@@ -27,7 +27,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "onednn"; }
   Allocator& allocator() override { return allocator_; }
-  bool supports(Kernel kernel, DType dtype) const override;
+  bool supports(OpKind kind, DType dtype) const override;
 
   int threads() const { return threads_; }
   // oneDNN fixes a primitive's thread count when it is created, so a new share

@@ -78,48 +78,45 @@ void CudaBackend::release() noexcept {
   if (switched) cudaSetDevice(previous);
 }
 
-bool CudaBackend::supports(Kernel kernel, DType dtype) const {
-  switch (kernel) {
-    case Kernel::copy:
-    case Kernel::fill:
+bool CudaBackend::supports(OpKind kind, DType dtype) const {
+  switch (kind) {
+    case OpKind::fill:
       return true;
-    case Kernel::matmul:
+    case OpKind::matmul:
       return dtype == DType::f32 || dtype == DType::bf16;
-    case Kernel::unary:
-    case Kernel::unary_backward:
-    case Kernel::binary:
-    case Kernel::reduce:
-    case Kernel::conv2d_forward:
-    case Kernel::conv2d_backward_data:
-    case Kernel::conv2d_backward_weights:
-    case Kernel::pool2d_forward:
-    case Kernel::pool2d_backward:
-    case Kernel::softmax:
-    case Kernel::softmax_backward:
-    case Kernel::layer_norm:
-    case Kernel::layer_norm_backward:
-    case Kernel::random_uniform:
-    case Kernel::random_normal:
-    case Kernel::dropout:
-    case Kernel::sgd_update:
-    case Kernel::adam_update:
-    case Kernel::moving_average:
+    case OpKind::unary:
+    case OpKind::unary_grad:
+    case OpKind::binary:
+    case OpKind::reduce:
+    case OpKind::conv2d:
+    case OpKind::conv2d_grad_input:
+    case OpKind::conv2d_grad_weight:
+    case OpKind::pool2d:
+    case OpKind::pool2d_grad:
+    case OpKind::softmax:
+    case OpKind::softmax_grad:
+    case OpKind::layer_norm:
+    case OpKind::layer_norm_grad:
+    case OpKind::dropout:
+    case OpKind::sgd_update:
+    case OpKind::adam_update:
+    case OpKind::moving_average:
       return dtype == DType::f32;  // bf16 kernels not written yet
-    case Kernel::broadcast_to:
-    case Kernel::transpose:
-    case Kernel::concat:
-    case Kernel::slice:
-    case Kernel::embedding:
-    case Kernel::embedding_block:
+    case OpKind::broadcast_to:
+    case OpKind::transpose:
+    case OpKind::concat:
+    case OpKind::slice:
+    case OpKind::shard_slice:
+    case OpKind::embedding:
       return true;  // data movement: any element size
-    case Kernel::cast:
+    case OpKind::cast:
       return true;  // between any two of f32, bf16, i32, i64
-    case Kernel::one_hot:
+    case OpKind::one_hot:
       return dtype == DType::f32 || dtype == DType::bf16;
-    case Kernel::embedding_backward:
+    case OpKind::embedding_grad:
       return dtype == DType::f32;
     default:
-      return false;
+      return false;  // leaves, views and collectives run no kernel
   }
 }
 

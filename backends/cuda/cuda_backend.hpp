@@ -41,7 +41,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   Allocator& allocator() override { return allocator_; }
-  bool supports(Kernel kernel, DType dtype) const override;
+  bool supports(OpKind kind, DType dtype) const override;
   void synchronize() override;  // cudaStreamSynchronize on this backend's stream
 
   CUstream_st* stream() const { return stream_; }

@@ -153,9 +153,9 @@ TEST_CASE("cuda pool2d element functions match the CPU backend, ties included") 
 
 TEST_CASE("cuda backend supports f32 conv2d and pool2d, not bf16 yet" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  for (Kernel k : {Kernel::conv2d_forward, Kernel::conv2d_backward_data,
-                   Kernel::conv2d_backward_weights, Kernel::pool2d_forward,
-                   Kernel::pool2d_backward}) {
+  for (OpKind k : {OpKind::conv2d, OpKind::conv2d_grad_input,
+                   OpKind::conv2d_grad_weight, OpKind::pool2d,
+                   OpKind::pool2d_grad}) {
     CHECK(gpu().supports(k, DType::f32));
     CHECK_FALSE(gpu().supports(k, DType::bf16));
   }

@@ -348,7 +348,7 @@ const std::int64_t kOddSizes[] = {1, 7, 65537};
 
 TEST_CASE("cuda backend supports f32 unary and binary ops, not bf16 yet" * doctest::test_suite("gpu") *
           skip_without_gpu()) {
-  for (Kernel k : {Kernel::unary, Kernel::unary_backward, Kernel::binary}) {
+  for (OpKind k : {OpKind::unary, OpKind::unary_grad, OpKind::binary}) {
     CHECK(gpu().supports(k, DType::f32));
     CHECK_FALSE(gpu().supports(k, DType::bf16));
   }

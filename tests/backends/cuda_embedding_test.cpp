@@ -273,17 +273,16 @@ TEST_CASE("cuda id check finds the first id outside the vocabulary, as the CPU r
 
 #if TESSERA_HAVE_CUDA
 
-TEST_CASE("cuda backend supports cast, embedding, embedding_block, one_hot and embedding_backward" *
+TEST_CASE("cuda backend supports cast, embedding (a whole or a split vocabulary), one_hot and embedding_grad" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
   for (DType dtype : kCastDTypes) {
-    CHECK(gpu().supports(Kernel::cast, dtype));
-    CHECK(gpu().supports(Kernel::embedding, dtype));
-    CHECK(gpu().supports(Kernel::embedding_block, dtype));
+    CHECK(gpu().supports(OpKind::cast, dtype));
+    CHECK(gpu().supports(OpKind::embedding, dtype));
   }
-  CHECK(gpu().supports(Kernel::one_hot, DType::f32));
-  CHECK(gpu().supports(Kernel::one_hot, DType::bf16));
-  CHECK(gpu().supports(Kernel::embedding_backward, DType::f32));
-  CHECK_FALSE(gpu().supports(Kernel::embedding_backward, DType::bf16));
+  CHECK(gpu().supports(OpKind::one_hot, DType::f32));
+  CHECK(gpu().supports(OpKind::one_hot, DType::bf16));
+  CHECK(gpu().supports(OpKind::embedding_grad, DType::f32));
+  CHECK_FALSE(gpu().supports(OpKind::embedding_grad, DType::bf16));
 }
 
 TEST_CASE("cuda cast kernel matches the CPU backend bit for bit" * doctest::test_suite("gpu") *

@@ -87,8 +87,8 @@ TEST_CASE("cuda layer norm row functions match the CPU backend") {
 #if TESSERA_HAVE_CUDA
 
 TEST_CASE("cuda backend supports f32 layer norm" * doctest::test_suite("gpu") * skip_without_gpu()) {
-  CHECK(gpu().supports(Kernel::layer_norm, DType::f32));
-  CHECK(gpu().supports(Kernel::layer_norm_backward, DType::f32));
+  CHECK(gpu().supports(OpKind::layer_norm, DType::f32));
+  CHECK(gpu().supports(OpKind::layer_norm_grad, DType::f32));
 }
 
 TEST_CASE("cuda layer norm kernels match the CPU backend" * doctest::test_suite("gpu") *

@@ -181,7 +181,7 @@ TEST_CASE("cuda concat copies match the CPU backend along every axis") {
 
 TEST_CASE("cuda backend supports the data-movement ops for every dtype" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  for (Kernel k : {Kernel::broadcast_to, Kernel::transpose, Kernel::slice, Kernel::concat})
+  for (OpKind k : {OpKind::broadcast_to, OpKind::transpose, OpKind::slice, OpKind::concat})
     for (DType dtype : {DType::f32, DType::bf16, DType::i32, DType::i64}) CHECK(gpu().supports(k, dtype));
 }
 

@@ -95,7 +95,7 @@ TEST_CASE("cuda moving average element matches the CPU backend") {
 
 TEST_CASE("cuda backend supports the f32 optimizer updates" * doctest::test_suite("gpu") *
           skip_without_gpu()) {
-  for (Kernel k : {Kernel::sgd_update, Kernel::adam_update, Kernel::moving_average})
+  for (OpKind k : {OpKind::sgd_update, OpKind::adam_update, OpKind::moving_average})
     CHECK(gpu().supports(k, DType::f32));
 }
 

@@ -114,8 +114,8 @@ TEST_CASE("cuda reduce index with more than 6 unmergeable kept axes is an Unsupp
 
 TEST_CASE("cuda backend supports f32 reductions, not bf16 yet" * doctest::test_suite("gpu") *
           skip_without_gpu()) {
-  CHECK(gpu().supports(Kernel::reduce, DType::f32));
-  CHECK_FALSE(gpu().supports(Kernel::reduce, DType::bf16));
+  CHECK(gpu().supports(OpKind::reduce, DType::f32));
+  CHECK_FALSE(gpu().supports(OpKind::reduce, DType::bf16));
   Tensor x = Tensor::empty({4}, DType::bf16, Device::cuda(0));
   Tensor out = Tensor::empty({1}, DType::bf16, Device::cuda(0));
   CHECK_THROWS_AS(gpu().reduce(ReduceOp::sum, x, out), UnsupportedError);

@@ -86,7 +86,7 @@ TEST_CASE("cuda softmax_row and softmax_backward_row match the CPU backend over 
 
 TEST_CASE("cuda backend supports f32 softmax, not bf16 yet" * doctest::test_suite("gpu") *
           skip_without_gpu()) {
-  for (Kernel k : {Kernel::softmax, Kernel::softmax_backward}) {
+  for (OpKind k : {OpKind::softmax, OpKind::softmax_grad}) {
     CHECK(gpu().supports(k, DType::f32));
     CHECK_FALSE(gpu().supports(k, DType::bf16));
   }

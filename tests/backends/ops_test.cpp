@@ -287,6 +287,21 @@ void check_same(const std::vector<std::vector<float>>& actual, const std::vector
   }
 }
 
+// The kernels of `r`'s nodes that `backend` says it lacks (supports() asked
+// with the node's op kind and result dtype: an update's parameter's).
+std::set<std::string> unsupported_kernels(const Run& r, const Backend& backend) {
+  std::set<std::string> missing;
+  const Graph& g = r.b.g;
+  for (NodeId n = 0; n < g.node_count(); ++n) {
+    const Node& node = g.node(n);
+    const OpInfo& info = op_info(node.kind);
+    if (info.bound || info.view || info.collective) continue;  // no kernel runs
+    const DType dtype = g.dtype(node.outputs.empty() ? node.inputs[0] : node.outputs[0]);
+    if (!backend.supports(node.kind, dtype)) missing.insert(std::string(name(node.kind)) + " " + std::string(dtype_name(dtype)));
+  }
+  return missing;
+}
+
 // bf16 keeps 8 bits of mantissa: a result within a few of its roundings.
 double rtol_of(DType dtype) { return dtype == DType::bf16 ? 2e-2 : 1e-4; }
 double atol_of(DType dtype) { return dtype == DType::bf16 ? 2e-2 : 1e-5; }
@@ -338,14 +353,33 @@ TEST_CASE("op table: every case in its other dtypes matches f32 on the same roun
   CHECK(checked >= 10);
 }
 
+TEST_CASE("op table: the CPU backend says it supports every case in each of its dtypes") {
+  // The GPU half skips what a backend says it lacks: the CPU, the reference,
+  // runs every case here, so what it says must hold.
+  for (const OpCase& c : op_cases())
+    for (DType dtype : c.dtypes) {
+      INFO("case " << c.name << " in " << dtype_name(dtype));
+      for (bool grads : {false, dtype == DType::f32}) CHECK(unsupported_kernels(*build(c, dtype, dtype, grads), cpu()).empty());
+    }
+}
+
 TEST_CASE("op table: every case and dtype on the GPU matches the CPU, gradients included" * doctest::test_suite("gpu") *
           skip_without_gpu()) {
+  std::set<std::string> skipped;
   for (const OpCase& c : op_cases())
     for (DType dtype : c.dtypes) {
       INFO("case " << c.name << " in " << dtype_name(dtype));
       const bool grads = dtype == DType::f32;
       auto on_gpu = build(c, dtype, dtype, grads);
+      const auto missing = unsupported_kernels(*on_gpu, backend_for(Device::cuda(0)));
+      if (!missing.empty()) {  // kernels not written yet: listed, not failed
+        skipped.insert(c.name + " in " + std::string(dtype_name(dtype)) + " (lacks " + *missing.begin() + ")");
+        continue;
+      }
       auto on_cpu = build(c, dtype, dtype, grads);
       check_same(run_on(*on_gpu, Device::cuda(0)), run_on(*on_cpu, Device::cpu(0)), rtol_of(dtype), atol_of(dtype));
     }
+  for (const std::string& s : skipped) MESSAGE("not on cuda:0 yet: " << s);
+  // Every case runs on the GPU in f32: only bf16 kernels may be missing.
+  for (const std::string& s : skipped) CHECK(s.find(" in f32 ") == std::string::npos);
 }
