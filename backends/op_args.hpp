@@ -31,6 +31,8 @@ Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args
 struct Conv2dArgs {
   int stride_h = 1, stride_w = 1;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  // Forward only: applied after the bias (an epilogue, engine/graph/fusion.hpp).
+  Activation activation = Activation::none;
 };
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dArgs& args);
 

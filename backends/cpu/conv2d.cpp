@@ -9,6 +9,7 @@
 // second convolution); the small kernel tensor is reordered to and from the
 // blocked layout around each call, through a cached per-shape buffer.
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/eltwise_algorithm.hpp"
 
 namespace tessera {
 namespace {
@@ -36,7 +37,7 @@ memory::desc bias_desc(const Tensor& t) { return plain_desc(t.shape(), t.dtype()
 std::string args_key(const Conv2dArgs& a) {
   return " s" + std::to_string(a.stride_h) + "," + std::to_string(a.stride_w) + " p" +
          std::to_string(a.pad_top) + "," + std::to_string(a.pad_bottom) + "," +
-         std::to_string(a.pad_left) + "," + std::to_string(a.pad_right);
+         std::to_string(a.pad_left) + "," + std::to_string(a.pad_right) + " " + std::string(tessera::name(a.activation));
 }
 
 // Forward descriptor; also the hint the backward primitives are made against.
@@ -62,7 +63,14 @@ void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tens
                     (bias ? cache_key(*bias) : "-") + cache_key(y) + args_key(args);
   const Primitive& p = primitive(key, [&] {
     auto desc = forward_desc(x_md, any_weights(w_md), bias ? &b_md : nullptr, y_md, args);
-    dnnl::convolution_forward::primitive_desc pd(desc, default_attr(), engine());
+    auto attr = default_attr();
+    if (args.activation != Activation::none) {
+      dnnl::post_ops ops;
+      auto alg = eltwise_algorithm(activation_unary(args.activation));
+      ops.append_eltwise(1.0f, alg->algorithm, alg->alpha, alg->beta);
+      attr.set_post_ops(ops);
+    }
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
     return Primitive{dnnl::convolution_forward(pd), pd};
   });
   std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},

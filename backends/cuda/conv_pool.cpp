@@ -15,6 +15,8 @@ void CudaBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Ten
   CudaDeviceGuard guard(device().index);
   cuda_conv2d_forward(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                       y.data<float>(), g, y.numel(), stream_);
+  // The activation in place: an elementwise pass over y (cuDNN-free kernels).
+  if (args.activation != Activation::none) run_unary(activation_unary(args.activation), y, y);
 }
 
 void CudaBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,

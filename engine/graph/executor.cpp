@@ -124,8 +124,11 @@ void Executor::run_node(NodeId n) {
       }
       return b.matmul(in(node, 0), in(node, 1), nullptr, out(node, 0), at.matmul);
     case OpKind::conv2d:
-      if (const Epilogue* e = epilogue(n))
-        return b.conv2d_forward(in(node, 0), in(node, 1), &tensors_[e->bias], tensors_[e->out], at.conv);
+      if (const Epilogue* e = epilogue(n)) {
+        Conv2dArgs args = at.conv;
+        args.activation = e->activation;
+        return b.conv2d_forward(in(node, 0), in(node, 1), e->bias >= 0 ? &tensors_[e->bias] : nullptr, tensors_[e->out], args);
+      }
       return b.conv2d_forward(in(node, 0), in(node, 1), nullptr, out(node, 0), at.conv);
     case OpKind::conv2d_grad_input:
       return b.conv2d_backward_data(in(node, 0), in(node, 1), out(node, 0), at.conv);

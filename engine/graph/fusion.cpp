@@ -45,6 +45,7 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     const Node& node = graph.node(n);
     if (node.kind != OpKind::matmul && node.kind != OpKind::conv2d) continue;
     if (node.kind == OpKind::matmul && node.attrs.matmul.activation != Activation::none) continue;
+    if (node.kind == OpKind::conv2d && node.attrs.conv.activation != Activation::none) continue;
     Epilogue e;
     std::vector<NodeId> replaced;  // the add and activation nodes it absorbs
     e.out = node.outputs[0];
@@ -62,8 +63,7 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
         replaced.push_back(readers[node.outputs[0]][0]);
       }
     }
-    if (node.kind == OpKind::matmul)
-      if (const Node* act = sole_reader(e.out); act != nullptr && act->kind == OpKind::unary)
+    if (const Node* act = sole_reader(e.out); act != nullptr && act->kind == OpKind::unary)
         if (auto activation = activation_of(act->attrs.unary);
             activation && graph.dtype(act->outputs[0]) == dtype) {
           e.activation = *activation;

@@ -1,5 +1,5 @@
 // Epilogue fusion: a matmul or convolution followed by a bias add over its
-// last axis (and, for a matmul, an activation) runs as one backend call, with
+// last axis and an activation (either or both) runs as one backend call, with
 // the bias and activation as the kernel's post-ops (oneDNN, cuBLASLt), instead
 // of two or three passes over the output in memory.
 //
@@ -22,7 +22,7 @@ namespace tessera {
 
 struct Epilogue {
   ValueId bias = -1;                        // added over the last axis, or -1
-  Activation activation = Activation::none;  // matmul only
+  Activation activation = Activation::none;
   ValueId out = -1;                         // the value the fused call writes
 };
 

@@ -272,6 +272,25 @@ TEST_CASE("conv2d forward with strides 1 and 2, valid and same padding, with and
       }
 }
 
+TEST_CASE("conv2d forward applies a fused activation after the bias") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor x = random_tensor({2, 7, 6, 3}, 21), w = random_tensor({3, 2, 3, 4}, 22), bias = random_tensor({4}, 23);
+  for (Activation act : {Activation::relu, Activation::tanh, Activation::sigmoid, Activation::gelu_erf})
+    for (bool with_bias : {false, true}) {
+      CAPTURE(name(act));
+      CAPTURE(with_bias);
+      auto args = conv_args(x.shape(), w.shape(), 1, /*same=*/true);
+      Tensor plain = Tensor::empty(conv2d_output_shape(x.shape(), w.shape(), args), DType::f32);
+      Tensor want = Tensor::empty(plain.shape(), DType::f32), fused = Tensor::empty(plain.shape(), DType::f32);
+      const Tensor* b = with_bias ? &bias : nullptr;
+      cpu.conv2d_forward(x, w, b, plain, args);
+      cpu.unary(activation_unary(act), plain, want);
+      args.activation = act;
+      cpu.conv2d_forward(x, w, b, fused, args);
+      check_close(fused, want.to_vector<float>(), 1e-5, 1e-5);
+    }
+}
+
 TEST_CASE("conv2d backward data and weights match reference loops") {
   Backend& cpu = backend_for(Device::cpu(0));
   Tensor x = random_tensor({2, 7, 6, 3}, 21);

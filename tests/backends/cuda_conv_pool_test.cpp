@@ -182,6 +182,11 @@ TEST_CASE("cuda conv2d kernels match the CPU backend" * doctest::test_suite("gpu
     cpu().conv2d_forward(x, w, &bias, y, args);
     gpu().conv2d_forward(gx, gw, &gbias, gy, args);
     check_close(to_host(gy).to_vector<float>(), y.to_vector<float>(), 1e-5, 1e-5);
+    Conv2dArgs relu = args;  // the fused activation (an epilogue of the executor)
+    relu.activation = Activation::relu;
+    cpu().conv2d_forward(x, w, &bias, y, relu);
+    gpu().conv2d_forward(gx, gw, &gbias, gy, relu);
+    check_close(to_host(gy).to_vector<float>(), y.to_vector<float>(), 1e-5, 1e-5);
 
     Tensor dx = Tensor::empty(kInput, DType::f32);
     Tensor gdx = Tensor::empty(kInput, DType::f32, Device::cuda(0));

@@ -227,7 +227,7 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   ValueId x = g.input("x", {2, 6, 6, 3});
   ValueId w = g.variable("conv/kernel", {3, 3, 3, 4}), cb = g.variable("conv/bias", {4});
   ValueId k = g.variable("dense/kernel", {64, 5}), b = g.variable("dense/bias", {5});
-  ValueId conv = g.add(g.conv2d(x, w, {}), cb);
+  ValueId conv = g.unary(UnaryOp::relu, g.add(g.conv2d(x, w, {}), cb));
   ValueId pre = g.add(g.matmul(g.reshape(conv, {2, 64}), k), b);
   ValueId y = g.unary(UnaryOp::gelu_erf, pre);
   std::map<ValueId, Tensor> bound{{x, random_tensor({2, 6, 6, 3}, 1)}, {w, random_tensor({3, 3, 3, 4}, 2)},
@@ -248,11 +248,29 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   Backend& be = backend_for(Device::cpu(0));
   Tensor c = zeros({2, 4, 4, 4}), cbias = zeros({2, 4, 4, 4}), p = zeros({2, 5}), pb = zeros({2, 5}), want = zeros({2, 5});
   be.conv2d_forward(bound[x], bound[w], nullptr, c, {});
-  be.binary(BinaryOp::add, c, bound[cb], cbias);
+  be.binary(BinaryOp::add, c, bound[cb], c);
+  be.unary(UnaryOp::relu, c, cbias);
   be.matmul(cbias.reshape({2, 64}), bound[k], nullptr, p, {});
   be.binary(BinaryOp::add, p, bound[b], pb);
   be.unary(UnaryOp::gelu_erf, pb, want);
   check_close(exec.output(y), want.to_vector<float>(), 1e-5, 1e-5);
+
+  // An activation right after a convolution without a bias fuses alone.
+  Graph h;
+  ValueId hx = h.input("x", {2, 6, 6, 3}), hw = h.variable("conv/kernel", {3, 3, 3, 4});
+  ValueId hy = h.unary(UnaryOp::tanh, h.conv2d(hx, hw, {}));
+  MemoryPlan alone = plan_memory(h, {hy});
+  REQUIRE(alone.epilogues.size() == 1);
+  CHECK(alone.epilogues.begin()->second.bias == -1);
+  CHECK(alone.epilogues.begin()->second.activation == Activation::tanh);
+  Executor fused_alone(h, {hy});
+  fused_alone.bind(hx, bound[x]);
+  fused_alone.bind(hw, bound[w]);
+  fused_alone.run();
+  Tensor raw = zeros({2, 4, 4, 4}), activated = zeros({2, 4, 4, 4});
+  be.conv2d_forward(bound[x], bound[w], nullptr, raw, {});
+  be.unary(UnaryOp::tanh, raw, activated);
+  check_close(fused_alone.output(hy), activated.to_vector<float>(), 1e-5, 1e-5);
 
   // A pre-activation that is also an output stays a value of its own.
   MemoryPlan kept = plan_memory(g, {y, pre});
