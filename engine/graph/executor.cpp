@@ -1,11 +1,10 @@
 #include "engine/graph/executor.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 
 #include "backends/registry.hpp"
-#include "engine/graph/collective_context.hpp"
+#include "engine/graph/op_rules.hpp"
 
 namespace tessera {
 
@@ -99,136 +98,18 @@ Tensor Executor::output(ValueId value) const {
   return tensors_[value];
 }
 
-const CollectiveContext& Executor::spmd(const Node& node) const {
-  if (spmd_ == nullptr)
-    throw GraphError("op '" + std::string(name(node.kind)) +
-                     "' belongs to a partitioned graph; run it with set_spmd (one executor per device)");
-  return *spmd_;
-}
-
 void Executor::run_node(NodeId n) {
   const Node& node = graph_.node(n);
-  Backend& b = backend_;
-  const OpAttrs& at = node.attrs;
-  switch (node.kind) {
-    case OpKind::input:
-    case OpKind::variable:
-      return;
-    case OpKind::fill:
-      return b.fill(out(node, 0), at.scalar);
-    case OpKind::matmul:
-      if (const Epilogue* e = epilogue(n)) {
-        MatmulArgs args = at.matmul;
-        args.activation = e->activation;
-        return b.matmul(in(node, 0), in(node, 1), e->bias >= 0 ? &tensors_[e->bias] : nullptr, tensors_[e->out], args);
-      }
-      return b.matmul(in(node, 0), in(node, 1), nullptr, out(node, 0), at.matmul);
-    case OpKind::conv2d:
-      if (const Epilogue* e = epilogue(n)) {
-        Conv2dArgs args = at.conv;
-        args.activation = e->activation;
-        return b.conv2d_forward(in(node, 0), in(node, 1), e->bias >= 0 ? &tensors_[e->bias] : nullptr, tensors_[e->out], args);
-      }
-      return b.conv2d_forward(in(node, 0), in(node, 1), nullptr, out(node, 0), at.conv);
-    case OpKind::conv2d_grad_input:
-      return b.conv2d_backward_data(in(node, 0), in(node, 1), out(node, 0), at.conv);
-    case OpKind::conv2d_grad_weight:
-      return b.conv2d_backward_weights(in(node, 0), in(node, 1), out(node, 0), nullptr, at.conv);
-    case OpKind::pool2d:
-      return b.pool2d_forward(in(node, 0), out(node, 0), at.pool);
-    case OpKind::pool2d_grad:
-      return b.pool2d_backward(in(node, 0), in(node, 1), out(node, 0), at.pool);
-    case OpKind::unary:
-      return b.unary(at.unary, in(node, 0), out(node, 0));
-    case OpKind::unary_grad:
-      return b.unary_backward(at.unary, in(node, 0), in(node, 1), out(node, 0));
-    case OpKind::binary:
-      return b.binary(at.binary, in(node, 0), in(node, 1), out(node, 0));
-    case OpKind::reduce:
-      return b.reduce(at.reduce, in(node, 0), out(node, 0));
-    case OpKind::broadcast_to:
-      return b.broadcast_to(in(node, 0), out(node, 0));
-    case OpKind::reshape:
-      // A view of the input's storage: nothing moves.
-      tensors_[node.outputs[0]] = in(node, 0).reshape(at.shape);
-      return;
-    case OpKind::transpose:
-      return b.transpose(in(node, 0), out(node, 0), at.axes);
-    case OpKind::softmax:
-      return b.softmax(in(node, 0), out(node, 0), at.axis, at.log);
-    case OpKind::softmax_grad:
-      return b.softmax_backward(in(node, 0), in(node, 1), out(node, 0), at.axis, at.log);
-    case OpKind::layer_norm:
-      return b.layer_norm(in(node, 0), in(node, 1), in(node, 2), out(node, 0), out(node, 1),
-                          out(node, 2), at.epsilon);
-    case OpKind::layer_norm_grad:
-      return b.layer_norm_backward(in(node, 0), in(node, 1), in(node, 2), in(node, 3), in(node, 4),
-                                   out(node, 0), out(node, 1), out(node, 2));
-    case OpKind::embedding: {
-      if (at.mesh_axes == 0) return b.embedding(in(node, 0), in(node, 1), out(node, 0));
-      // A partitioned graph's block of the vocabulary: other devices hold the other rows.
-      const std::int64_t rows = in(node, 0).shape()[0];
-      const int axis = std::countr_zero(at.mesh_axes);
-      return b.embedding_block(in(node, 0), in(node, 1), out(node, 0), spmd(node).coordinate(axis) * rows,
-                               rows * spmd(node).group_size(at.mesh_axes));
-    }
-    case OpKind::embedding_grad:
-      b.fill(out(node, 0), 0.0);
-      return b.embedding_backward(in(node, 0), in(node, 1), out(node, 0));
-    case OpKind::one_hot:
-      return b.one_hot(in(node, 0), out(node, 0));
-    case OpKind::concat: {
-      std::vector<Tensor> inputs;  // a small vector of handles; no tensor data moves
-      for (ValueId v : node.inputs) inputs.push_back(tensors_[v]);
-      return b.concat(inputs, out(node, 0), at.axis);
-    }
-    case OpKind::slice:
-      return b.slice(in(node, 0), out(node, 0), at.axis, static_cast<std::int64_t>(at.scalar));
-    case OpKind::dropout: {
-      // Each step reads its own window of the mask stream: 2^40 positions a step.
-      std::uint64_t step = static_cast<std::uint64_t>(update_step_ > 0 ? update_step_ : runs_ + 1);
-      std::uint64_t offset = step << 40;
-      // A partitioned graph's block of rows: its first element's global index.
-      if (at.mesh_axes != 0)
-        offset += static_cast<std::uint64_t>(spmd(node).coordinate(std::countr_zero(at.mesh_axes)) * out(node, 0).numel());
-      return b.dropout(in(node, 0), out(node, 0), static_cast<float>(at.scalar), at.seed, offset);
-    }
-    case OpKind::cast:
-      return b.cast(in(node, 0), out(node, 0));
-    case OpKind::sgd_update: {
-      SgdArgs args = at.sgd;
-      if (learning_rate_ > 0) args.learning_rate = learning_rate_;
-      return b.sgd_update(in(node, 0), in(node, 1), in(node, 2), args);
-    }
-    case OpKind::moving_average:
-      return b.moving_average(in(node, 0), in(node, 1), static_cast<float>(at.scalar));
-    case OpKind::adam_update: {
-      AdamArgs args = at.adam;
-      args.step = update_step_ > 0 ? update_step_ : args.step + runs_;  // advances every run
-      if (learning_rate_ > 0) args.learning_rate = learning_rate_;
-      return b.adam_update(in(node, 0), in(node, 1), in(node, 2), in(node, 3), args);
-    }
-    case OpKind::all_reduce:
-      return spmd(node).all_reduce(at.mesh_axes, in(node, 0), out(node, 0), at.reduce);
-    case OpKind::all_gather:
-      return spmd(node).all_gather(at.mesh_axes, in(node, 0), out(node, 0), at.axis);
-    case OpKind::reduce_scatter:
-      return spmd(node).reduce_scatter(at.mesh_axes, in(node, 0), out(node, 0), at.axis);
-    case OpKind::all_to_all:
-      return spmd(node).all_to_all(at.mesh_axes, in(node, 0), out(node, 0), at.axes[0], at.axes[1]);
-    case OpKind::block_view: {  // a view of this device's rows: nothing moves
-      std::int64_t rows = graph_.value(node.outputs[0]).shape[0];
-      tensors_[node.outputs[0]] = in(node, 0).rows(spmd(node).coordinate(std::countr_zero(at.mesh_axes)) * rows, rows);
-      return;
-    }
-    case OpKind::all_gather_into:
-      return spmd(node).all_gather(at.mesh_axes, in(node, 0), in(node, 1), 0);
-    case OpKind::shard_slice: {
-      int mesh_axis = std::countr_zero(at.mesh_axes);
-      std::int64_t block = out(node, 0).shape()[at.axis];
-      return b.slice(in(node, 0), out(node, 0), at.axis, spmd(node).coordinate(mesh_axis) * block);
-    }
-  }
+  NodeRun run{.graph = graph_,
+              .node = node,
+              .backend = backend_,
+              .values = tensors_,
+              .epilogue = epilogue(n),
+              .collectives = spmd_,
+              .update_step = update_step_,
+              .runs = runs_,
+              .learning_rate = learning_rate_};
+  op_rules(node.kind).run(run);
 }
 
 }  // namespace tessera

@@ -54,15 +54,12 @@ class Executor final : public StepRunner {
 
  private:
   void allocate_arena();
-  void run_node(NodeId n);
-  const CollectiveContext& spmd(const Node& node) const;
-  const Tensor& in(const Node& node, int i) const { return tensors_[node.inputs[static_cast<std::size_t>(i)]]; }
+  void run_node(NodeId n);  // the op's run rule (engine/graph/op_rules.hpp)
   // The fused bias and activation of a matmul or conv2d node, if the plan has one.
   const Epilogue* epilogue(NodeId n) const {
     auto e = plan_.epilogues.find(n);
     return e == plan_.epilogues.end() ? nullptr : &e->second;
   }
-  const Tensor& out(const Node& node, int i) const { return tensors_[node.outputs[static_cast<std::size_t>(i)]]; }
 
   const Graph& graph_;
   std::vector<ValueId> outputs_;

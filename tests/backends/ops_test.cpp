@@ -25,6 +25,7 @@
 #include "backends/registry.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/graph/op_rules.hpp"
 #include "tests/gpu_test_util.hpp"
 #include "tests/grad_check.hpp"
 #include "tests/test_util.hpp"
@@ -318,6 +319,7 @@ TEST_CASE("op table: every op of the graph IR has a case, or names the tests tha
     const auto kind = static_cast<OpKind>(k);
     INFO("op " << name(kind));
     CHECK((covered.contains(kind) != kCoveredElsewhere.contains(kind)));
+    CHECK(static_cast<bool>(op_rules(kind).run));  // every op runs (engine/graph/ops/)
   }
   std::size_t pairs = 0, differentiable = 0;
   for (const OpCase& c : op_cases()) {

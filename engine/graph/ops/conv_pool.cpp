@@ -1,0 +1,63 @@
+// Channels-last 2-D convolution and pooling, and their gradients.
+//   conv2d:             (x[N,H,W,C], w[KH,KW,C,F]) -> y[N,OH,OW,F], see Conv2dArgs
+//   conv2d_grad_input:  (dy, w) -> dx of shape attrs.shape
+//   conv2d_grad_weight: (x, dy) -> dw of shape attrs.shape
+//   pool2d:             (x) -> y, see Pool2dArgs
+//   pool2d_grad:        (x, dy) -> dx
+#include "backends/backend.hpp"
+#include "engine/graph/op_rules.hpp"
+
+namespace tessera {
+
+ValueId Graph::conv2d(ValueId x, ValueId w, const Conv2dArgs& args) {
+  check_same_dtype("conv2d", x, w);
+  OpAttrs attrs;
+  attrs.conv = args;
+  return single(OpKind::conv2d, {x, w}, attrs, conv2d_output_shape(shape(x), shape(w), args), dtype(x));
+}
+
+ValueId Graph::pool2d(ValueId x, const Pool2dArgs& args) {
+  check_floating("pool2d", x);
+  OpAttrs attrs;
+  attrs.pool = args;
+  return single(OpKind::pool2d, {x}, attrs, pool2d_output_shape(shape(x), args), dtype(x));
+}
+
+namespace {
+
+std::vector<ValueId> conv2d_grads(Graph& g, const Node& n, const std::vector<ValueId>& dys) {
+  OpAttrs gx = n.attrs, gw = n.attrs;
+  gx.shape = g.shape(n.inputs[0]);
+  gw.shape = g.shape(n.inputs[1]);
+  const DType dtype = g.dtype(dys[0]);
+  return {emit(g, OpKind::conv2d_grad_input, {dys[0], n.inputs[1]}, gx, gx.shape, dtype),
+          emit(g, OpKind::conv2d_grad_weight, {n.inputs[0], dys[0]}, gw, gw.shape, dtype)};
+}
+
+std::vector<ValueId> pool2d_grads(Graph& g, const Node& n, const std::vector<ValueId>& dys) {
+  return {emit(g, OpKind::pool2d_grad, {n.inputs[0], dys[0]}, n.attrs, g.shape(n.inputs[0]), g.dtype(dys[0]))};
+}
+
+void run_conv2d(NodeRun& r) {
+  Conv2dArgs args = r.node.attrs.conv;
+  if (r.epilogue != nullptr) args.activation = r.fused_activation();
+  r.backend.conv2d_forward(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
+}
+
+}  // namespace
+
+void ops::add_conv_pool_rules(OpRuleTable& t) {
+  entry(t, OpKind::conv2d) = {conv2d_grads, run_conv2d};
+  entry(t, OpKind::conv2d_grad_input).run = [](NodeRun& r) {
+    r.backend.conv2d_backward_data(r.in(0), r.in(1), r.out(0), r.node.attrs.conv);
+  };
+  entry(t, OpKind::conv2d_grad_weight).run = [](NodeRun& r) {
+    r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv);
+  };
+  entry(t, OpKind::pool2d) = {pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }};
+  entry(t, OpKind::pool2d_grad).run = [](NodeRun& r) {
+    r.backend.pool2d_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.pool);
+  };
+}
+
+}  // namespace tessera
