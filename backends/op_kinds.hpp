@@ -2,8 +2,10 @@
 // that the graph, its executor, memory plan, partitioner and cost model and
 // the backends' kernels all name; and the small enums that parameterise ops:
 // which elementwise function, which binary operator, which reduction. Each
-// name table is guarded by a static_assert on the count in op_kinds.cpp, so a
-// new entry without a name breaks the build, not a run.
+// small enum's name table is guarded by a static_assert on the count in
+// op_kinds.cpp, so a new entry without a name breaks the build; the op table
+// holds vectors, so tests/backends/ops_test.cpp checks every OpKind has its
+// entry (a name) and its rules.
 #pragma once
 
 #include <cstdint>
@@ -84,7 +86,7 @@ inline constexpr int kOpKindCount = 37;
 std::string_view name(OpKind kind);
 
 // What the executor, memory plan, partitioner and cost model need to know of
-// an op kind, kept in one table (op.cpp) instead of in each of them.
+// an op kind, kept in one table (op_kinds.cpp) instead of in each of them.
 struct OpInfo {
   std::string_view name;
   int arity;                 // inputs; -1: any number (concat)

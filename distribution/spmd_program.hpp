@@ -37,7 +37,7 @@ class SpmdRuntime {
  public:
   // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not
   // built yet) and for several processes in a build without MPI.
-  // `processes`: the job's processes, for host-side exchanges (write_back's merge, the trainer's metrics).
+  // `processes`: the job's processes, for host-side exchanges (write_back's merge, checkpoint barriers).
   explicit SpmdRuntime(const Distribution& distribution, ProcessGroup& processes = job_processes());
   ~SpmdRuntime();
 

@@ -12,7 +12,7 @@
 
 namespace tessera {
 
-// Attributes of a node; each op reads the fields its comment above names.
+// Attributes of a node; each op reads the fields its entry in OpKind (backends/op_kinds.hpp) names.
 struct OpAttrs {
   MatmulArgs matmul;
   Conv2dArgs conv;

@@ -147,10 +147,8 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
     p->target = step.target = g.input("target", target, loss_target_dtype(spec_.loss));
     p->loss = build_loss(g, spec_.loss, p->output, p->target);
     step.outputs.push_back(p->loss);
-    for (const std::string& metric : spec_.metrics) {
-      p->metrics.push_back(build_metric(g, metric, spec_.loss, p->output, p->target));
-      step.outputs.push_back(p->metrics.back().hits);
-    }
+    p->metrics = build_metrics(g, spec_.metrics, spec_.loss, p->output, p->target, traced.constants);
+    for (const MetricCount& metric : p->metrics) step.outputs.push_back(metric.hits);
   }
   if (training) {
     std::vector<std::pair<std::string, ValueId>> params;

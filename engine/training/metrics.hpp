@@ -5,8 +5,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/core/tensor.hpp"
 #include "engine/graph/graph.hpp"
 #include "engine/training/loss.hpp"
 
@@ -26,15 +28,20 @@ struct MetricCount {
   double cases = 0;
 };
 
-// Counts the rows of `output` ([..., classes] scores) that `target` (what
-// `loss` takes) makes hits:
-// - top-k accuracy: fewer than k classes score above the label's class (the
-//   label is the sparse target, or the largest entry of a one-hot or
-//   probability target; where several entries tie, the best-scored of them);
+// The metrics' ops over `output` ([..., classes] scores) and `target` (what
+// `loss` takes), one count per name in `metrics`, in order:
+// - top-k accuracy: rows where fewer than k classes score above the label's
+//   class. The label is the sparse target, or the first largest entry of a
+//   one-hot or probability target (Keras' argmax). Infinite scores compare
+//   as the largest finite ones; rows with NaN scores count arbitrarily.
 // - with binary_crossentropy or a single output unit, Keras' binary accuracy:
 //   the elements (cases) whose score is on the target's side of the
 //   threshold (0 for logits, else 0.5).
-// Throws Error for a top-k metric (k > 1) on a single unit.
-MetricCount build_metric(Graph& graph, const std::string& metric, const LossSpec& loss, ValueId output, ValueId target);
+// `constants` receives inputs the caller binds once (the class indices a
+// dense target's argmax needs). Throws Error for an unknown name, or a top-k
+// metric (k > 1) on a single unit.
+std::vector<MetricCount> build_metrics(Graph& graph, const std::vector<std::string>& metrics, const LossSpec& loss,
+                                       ValueId output, ValueId target,
+                                       std::vector<std::pair<ValueId, Tensor>>& constants);
 
 }  // namespace tessera

@@ -319,6 +319,7 @@ TEST_CASE("op table: every op of the graph IR has a case, or names the tests tha
     const auto kind = static_cast<OpKind>(k);
     INFO("op " << name(kind));
     CHECK((covered.contains(kind) != kCoveredElsewhere.contains(kind)));
+    CHECK(!op_info(kind).name.empty());            // its entry in the op table (backends/op_kinds.cpp)
     CHECK(static_cast<bool>(op_rules(kind).run));  // every op runs (engine/graph/ops/)
   }
   std::size_t pairs = 0, differentiable = 0;

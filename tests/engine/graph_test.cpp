@@ -255,6 +255,9 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   be.unary(UnaryOp::gelu_erf, pb, want);
   check_close(exec.output(y), want.to_vector<float>(), 1e-5, 1e-5);
 
+  // A graph's conv2d takes no activation of its own: the fusion adds it.
+  CHECK_THROWS_AS(g.conv2d(x, w, {.activation = Activation::relu}), GraphError);
+
   // An activation right after a convolution without a bias fuses alone.
   Graph h;
   ValueId hx = h.input("x", {2, 6, 6, 3}), hw = h.variable("conv/kernel", {3, 3, 3, 4});

@@ -11,6 +11,11 @@ namespace tessera {
 
 ValueId Graph::conv2d(ValueId x, ValueId w, const Conv2dArgs& args) {
   check_same_dtype("conv2d", x, w);
+  // Neither its gradient nor its sharding rule knows of one: the executor
+  // fuses a following activation op instead (fusion.hpp).
+  if (args.activation != Activation::none)
+    throw GraphError("conv2d: a graph's convolution takes no activation (add a unary op after it; got " +
+                     std::string(name(args.activation)) + ")");
   OpAttrs attrs;
   attrs.conv = args;
   return single(OpKind::conv2d, {x, w}, attrs, conv2d_output_shape(shape(x), shape(w), args), dtype(x));
