@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/core/error.hpp"
+#include "engine/graph/op_rules.hpp"
 
 namespace tessera {
 namespace {
@@ -20,14 +21,6 @@ struct Decision {
   std::vector<Sharding> operands;
   std::vector<Sharding> results;
   double rescale = 1.0;  // a mean over split dimensions: local means times this add up to the mean
-};
-
-// A dimension of an operand in a contraction-like op (matmul, convolution,
-// embedding): it becomes result dimension `index`, or is summed in pair
-// `index`, or must be whole on every device.
-struct Role {
-  enum Kind { result, summed, whole } kind;
-  int index = 0;
 };
 
 class Partitioner {
@@ -50,12 +43,13 @@ class Partitioner {
         emit_leaf(node, leaves);
         continue;
       }
-      if ((node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) && zero_params_.contains(node.inputs[0]))
+      const ShardingRule rule = rule_of(g_, node);
+      if (rule.optimizer_state_from >= 0 && zero_params_.contains(node.inputs[0]))
         emit_zero_update(node);
-      else if (softmax_over_split_axis(node))
-        emit_distributed_softmax(node);
+      else if (stays_split(node, rule))
+        emit_split_expansion(node, rule);
       else
-        emit(node, decide(node));
+        emit(node, rule, decide(node, rule));
       for (ValueId v : node.outputs)
         if (auto c = constraints.find(v); c != constraints.end()) {
           Sharding want = clean(c->second);
@@ -111,16 +105,16 @@ class Partitioner {
   void follow_parameters(std::map<ValueId, Sharding>& leaves) {
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
-      std::size_t first_state;
-      if (node.kind == OpKind::sgd_update || node.kind == OpKind::adam_update) first_state = 2;
-      else continue;
+      if (op_info(node.kind).arity == 0) continue;
+      const int first_state = rule_of(g_, node).optimizer_state_from;
+      if (first_state < 0) continue;
       auto param = leaves.find(node.inputs[0]);
       Sharding split = clean(param == leaves.end() ? Sharding::replicated(g_.shape(node.inputs[0]).rank()) : param->second);
       if (zero_eligible(node.inputs[0], split)) {  // the state holds only this device's rows
         zero_params_.insert(node.inputs[0]);
         split.dims[0] = zero_axis_;
       }
-      for (std::size_t i = first_state; i < node.inputs.size(); ++i) {
+      for (auto i = static_cast<std::size_t>(first_state); i < node.inputs.size(); ++i) {
         auto [state, added] = leaves.try_emplace(node.inputs[i], split);
         if (!added && !(clean(state->second) == clean(split)))
           throw LayoutError(label(node.inputs[i]) + " is split as " + state->second.str(mesh_) + " but its parameter " +
@@ -157,45 +151,27 @@ class Partitioner {
     p_.collectives.push_back({OpKind::all_gather_into, bit(zero_axis_), bytes, param, inputs[0]});
   }
 
-  // Softmax (and its gradient) over a dimension split along mesh axis `a`
-  // need not gather it: the max and the sum over that dimension are
-  // all-reduced instead (Megatron's vocabulary-parallel cross-entropy: the
-  // logits of a column-parallel head are never gathered).
-  bool softmax_over_split_axis(const Node& node) const {
-    if (node.kind != OpKind::softmax && node.kind != OpKind::softmax_grad) return false;
+  // An op with a split expansion whose operand 0 is split (not a partial sum)
+  // along the rule's axis is built from local ops and all-reduces over that
+  // axis instead of gathering it (softmax over a vocabulary split).
+  bool stays_split(const Node& node, const ShardingRule& rule) const {
+    if (rule.split_expansion == nullptr) return false;
     const Sharding& x = current(node.inputs[0]);
-    return x.partial == 0 && x.dims[static_cast<std::size_t>(node.attrs.axis)] != kNone;
+    return x.partial == 0 && x.dims[static_cast<std::size_t>(rule.split_axis)] != kNone;
   }
 
-  void emit_distributed_softmax(const Node& node) {
+  void emit_split_expansion(const Node& node, const ShardingRule& rule) {
     Graph& l = p_.local;
-    const int axis = node.attrs.axis;
-    Sharding s = current(node.inputs[0]);
-    const int a = s.dims[static_cast<std::size_t>(axis)];
+    const Sharding s = current(node.inputs[0]);
+    const int a = s.dims[static_cast<std::size_t>(rule.split_axis)];
     const ValueId global_out = node.outputs[0];
-    auto across = [&](ValueId local_partial, ReduceOp op) {  // the reduction over the split dimension
-      return collective(OpKind::all_reduce, local_partial, bit(a), 0, l.shape(local_partial), l.dtype(local_partial), global_out,
-                        kNone, op);
+    std::vector<ValueId> inputs;
+    for (ValueId v : node.inputs) inputs.push_back(redistribute(v, s));
+    const AcrossSplit across = [&](ValueId local_partial, ReduceOp op) {
+      return collective(OpKind::all_reduce, local_partial, bit(a), 0, l.shape(local_partial), l.dtype(local_partial),
+                        global_out, kNone, op);
     };
-    auto over_axis = [&](ReduceOp op, ValueId v) { return l.reduce(op, v, {axis}, /*keepdims=*/true); };
-    const ValueId x = redistribute(node.inputs[0], s);
-    ValueId out;
-    if (node.kind == OpKind::softmax) {
-      const ValueId shifted = l.sub(x, across(over_axis(ReduceOp::max, x), ReduceOp::max));
-      const ValueId e = l.unary(UnaryOp::exp, shifted);
-      const ValueId sum = across(over_axis(ReduceOp::sum, e), ReduceOp::sum);
-      out = node.attrs.log ? l.sub(shifted, l.unary(UnaryOp::log, sum)) : l.div(e, sum);
-    } else {  // (y, dy): the gradient needs one sum over the split dimension
-      Sharding dy_sharding = s;
-      dy_sharding.partial = 0;
-      const ValueId dy = redistribute(node.inputs[1], dy_sharding);
-      if (node.attrs.log) {  // dx = dy - exp(y) * sum(dy)
-        out = l.sub(dy, l.mul(l.unary(UnaryOp::exp, x), across(over_axis(ReduceOp::sum, dy), ReduceOp::sum)));
-      } else {  // dx = y * (dy - sum(dy * y))
-        out = l.mul(x, l.sub(dy, across(over_axis(ReduceOp::sum, l.mul(dy, x)), ReduceOp::sum)));
-      }
-    }
-    p_.local_of[global_out] = out;
+    p_.local_of[global_out] = rule.split_expansion(l, node, inputs, across);
     p_.sharding[global_out] = s;
   }
 
@@ -296,6 +272,14 @@ class Partitioner {
   }
 
   // ---- rules --------------------------------------------------------------
+  // Each op's ShardingRule (engine/graph/sharding_rule.hpp) says what its
+  // operands' dimensions are to it; these interpret the rule's forms.
+
+  static ShardingRule rule_of(const Graph& g, const Node& node) {
+    const ShardRule shard = op_rules(node.kind).shard;
+    if (shard == nullptr) throw GraphError("partitioner: op '" + std::string(name(node.kind)) + "' has no sharding rule");
+    return shard(g, node);
+  }
 
   // Shardings of the operands as produced, with partial sums resolved where
   // the op is not linear in them: `linear[i]` says the op is linear in operand
@@ -344,281 +328,85 @@ class Partitioner {
     operands.partial = 0;
   }
 
-  // Elementwise with NumPy broadcasting: every result dimension is split the
-  // way the operands that have it agree on (the first operand's split wins;
-  // the others slice locally or gather). `whole` result dimensions are not split.
-  Decision elementwise(const Node& node, Operands operands, const std::vector<int>& whole = {}) const {
-    sum_colliding_partials(operands);
-    auto& in = operands.in;
-    const Mask partial = operands.partial;
-    const Shape out = g_.shape(node.outputs[0]);
-    const int r = out.rank();
-    Sharding result = Sharding::replicated(r);
-    result.partial = partial;
-    Mask used = partial;
-    auto member_dim = [&](std::size_t i, int j) {  // operand i's dimension behind result dimension j, or kNone
-      const Shape s = g_.shape(node.inputs[i]);
-      int d = j - (r - s.rank());
-      return d >= 0 && s[d] == out[j] ? d : kNone;
-    };
-    for (int j = 0; j < r; ++j) {
-      bool forced = std::find(whole.begin(), whole.end(), j) != whole.end();
-      // A split every operand having dimension j can take: it has it there already, or does not use the axis.
-      auto acceptable = [&](int a) {
-        if (used & bit(a)) return false;
-        for (std::size_t i = 0; i < in.size(); ++i) {
-          int d = member_dim(i, j);
-          if (d != kNone && in[i].dims[static_cast<std::size_t>(d)] != a && (in[i].axes_used() & bit(a))) return false;
-        }
-        return true;
-      };
-      int chosen = kNone;
-      for (std::size_t i = 0; i < in.size() && chosen == kNone && !forced; ++i) {
-        int d = member_dim(i, j);
-        if (d == kNone) continue;
-        int a = in[i].dims[static_cast<std::size_t>(d)];
-        if (a != kNone && acceptable(a)) chosen = a;
-      }
-      for (std::size_t i = 0; i < in.size(); ++i) {
-        const Shape s = g_.shape(node.inputs[i]);
-        int d = j - (r - s.rank());
-        if (d < 0) continue;
-        // Broadcast along j (a size-1 dimension) is never split; the others take `chosen`.
-        in[i].dims[static_cast<std::size_t>(d)] = member_dim(i, j) == kNone ? kNone : chosen;
-      }
-      result.dims[static_cast<std::size_t>(j)] = chosen;
-      used |= bit(chosen);
+  Decision decide(const Node& node, const ShardingRule& rule) const {
+    Operands operands = operand_shardings(node, rule.linear, rule.additive);
+    switch (rule.form) {
+      case ShardingRule::Form::dims:
+        return by_dims(node, rule, std::move(operands));
+      case ShardingRule::Form::reshape:
+        return reshape(node, std::move(operands));
+      case ShardingRule::Form::rows:
+        return rows(node, rule, std::move(operands));
+      case ShardingRule::Form::follow_first:
+        return Decision{std::vector<Sharding>(node.inputs.size(), current(node.inputs[0])), {}};
+      case ShardingRule::Form::none:
+        break;
     }
-    return Decision{std::move(in), {result}};
+    throw GraphError("partitioner: op '" + std::string(name(node.kind)) + "' has no sharding rule");
   }
 
-  // Contractions (matmul, convolution, embedding): dimensions of a and b that
-  // meet in one result dimension or one summed pair agree on a split; a split
-  // summed pair makes the result a partial sum over that axis.
-  Decision contraction(const Node& node, const std::vector<Role>& ra, const std::vector<Role>& rb, int summed,
-                       Operands operands, bool results_first = false) const {
+  // Operand dimensions that meet in one result dimension or one summed pair
+  // agree on a split (the first member's split that all can take wins; the
+  // others slice locally or gather); a split summed pair makes the result a
+  // partial sum over that axis; whole dimensions are never split.
+  Decision by_dims(const Node& node, const ShardingRule& rule, Operands operands) const {
     sum_colliding_partials(operands);
     auto& in = operands.in;
     const Mask partial = operands.partial;
     const Shape out = g_.shape(node.outputs[0]);
-    const std::vector<Role>* roles[2] = {&ra, &rb};
-    for (int k = 0; k < 2; ++k)
-      for (std::size_t d = 0; d < roles[k]->size(); ++d)
-        if ((*roles[k])[d].kind == Role::whole) in[static_cast<std::size_t>(k)].dims[d] = kNone;
+    for (std::size_t k = 0; k < rule.roles.size(); ++k)
+      for (std::size_t d = 0; d < rule.roles[k].size(); ++d)
+        if (rule.roles[k][d].kind == DimRole::whole) in[k].dims[d] = kNone;
     // Each group: the operand dimensions of one result dimension or summed pair.
-    struct Member { int operand, dim; };
-    const int groups = out.rank() + summed;
+    struct Member { std::size_t operand, dim; };
+    const int groups = out.rank() + rule.summed;
     std::vector<std::vector<Member>> members(static_cast<std::size_t>(groups));
-    for (int k = 0; k < 2; ++k)
-      for (std::size_t d = 0; d < roles[k]->size(); ++d) {
-        const Role& role = (*roles[k])[d];
-        if (role.kind == Role::whole) continue;
-        int group = role.kind == Role::result ? role.index : out.rank() + role.index;
-        members[static_cast<std::size_t>(group)].push_back({k, static_cast<int>(d)});
+    for (std::size_t k = 0; k < rule.roles.size(); ++k)
+      for (std::size_t d = 0; d < rule.roles[k].size(); ++d) {
+        const DimRole& role = rule.roles[k][d];
+        if (role.kind == DimRole::whole) continue;
+        int group = role.kind == DimRole::result ? role.index : out.rank() + role.index;
+        members[static_cast<std::size_t>(group)].push_back({k, d});
       }
+    Decision decision;
     Mask used = partial;
     Sharding result = Sharding::replicated(out.rank());
     // Summed pairs first: a split contraction costs one reduction of the result,
-    // cheaper than gathering an operand (unless the caller says otherwise).
+    // cheaper than gathering an operand (unless the rule says otherwise).
     std::vector<int> order;
     for (int gi = out.rank(); gi < groups; ++gi) order.push_back(gi);
     for (int gi = 0; gi < out.rank(); ++gi) order.push_back(gi);
-    if (results_first) std::rotate(order.begin(), order.begin() + summed, order.end());
+    if (rule.results_first) std::rotate(order.begin(), order.begin() + rule.summed, order.end());
     for (int gi : order) {
       const auto& group = members[static_cast<std::size_t>(gi)];
       // A split every member can take: it has it there already, or does not use the axis.
       auto acceptable = [&](int a) {
         if (used & bit(a)) return false;
         for (const Member& m : group) {
-          const Sharding& s = in[static_cast<std::size_t>(m.operand)];
-          if (s.dims[static_cast<std::size_t>(m.dim)] != a && (s.axes_used() & bit(a))) return false;
+          const Sharding& s = in[m.operand];
+          if (s.dims[m.dim] != a && (s.axes_used() & bit(a))) return false;
         }
         return true;
       };
       int chosen = kNone;
       for (const Member& m : group) {
-        int a = in[static_cast<std::size_t>(m.operand)].dims[static_cast<std::size_t>(m.dim)];
+        int a = in[m.operand].dims[m.dim];
         if (a != kNone && acceptable(a)) {
           chosen = a;
           break;
         }
       }
-      for (const Member& m : group) in[static_cast<std::size_t>(m.operand)].dims[static_cast<std::size_t>(m.dim)] = chosen;
+      for (const Member& m : group) in[m.operand].dims[m.dim] = chosen;
       used |= bit(chosen);
-      if (gi < out.rank()) result.dims[static_cast<std::size_t>(gi)] = chosen;
-      else result.partial |= bit(chosen);
+      if (gi < out.rank()) {
+        result.dims[static_cast<std::size_t>(gi)] = chosen;
+      } else if (chosen != kNone) {
+        result.partial |= bit(chosen);
+        if (rule.mean) decision.rescale /= static_cast<double>(axis_size(chosen));
+      }
     }
     result.partial |= partial;
-    return Decision{std::move(in), {result}};
-  }
-
-  Decision matmul(const Node& node) const {
-    const Shape a = g_.shape(node.inputs[0]), b = g_.shape(node.inputs[1]);
-    const Shape out = g_.shape(node.outputs[0]);
-    const MatmulArgs& args = node.attrs.matmul;
-    const int r = out.rank();
-    auto roles = [&](const Shape& s, bool transposed, bool is_b) {
-      std::vector<Role> roles(static_cast<std::size_t>(s.rank()));
-      int shift = r - s.rank();
-      for (int d = 0; d < s.rank() - 2; ++d)
-        roles[static_cast<std::size_t>(d)] = s[d] == out[d + shift] ? Role{Role::result, d + shift} : Role{Role::whole, 0};
-      Role row = is_b ? Role{Role::summed, 0} : Role{Role::result, r - 2};
-      Role col = is_b ? Role{Role::result, r - 1} : Role{Role::summed, 0};
-      if (transposed) std::swap(row, col);
-      roles[static_cast<std::size_t>(s.rank() - 2)] = row;
-      roles[static_cast<std::size_t>(s.rank() - 1)] = col;
-      return roles;
-    };
-    auto ra = roles(a, args.transpose_a, false), rb = roles(b, args.transpose_b, true);
-    if (args.activation != Activation::none) {
-      // act(sum of partial products) is not the sum of act(partial products):
-      // a fused activation needs whole contractions and whole operands.
-      for (auto* r : {&ra, &rb})
-        for (auto& role : *r)
-          if (role.kind == Role::summed) role = Role{Role::whole, 0};
-      return contraction(node, ra, rb, 1, operand_shardings(node, {}, false));
-    }
-    return contraction(node, ra, rb, 1, operand_shardings(node, {true, true}, false));
-  }
-
-  Decision decide(const Node& node) const {
-    const OpKind kind = node.kind;
-    auto linear_in = [&](std::vector<bool> linear) { return operand_shardings(node, linear, false); };
-    auto additive = [&] { return operand_shardings(node, {}, true); };
-    const std::vector<int> spatial{1, 2};  // H and W of NHWC: no halo exchange, so never split
-    const Role whole{Role::whole, 0};
-    switch (kind) {
-      case OpKind::matmul:
-        return matmul(node);
-      case OpKind::conv2d:  // (x[N,H,W,C], w[KH,KW,C,F]) -> y[N,OH,OW,F]
-        return contraction(node, {{Role::result, 0}, whole, whole, {Role::summed, 0}},
-                           {whole, whole, {Role::summed, 0}, {Role::result, 3}}, 1, linear_in({true, true}));
-      case OpKind::conv2d_grad_input:  // (dy[N,OH,OW,F], w[KH,KW,C,F]) -> dx[N,H,W,C]
-        return contraction(node, {{Role::result, 0}, whole, whole, {Role::summed, 0}},
-                           {whole, whole, {Role::result, 3}, {Role::summed, 0}}, 1, linear_in({true, true}));
-      case OpKind::conv2d_grad_weight:  // (x[N,H,W,C], dy[N,OH,OW,F]) -> dw[KH,KW,C,F]
-        return contraction(node, {{Role::summed, 0}, whole, whole, {Role::result, 2}},
-                           {{Role::summed, 0}, whole, whole, {Role::result, 3}}, 1, linear_in({true, true}));
-      case OpKind::embedding: {  // (table[V,D], ids[...]) -> [..., D]
-        // A vocabulary split is a masked lookup of each device's rows whose
-        // results add up: the vocabulary acts as a summed dimension.
-        const int ids_rank = g_.shape(node.inputs[1]).rank();
-        std::vector<Role> ids;
-        for (int d = 0; d < ids_rank; ++d) ids.push_back({Role::result, d});
-        // The ids' split (the batch) wins over the vocabulary's when they share an axis:
-        // gathering the table once costs less than all-reducing a batch of rows.
-        return contraction(node, {{Role::summed, 0}, {Role::result, ids_rank}}, ids, 1, linear_in({true, false}),
-                           /*results_first=*/true);
-      }
-      case OpKind::embedding_grad: {  // (ids[...], dy[..., D]) -> dtable[V, D]
-        const int ids_rank = g_.shape(node.inputs[0]).rank();
-        std::vector<Role> ids, dy;
-        for (int d = 0; d < ids_rank; ++d) {
-          ids.push_back({Role::summed, d});
-          dy.push_back({Role::summed, d});
-        }
-        dy.push_back({Role::result, 1});
-        return contraction(node, ids, dy, ids_rank, linear_in({false, true}));
-      }
-      case OpKind::unary:
-        return elementwise(node, linear_in({node.attrs.unary == UnaryOp::neg}));
-      case OpKind::unary_grad:  // dy * f'(x): linear in dy
-        return elementwise(node, linear_in({false, true}));
-      case OpKind::binary: {
-        BinaryOp op = node.attrs.binary;
-        if (op == BinaryOp::add || op == BinaryOp::sub) return elementwise(node, additive());
-        if (op == BinaryOp::mul) return elementwise(node, linear_in({true, true}));
-        if (op == BinaryOp::div) return elementwise(node, linear_in({true, false}));
-        return elementwise(node, linear_in({}));
-      }
-      case OpKind::cast:  // linear only between floating types (rounding to integers is not)
-        return elementwise(node, linear_in({is_floating(node.attrs.dtype) && is_floating(g_.dtype(node.inputs[0]))}));
-      case OpKind::dropout: {
-        // The mask is drawn by global element index: a block of rows (dimension
-        // 0) knows its offset (the executor adds it), other splits are gathered.
-        Operands operands = linear_in({true});
-        if (operands.in[0].rank() > 0) std::fill(operands.in[0].dims.begin() + 1, operands.in[0].dims.end(), kNone);
-        return elementwise(node, operands);
-      }
-      case OpKind::softmax:
-        return elementwise(node, linear_in({}), {node.attrs.axis});
-      case OpKind::softmax_grad:  // (y, dy): linear in dy
-        return elementwise(node, linear_in({false, true}), {node.attrs.axis});
-      case OpKind::pool2d:
-        return elementwise(node, linear_in({node.attrs.pool.kind == PoolKind::avg}), spatial);
-      case OpKind::pool2d_grad:  // (x, dy) -> dx: linear in dy
-        return elementwise(node, linear_in({false, true}), spatial);
-      case OpKind::one_hot: {
-        Operands operands = linear_in({});
-        Sharding result = operands.in[0];
-        result.dims.push_back(kNone);
-        return Decision{operands.in, {result}};
-      }
-      case OpKind::concat:
-        return elementwise(node, additive(), {node.attrs.axis});
-      case OpKind::slice:
-        return elementwise(node, linear_in({true}), {node.attrs.axis});
-      case OpKind::reduce:
-        return reduce(node);
-      case OpKind::broadcast_to:
-        return elementwise(node, linear_in({true}));
-      case OpKind::reshape:
-        return reshape(node);
-      case OpKind::transpose: {
-        Operands operands = linear_in({true});
-        Sharding result = Sharding::replicated(operands.in[0].rank());
-        result.partial = operands.partial;
-        for (std::size_t i = 0; i < node.attrs.axes.size(); ++i)
-          result.dims[i] = operands.in[0].dims[static_cast<std::size_t>(node.attrs.axes[i])];
-        return Decision{operands.in, {result}};
-      }
-      case OpKind::layer_norm:
-      case OpKind::layer_norm_grad:
-        return layer_norm(node);
-      case OpKind::sgd_update:
-      case OpKind::adam_update:
-      case OpKind::moving_average: {
-        // Everything as the updated variable is split, summed.
-        Sharding target = current(node.inputs[0]);
-        return Decision{std::vector<Sharding>(node.inputs.size(), target), {}};
-      }
-      case OpKind::input:
-      case OpKind::variable:
-      case OpKind::fill:
-      case OpKind::all_reduce:
-      case OpKind::all_gather:
-      case OpKind::reduce_scatter:
-      case OpKind::shard_slice:
-      case OpKind::all_to_all:
-      case OpKind::block_view:
-      case OpKind::all_gather_into:
-        break;
-    }
-    throw GraphError("partitioner: op '" + std::string(name(kind)) + "' has no sharding rule");
-  }
-
-  // Sum and mean over split dimensions give partial sums (a mean rescaled by
-  // the split); max needs whole dimensions.
-  Decision reduce(const Node& node) const {
-    bool is_max = node.attrs.reduce == ReduceOp::max;
-    auto [in, partial] = operand_shardings(node, {!is_max}, false);
-    const Shape shape = g_.shape(node.inputs[0]);
-    Sharding result = in[0];
-    Decision decision;
-    for (int axis : node.attrs.axes) {
-      int d = shape.normalize_axis(axis);
-      int a = in[0].dims[static_cast<std::size_t>(d)];
-      if (a == kNone) continue;
-      if (is_max) {
-        in[0].dims[static_cast<std::size_t>(d)] = kNone;
-      } else {
-        partial |= bit(a);
-        if (node.attrs.reduce == ReduceOp::mean) decision.rescale /= static_cast<double>(axis_size(a));
-      }
-      result.dims[static_cast<std::size_t>(d)] = kNone;
-    }
-    result.partial = partial;
-    decision.operands = in;
+    decision.operands = std::move(in);
     decision.results = {result};
     return decision;
   }
@@ -627,11 +415,11 @@ class Partitioner {
   // element offset (the product of the dimensions before it) in both shapes and
   // the new dimension divides by the axis: then every device's block is the
   // same run of elements.
-  Decision reshape(const Node& node) const {
-    auto [in, partial] = operand_shardings(node, {true}, false);
+  Decision reshape(const Node& node, Operands operands) const {
+    auto& in = operands.in;
     const Shape from = g_.shape(node.inputs[0]), to = g_.shape(node.outputs[0]);
     Sharding result = Sharding::replicated(to.rank());
-    result.partial = partial;
+    result.partial = operands.partial;
     for (int d = 0; d < from.rank(); ++d) {
       int a = in[0].dims[static_cast<std::size_t>(d)];
       if (a == kNone) continue;
@@ -652,30 +440,34 @@ class Partitioner {
     return Decision{in, {result}};
   }
 
-  // Layer norm needs whole rows; rows may be split along the first dimension
-  // (then mean and rstd, one per row, are split alike). Its gradient is linear
-  // in dy; dgamma and dbeta sum over rows, so split rows make partial sums.
-  Decision layer_norm(const Node& node) const {
-    const bool grad = node.kind == OpKind::layer_norm_grad;
-    auto [in, partial] = operand_shardings(node, grad ? std::vector<bool>{false, false, false, false, true} : std::vector<bool>{},
-                                           false);
-    Sharding x = in[0];
+  // A normalization of rows: operand 0 keeps only a split of its rows
+  // (dimension 0 of a matrix or more); values per row follow that split;
+  // values per feature are whole, and summed over split rows a partial sum.
+  // A block operand that is a partial sum over the rows' axis cannot be one
+  // (the axis splits its rows): it is reduce-scattered into the split instead.
+  Decision rows(const Node& node, const ShardingRule& rule, Operands operands) const {
+    using Part = ShardingRule::RowPart;
+    Sharding x = operands.in[0];
     const Shape xs = g_.shape(node.inputs[0]);
     for (int d = xs.rank() >= 2 ? 1 : 0; d < xs.rank(); ++d) x.dims[static_cast<std::size_t>(d)] = kNone;
-    int rows_axis = xs.rank() >= 2 ? x.dims[0] : kNone;
-    Sharding rows = Sharding::replicated(1);
-    rows.dims[0] = rows_axis;
-    Sharding features = Sharding::replicated(1);
-    if (!grad) return Decision{{x, features, features}, {x, rows, rows}};
-    // dy cannot be a partial sum over the axis that splits the rows: it is
-    // reduce-scattered into the row split instead.
-    const Mask dy_partial = partial & ~bit(rows_axis);
-    Sharding dy = x;
-    dy.partial = dy_partial;
-    Sharding dx = dy;
-    Sharding dparams = features;
-    dparams.partial = dy_partial | bit(rows_axis);
-    return Decision{{x, features, rows, rows, dy}, {dx, dparams, dparams}};
+    const int rows_axis = xs.rank() >= 2 ? x.dims[0] : kNone;
+    const Mask partial = operands.partial & ~bit(rows_axis);
+    auto sharding = [&](Part part, bool summed) {
+      if (part == Part::block) {
+        Sharding s = x;
+        s.partial = summed ? partial : 0;
+        return s;
+      }
+      Sharding s = Sharding::replicated(1);
+      if (part == Part::per_row) s.dims[0] = rows_axis;
+      if (summed) s.partial = partial | (part == Part::per_feature_sum ? bit(rows_axis) : 0);
+      return s;
+    };
+    Decision decision;
+    for (std::size_t i = 0; i < rule.operand_parts.size(); ++i)
+      decision.operands.push_back(sharding(rule.operand_parts[i], i < rule.linear.size() && rule.linear[i]));
+    for (Part part : rule.result_parts) decision.results.push_back(sharding(part, true));
+    return decision;
   }
 
   // ---- emission -------------------------------------------------------------
@@ -692,7 +484,7 @@ class Partitioner {
     }
   }
 
-  void emit(const Node& node, Decision decision) {
+  void emit(const Node& node, const ShardingRule& rule, Decision decision) {
     for (const auto& s : decision.operands) check_valid(node, s);
     for (const auto& s : decision.results) check_valid(node, s);
     std::vector<ValueId> inputs;
@@ -709,10 +501,12 @@ class Partitioner {
     // Attributes that state the result's shape state the local one.
     if (!node.outputs.empty() && attrs.shape == g_.shape(node.outputs[0]) && attrs.shape.rank() > 0)
       attrs.shape = types[0].first;
-    // Dropout over a block of rows: the executor offsets the mask by the block's start.
-    if (node.kind == OpKind::dropout && decision.results[0].rank() > 0) attrs.mesh_axes = bit(decision.results[0].dims[0]);
-    // Embedding from a block of the vocabulary: a masked lookup of those rows.
-    if (node.kind == OpKind::embedding) attrs.mesh_axes = bit(clean(decision.operands[0]).dims[0]);
+    // The run rule learns which axis splits a block it needs the offset of.
+    if (const auto& at = rule.block_axis) {
+      const Sharding& s = at->result ? decision.results[static_cast<std::size_t>(at->index)]
+                                     : clean(decision.operands[static_cast<std::size_t>(at->index)]);
+      attrs.mesh_axes = bit(s.dims[static_cast<std::size_t>(at->dim)]);
+    }
     NodeId n = p_.local.add_node(node.kind, inputs, attrs, types);
     for (std::size_t i = 0; i < node.outputs.size(); ++i) {
       ValueId out = p_.local.node(n).outputs[i];

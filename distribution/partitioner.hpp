@@ -3,11 +3,12 @@
 // every device of a mesh runs (SPMD), the GSPMD way.
 //
 // The caller gives inputs and variables their shardings (a layout map, the
-// batch split); the partitioner walks the nodes in order, asks each op's rule
-// which shardings of its operands it can compute on and what sharding its
-// results then have (a contracted dimension split on both sides gives a
-// partial sum, say), and inserts the collective that turns a value's sharding
-// into the one wanted (DESIGN.md's table):
+// batch split); the partitioner walks the nodes in order, reads each op's
+// sharding rule (engine/graph/sharding_rule.hpp, written with the op in
+// engine/graph/ops/) to decide which shardings of its operands it computes
+// on and what sharding its results then have (a contracted dimension split
+// on both sides gives a partial sum, say), and inserts the collective that
+// turns a value's sharding into the one wanted (DESIGN.md's table):
 //
 //   partial -> replicated: all_reduce      split -> replicated: all_gather
 //   partial -> split:      reduce_scatter  replicated -> split: shard_slice (local)

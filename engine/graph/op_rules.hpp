@@ -1,10 +1,10 @@
-// The rules of each graph op: how autodiff differentiates it and how an
-// executor runs it, one entry per OpKind. Each op's rules are written next to
-// its builder (the Graph method that checks its operands' shapes and dtypes),
-// in one file per family of ops under engine/graph/ops/; op_rules.cpp
-// gathers them. The op's name, arity and traits are in the op table
-// (backends/op_kinds.hpp), its sharding rule in distribution/partitioner.cpp,
-// its kernels in each backend.
+// The rules of each graph op: how autodiff differentiates it, how an
+// executor runs it and how it computes on split operands, one entry per
+// OpKind. Each op's rules are written next to its builder (the Graph method
+// that checks its operands' shapes and dtypes), in one file per family of ops
+// under engine/graph/ops/; op_rules.cpp gathers them. The op's name, arity
+// and traits are in the op table (backends/op_kinds.hpp), its kernels in each
+// backend.
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "engine/core/tensor.hpp"
 #include "engine/graph/graph.hpp"
+#include "engine/graph/sharding_rule.hpp"
 
 namespace tessera {
 
@@ -52,10 +53,12 @@ struct NodeRun {
 inline constexpr ValueId kNoGradient = -1;
 using GradRule = std::vector<ValueId> (*)(Graph& graph, const Node& node, const std::vector<ValueId>& output_grads);
 using RunRule = void (*)(NodeRun& run);
+using ShardRule = ShardingRule (*)(const Graph& graph, const Node& node);
 
 struct OpRules {
-  GradRule grad = nullptr;  // null: not differentiable (autodiff names the op)
+  GradRule grad = nullptr;    // null: not differentiable (autodiff names the op)
   RunRule run = nullptr;
+  ShardRule shard = nullptr;  // null: the partitioner places it itself (leaves, collectives) or refuses it
 };
 const OpRules& op_rules(OpKind kind);
 

@@ -49,20 +49,55 @@ void run_conv2d(NodeRun& r) {
   r.backend.conv2d_forward(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
 }
 
+// Sharding: the batch and the channels may split; H and W never do (that
+// would need a halo exchange). Each convolution is linear in both operands.
+constexpr DimRole kWhole{};
+constexpr DimRole batch{DimRole::result, 0}, channels_summed{DimRole::summed, 0};
+
+ShardingRule conv2d_sharding(const Graph&, const Node&) {  // (x[N,H,W,C], w[KH,KW,C,F]) -> y[N,OH,OW,F]
+  return contraction_rule({{batch, kWhole, kWhole, channels_summed}, {kWhole, kWhole, channels_summed, {DimRole::result, 3}}},
+                          1, {true, true});
+}
+
+ShardingRule conv2d_grad_input_sharding(const Graph&, const Node&) {  // (dy[N,OH,OW,F], w[KH,KW,C,F]) -> dx[N,H,W,C]
+  return contraction_rule({{batch, kWhole, kWhole, channels_summed}, {kWhole, kWhole, {DimRole::result, 3}, channels_summed}},
+                          1, {true, true});
+}
+
+ShardingRule conv2d_grad_weight_sharding(const Graph&, const Node&) {  // (x[N,H,W,C], dy[N,OH,OW,F]) -> dw[KH,KW,C,F]
+  const DimRole batch_summed{DimRole::summed, 0};
+  return contraction_rule({{batch_summed, kWhole, kWhole, {DimRole::result, 2}}, {batch_summed, kWhole, kWhole, {DimRole::result, 3}}},
+                          1, {true, true});
+}
+
+const std::vector<int> kSpatial{1, 2};  // H and W of NHWC
+
+ShardingRule pool2d_sharding(const Graph& g, const Node& node) {
+  return elementwise_rule(g, node, {node.attrs.pool.kind == PoolKind::avg}, false, kSpatial);
+}
+
+ShardingRule pool2d_grad_sharding(const Graph& g, const Node& node) {  // (x, dy) -> dx: linear in dy
+  return elementwise_rule(g, node, {false, true}, false, kSpatial);
+}
+
 }  // namespace
 
 void ops::add_conv_pool_rules(OpRuleTable& t) {
-  entry(t, OpKind::conv2d) = {conv2d_grads, run_conv2d};
-  entry(t, OpKind::conv2d_grad_input).run = [](NodeRun& r) {
-    r.backend.conv2d_backward_data(r.in(0), r.in(1), r.out(0), r.node.attrs.conv);
-  };
-  entry(t, OpKind::conv2d_grad_weight).run = [](NodeRun& r) {
-    r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv);
-  };
-  entry(t, OpKind::pool2d) = {pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }};
-  entry(t, OpKind::pool2d_grad).run = [](NodeRun& r) {
-    r.backend.pool2d_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.pool);
-  };
+  entry(t, OpKind::conv2d) = {conv2d_grads, run_conv2d, conv2d_sharding};
+  entry(t, OpKind::conv2d_grad_input) = {nullptr,
+                                         [](NodeRun& r) {
+                                           r.backend.conv2d_backward_data(r.in(0), r.in(1), r.out(0), r.node.attrs.conv);
+                                         },
+                                         conv2d_grad_input_sharding};
+  entry(t, OpKind::conv2d_grad_weight) = {
+      nullptr,
+      [](NodeRun& r) { r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv); },
+      conv2d_grad_weight_sharding};
+  entry(t, OpKind::pool2d) = {
+      pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }, pool2d_sharding};
+  entry(t, OpKind::pool2d_grad) = {
+      nullptr, [](NodeRun& r) { r.backend.pool2d_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.pool); },
+      pool2d_grad_sharding};
 }
 
 }  // namespace tessera

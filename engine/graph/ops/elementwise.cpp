@@ -101,25 +101,57 @@ void run_dropout(NodeRun& r) {
   r.backend.dropout(r.in(0), r.out(0), static_cast<float>(at.scalar), at.seed, offset);
 }
 
+ShardingRule binary_sharding(const Graph& g, const Node& node) {
+  switch (node.attrs.binary) {
+    case BinaryOp::add:
+    case BinaryOp::sub:
+      return elementwise_rule(g, node, {}, /*additive=*/true);
+    case BinaryOp::mul:
+      return elementwise_rule(g, node, {true, true});
+    case BinaryOp::div:
+      return elementwise_rule(g, node, {true, false});
+    default:
+      return elementwise_rule(g, node, {});
+  }
+}
+
+// The mask is drawn by global element index: a block of rows (dimension 0)
+// knows its offset (the run rule adds it), other splits are gathered.
+ShardingRule dropout_sharding(const Graph& g, const Node& node) {
+  ShardingRule rule = elementwise_rule(g, node, {true});
+  auto& x = rule.roles[0];
+  if (x.empty()) return rule;
+  std::fill(x.begin() + 1, x.end(), DimRole{});
+  rule.block_axis = DimRef{.result = true, .index = 0, .dim = 0};
+  return rule;
+}
+
 }  // namespace
 
 void ops::add_elementwise_rules(OpRuleTable& t) {
-  entry(t, OpKind::unary) = {unary_grads, [](NodeRun& r) { r.backend.unary(r.node.attrs.unary, r.in(0), r.out(0)); }};
-  entry(t, OpKind::unary_grad).run = [](NodeRun& r) {
-    r.backend.unary_backward(r.node.attrs.unary, r.in(0), r.in(1), r.out(0));
-  };
-  entry(t, OpKind::binary) = {binary_grads,
-                              [](NodeRun& r) { r.backend.binary(r.node.attrs.binary, r.in(0), r.in(1), r.out(0)); }};
+  entry(t, OpKind::unary) = {unary_grads, [](NodeRun& r) { r.backend.unary(r.node.attrs.unary, r.in(0), r.out(0)); },
+                             [](const Graph& g, const Node& n) { return elementwise_rule(g, n, {n.attrs.unary == UnaryOp::neg}); }};
+  entry(t, OpKind::unary_grad) = {
+      nullptr, [](NodeRun& r) { r.backend.unary_backward(r.node.attrs.unary, r.in(0), r.in(1), r.out(0)); },
+      [](const Graph& g, const Node& n) { return elementwise_rule(g, n, {false, true}); }};  // dy * f'(x): linear in dy
+  entry(t, OpKind::binary) = {
+      binary_grads, [](NodeRun& r) { r.backend.binary(r.node.attrs.binary, r.in(0), r.in(1), r.out(0)); }, binary_sharding};
   entry(t, OpKind::cast) = {
       [](Graph& g, const Node& n, const std::vector<ValueId>& dys) -> std::vector<ValueId> {
         return {g.cast(dys[0], g.dtype(n.inputs[0]))};
       },
-      [](NodeRun& r) { r.backend.cast(r.in(0), r.out(0)); }};
+      [](NodeRun& r) { r.backend.cast(r.in(0), r.out(0)); },
+      [](const Graph& g, const Node& n) {
+        // Linear only where exact (to a wider floating type): rounding each
+        // addend of a partial sum to bf16 is not rounding their sum.
+        const DType from = g.dtype(n.inputs[0]), to = n.attrs.dtype;
+        return elementwise_rule(g, n, {from == to || (is_floating(from) && is_floating(to) && dtype_size(to) > dtype_size(from))});
+      }};
   entry(t, OpKind::dropout) = {
       [](Graph& g, const Node& n, const std::vector<ValueId>& dys) -> std::vector<ValueId> {
         return {emit(g, OpKind::dropout, {dys[0]}, n.attrs, g.shape(dys[0]), g.dtype(dys[0]))};  // the same mask
       },
-      run_dropout};
+      run_dropout, dropout_sharding};
 }
 
 }  // namespace tessera

@@ -46,17 +46,51 @@ void run_embedding(NodeRun& r) {
                             rows * r.spmd().group_size(split));
 }
 
+// (table[V,D], ids[...]) -> [..., D]. A vocabulary split is a masked lookup
+// of each device's rows whose results add up: the vocabulary acts as a
+// summed dimension, and the run rule needs the axis splitting it.
+ShardingRule embedding_sharding(const Graph& g, const Node& node) {
+  const int ids_rank = g.shape(node.inputs[1]).rank();
+  std::vector<DimRole> ids;
+  for (int d = 0; d < ids_rank; ++d) ids.push_back({DimRole::result, d});
+  ShardingRule rule =
+      contraction_rule({{{DimRole::summed, 0}, {DimRole::result, ids_rank}}, std::move(ids)}, 1, {true, false});
+  // The ids' split (the batch) wins over the vocabulary's when they share an
+  // axis: gathering the table once costs less than all-reducing a batch of rows.
+  rule.results_first = true;
+  rule.block_axis = DimRef{.result = false, .index = 0, .dim = 0};
+  return rule;
+}
+
+// (ids[...], dy[..., D]) -> dtable[V, D]: a sum over the ids' dimensions.
+ShardingRule embedding_grad_sharding(const Graph& g, const Node& node) {
+  const int ids_rank = g.shape(node.inputs[0]).rank();
+  std::vector<DimRole> ids;
+  for (int d = 0; d < ids_rank; ++d) ids.push_back({DimRole::summed, d});
+  std::vector<DimRole> dy = ids;
+  dy.push_back({DimRole::result, 1});
+  return contraction_rule({std::move(ids), std::move(dy)}, ids_rank, {false, true});
+}
+
+ShardingRule one_hot_sharding(const Graph& g, const Node& node) {  // the classes' dimension is whole
+  std::vector<DimRole> ids;
+  for (int d = 0; d < g.shape(node.inputs[0]).rank(); ++d) ids.push_back({DimRole::result, d});
+  return contraction_rule({std::move(ids)}, 0, {});
+}
+
 }  // namespace
 
 void ops::add_embedding_rules(OpRuleTable& t) {
-  entry(t, OpKind::embedding) = {embedding_grads, run_embedding};
-  entry(t, OpKind::embedding_grad).run = [](NodeRun& r) {
-    r.backend.fill(r.out(0), 0.0);
-    r.backend.embedding_backward(r.in(0), r.in(1), r.out(0));
-  };
+  entry(t, OpKind::embedding) = {embedding_grads, run_embedding, embedding_sharding};
+  entry(t, OpKind::embedding_grad) = {nullptr,
+                                      [](NodeRun& r) {
+                                        r.backend.fill(r.out(0), 0.0);
+                                        r.backend.embedding_backward(r.in(0), r.in(1), r.out(0));
+                                      },
+                                      embedding_grad_sharding};
   entry(t, OpKind::one_hot) = {
       [](Graph&, const Node&, const std::vector<ValueId>&) -> std::vector<ValueId> { return {kNoGradient}; },  // ids
-      [](NodeRun& r) { r.backend.one_hot(r.in(0), r.out(0)); }};
+      [](NodeRun& r) { r.backend.one_hot(r.in(0), r.out(0)); }, one_hot_sharding};
 }
 
 }  // namespace tessera

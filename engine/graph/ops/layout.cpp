@@ -105,6 +105,13 @@ void run_concat(NodeRun& r) {
   r.backend.concat(inputs, r.out(0), r.node.attrs.axis);
 }
 
+ShardingRule transpose_sharding(const Graph&, const Node& node) {  // operand dimension axes[i] is result dimension i
+  std::vector<DimRole> x(node.attrs.axes.size());
+  for (std::size_t i = 0; i < node.attrs.axes.size(); ++i)
+    x[static_cast<std::size_t>(node.attrs.axes[i])] = {DimRole::result, static_cast<int>(i)};
+  return contraction_rule({std::move(x)}, 0, {true});
+}
+
 }  // namespace
 
 void ops::add_layout_rules(OpRuleTable& t) {
@@ -113,13 +120,24 @@ void ops::add_layout_rules(OpRuleTable& t) {
         return {g.reshape(dys[0], g.shape(n.inputs[0]))};
       },
       // A view of the input's storage: nothing moves.
-      [](NodeRun& r) { r.set_out(0, r.in(0).reshape(r.node.attrs.shape)); }};
-  entry(t, OpKind::transpose) = {transpose_grads,
-                                 [](NodeRun& r) { r.backend.transpose(r.in(0), r.out(0), r.node.attrs.axes); }};
-  entry(t, OpKind::concat) = {concat_grads, run_concat};
-  entry(t, OpKind::slice) = {slice_grads, [](NodeRun& r) {
-                               r.backend.slice(r.in(0), r.out(0), r.node.attrs.axis, static_cast<std::int64_t>(r.node.attrs.scalar));
-                             }};
+      [](NodeRun& r) { r.set_out(0, r.in(0).reshape(r.node.attrs.shape)); },
+      [](const Graph&, const Node&) {
+        ShardingRule rule;
+        rule.form = ShardingRule::Form::reshape;
+        rule.linear = {true};
+        return rule;
+      }};
+  entry(t, OpKind::transpose) = {
+      transpose_grads, [](NodeRun& r) { r.backend.transpose(r.in(0), r.out(0), r.node.attrs.axes); }, transpose_sharding};
+  entry(t, OpKind::concat) = {concat_grads, run_concat, [](const Graph& g, const Node& n) {
+                                return elementwise_rule(g, n, {}, /*additive=*/true, {n.attrs.axis});
+                              }};
+  entry(t, OpKind::slice) = {
+      slice_grads,
+      [](NodeRun& r) {
+        r.backend.slice(r.in(0), r.out(0), r.node.attrs.axis, static_cast<std::int64_t>(r.node.attrs.scalar));
+      },
+      [](const Graph& g, const Node& n) { return elementwise_rule(g, n, {true}, false, {n.attrs.axis}); }};
 }
 
 }  // namespace tessera

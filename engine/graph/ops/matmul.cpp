@@ -53,8 +53,38 @@ void run_matmul(NodeRun& r) {
   r.backend.matmul(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
 }
 
+// Batch axes of equal size are the result's, a broadcast one is whole; the
+// rows of op(a) and the columns of op(b) are the result's last two, and the
+// inner pair is summed.
+ShardingRule matmul_sharding(const Graph& g, const Node& node) {
+  const Shape out = g.shape(node.outputs[0]);
+  const MatmulArgs& args = node.attrs.matmul;
+  const int r = out.rank();
+  auto roles = [&](const Shape& s, bool transposed, bool is_b) {
+    std::vector<DimRole> roles(static_cast<std::size_t>(s.rank()));
+    const int shift = r - s.rank();
+    for (int d = 0; d < s.rank() - 2; ++d)
+      if (s[d] == out[d + shift]) roles[static_cast<std::size_t>(d)] = {DimRole::result, d + shift};
+    DimRole row = is_b ? DimRole{DimRole::summed, 0} : DimRole{DimRole::result, r - 2};
+    DimRole col = is_b ? DimRole{DimRole::result, r - 1} : DimRole{DimRole::summed, 0};
+    if (transposed) std::swap(row, col);
+    roles[static_cast<std::size_t>(s.rank() - 2)] = row;
+    roles[static_cast<std::size_t>(s.rank() - 1)] = col;
+    return roles;
+  };
+  std::vector<std::vector<DimRole>> operands{roles(g.shape(node.inputs[0]), args.transpose_a, false),
+                                             roles(g.shape(node.inputs[1]), args.transpose_b, true)};
+  if (args.activation == Activation::none) return contraction_rule(std::move(operands), 1, {true, true});
+  // act(sum of partial products) is not the sum of act(partial products):
+  // a fused activation needs whole contractions and whole operands.
+  for (auto& operand : operands)
+    for (auto& role : operand)
+      if (role.kind == DimRole::summed) role = {};
+  return contraction_rule(std::move(operands), 1, {});
+}
+
 }  // namespace
 
-void ops::add_matmul_rules(OpRuleTable& t) { entry(t, OpKind::matmul) = {matmul_grads, run_matmul}; }
+void ops::add_matmul_rules(OpRuleTable& t) { entry(t, OpKind::matmul) = {matmul_grads, run_matmul, matmul_sharding}; }
 
 }  // namespace tessera

@@ -44,6 +44,54 @@ std::vector<ValueId> layer_norm_grads(Graph& g, const Node& n, const std::vector
   return g.node(grad).outputs;
 }
 
+// Softmax (and its gradient) over a split dimension need not gather it: the
+// max and the sum over that dimension are reduced across the split instead
+// (Megatron's vocabulary-parallel cross-entropy: the logits of a
+// column-parallel head are never gathered).
+ValueId softmax_over_split(Graph& l, const Node& node, const std::vector<ValueId>& inputs, const AcrossSplit& across) {
+  const int axis = node.attrs.axis;
+  auto over_axis = [&](ReduceOp op, ValueId v) { return l.reduce(op, v, {axis}, /*keepdims=*/true); };
+  const ValueId x = inputs[0];
+  if (node.kind == OpKind::softmax) {
+    const ValueId shifted = l.sub(x, across(over_axis(ReduceOp::max, x), ReduceOp::max));
+    const ValueId e = l.unary(UnaryOp::exp, shifted);
+    const ValueId sum = across(over_axis(ReduceOp::sum, e), ReduceOp::sum);
+    return node.attrs.log ? l.sub(shifted, l.unary(UnaryOp::log, sum)) : l.div(e, sum);
+  }
+  const ValueId dy = inputs[1];  // (y, dy): the gradient needs one sum over the split dimension
+  if (node.attrs.log)            // dx = dy - exp(y) * sum(dy)
+    return l.sub(dy, l.mul(l.unary(UnaryOp::exp, x), across(over_axis(ReduceOp::sum, dy), ReduceOp::sum)));
+  return l.mul(x, l.sub(dy, across(over_axis(ReduceOp::sum, l.mul(dy, x)), ReduceOp::sum)));  // dx = y * (dy - sum(dy * y))
+}
+
+// Elsewhere the axis is whole; softmax_grad is linear in dy.
+ShardingRule softmax_sharding(const Graph& g, const Node& node) {
+  ShardingRule rule = elementwise_rule(g, node, node.kind == OpKind::softmax_grad ? std::vector<bool>{false, true}
+                                                                                  : std::vector<bool>{},
+                                       false, {node.attrs.axis});
+  rule.split_expansion = softmax_over_split;
+  rule.split_axis = node.attrs.axis;
+  return rule;
+}
+
+// Rows may be split along the first dimension (mean and rstd, one per row,
+// are split alike). The gradient is linear in dy; dgamma and dbeta sum over
+// rows, so split rows make partial sums.
+ShardingRule layer_norm_sharding(const Graph&, const Node& node) {
+  using Part = ShardingRule::RowPart;
+  ShardingRule rule;
+  rule.form = ShardingRule::Form::rows;
+  if (node.kind == OpKind::layer_norm) {  // (x, gamma, beta) -> (y, mean, rstd)
+    rule.operand_parts = {Part::block, Part::per_feature, Part::per_feature};
+    rule.result_parts = {Part::block, Part::per_row, Part::per_row};
+  } else {  // (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)
+    rule.linear = {false, false, false, false, true};
+    rule.operand_parts = {Part::block, Part::per_feature, Part::per_row, Part::per_row, Part::block};
+    rule.result_parts = {Part::block, Part::per_feature_sum, Part::per_feature_sum};
+  }
+  return rule;
+}
+
 }  // namespace
 
 void ops::add_normalization_rules(OpRuleTable& t) {
@@ -51,17 +99,23 @@ void ops::add_normalization_rules(OpRuleTable& t) {
       [](Graph& g, const Node& n, const std::vector<ValueId>& dys) -> std::vector<ValueId> {
         return {emit(g, OpKind::softmax_grad, {n.outputs[0], dys[0]}, n.attrs, g.shape(dys[0]), g.dtype(dys[0]))};
       },
-      [](NodeRun& r) { r.backend.softmax(r.in(0), r.out(0), r.node.attrs.axis, r.node.attrs.log); }};
-  entry(t, OpKind::softmax_grad).run = [](NodeRun& r) {
-    r.backend.softmax_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.axis, r.node.attrs.log);
-  };
-  entry(t, OpKind::layer_norm) = {layer_norm_grads, [](NodeRun& r) {
+      [](NodeRun& r) { r.backend.softmax(r.in(0), r.out(0), r.node.attrs.axis, r.node.attrs.log); }, softmax_sharding};
+  entry(t, OpKind::softmax_grad) = {
+      nullptr,
+      [](NodeRun& r) { r.backend.softmax_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.axis, r.node.attrs.log); },
+      softmax_sharding};
+  entry(t, OpKind::layer_norm) = {layer_norm_grads,
+                                  [](NodeRun& r) {
                                     r.backend.layer_norm(r.in(0), r.in(1), r.in(2), r.out(0), r.out(1), r.out(2),
                                                          r.node.attrs.epsilon);
-                                  }};
-  entry(t, OpKind::layer_norm_grad).run = [](NodeRun& r) {
-    r.backend.layer_norm_backward(r.in(0), r.in(1), r.in(2), r.in(3), r.in(4), r.out(0), r.out(1), r.out(2));
-  };
+                                  },
+                                  layer_norm_sharding};
+  entry(t, OpKind::layer_norm_grad) = {
+      nullptr,
+      [](NodeRun& r) {
+        r.backend.layer_norm_backward(r.in(0), r.in(1), r.in(2), r.in(3), r.in(4), r.out(0), r.out(1), r.out(2));
+      },
+      layer_norm_sharding};
 }
 
 }  // namespace tessera

@@ -50,15 +50,34 @@ std::vector<ValueId> reduce_grads(Graph& g, const Node& n, const std::vector<Val
   return {dx};
 }
 
+// Sum and mean over split dimensions give partial sums (a mean rescaled by
+// the split); max needs whole dimensions. The result keeps the rank.
+ShardingRule reduce_sharding(const Graph& g, const Node& node) {
+  const Shape xs = g.shape(node.inputs[0]);
+  const bool is_max = node.attrs.reduce == ReduceOp::max;
+  std::vector<DimRole> x(static_cast<std::size_t>(xs.rank()));
+  for (int d = 0; d < xs.rank(); ++d) x[static_cast<std::size_t>(d)] = {DimRole::result, d};
+  int summed = 0;
+  for (int axis : node.attrs.axes) {
+    DimRole& role = x[static_cast<std::size_t>(xs.normalize_axis(axis))];
+    role = is_max ? DimRole{} : DimRole{DimRole::summed, summed++};
+  }
+  ShardingRule rule = contraction_rule({std::move(x)}, summed, {!is_max});
+  rule.mean = node.attrs.reduce == ReduceOp::mean;
+  return rule;
+}
+
 }  // namespace
 
 void ops::add_reduce_rules(OpRuleTable& t) {
-  entry(t, OpKind::reduce) = {reduce_grads, [](NodeRun& r) { r.backend.reduce(r.node.attrs.reduce, r.in(0), r.out(0)); }};
+  entry(t, OpKind::reduce) = {
+      reduce_grads, [](NodeRun& r) { r.backend.reduce(r.node.attrs.reduce, r.in(0), r.out(0)); }, reduce_sharding};
   entry(t, OpKind::broadcast_to) = {
       [](Graph& g, const Node& n, const std::vector<ValueId>& dys) -> std::vector<ValueId> {
         return {unbroadcast(g, dys[0], g.shape(n.inputs[0]))};
       },
-      [](NodeRun& r) { r.backend.broadcast_to(r.in(0), r.out(0)); }};
+      [](NodeRun& r) { r.backend.broadcast_to(r.in(0), r.out(0)); },
+      [](const Graph& g, const Node& n) { return elementwise_rule(g, n, {true}); }};
 }
 
 }  // namespace tessera

@@ -34,21 +34,27 @@ NodeId Graph::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, con
   return add_node(OpKind::adam_update, {param, grad, m, v}, attrs, {});
 }
 
+// Sharding: everything as the updated variable is split, summed; an
+// optimizer's state (from operand 2: velocity, moments) may be held by rows (ZeRO).
 void ops::add_update_rules(OpRuleTable& t) {
-  entry(t, OpKind::sgd_update).run = [](NodeRun& r) {
-    SgdArgs args = r.node.attrs.sgd;
-    if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
-    r.backend.sgd_update(r.in(0), r.in(1), r.in(2), args);
-  };
-  entry(t, OpKind::adam_update).run = [](NodeRun& r) {
-    AdamArgs args = r.node.attrs.adam;
-    args.step = r.update_step > 0 ? r.update_step : args.step + r.runs;  // advances every run
-    if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
-    r.backend.adam_update(r.in(0), r.in(1), r.in(2), r.in(3), args);
-  };
-  entry(t, OpKind::moving_average).run = [](NodeRun& r) {
-    r.backend.moving_average(r.in(0), r.in(1), static_cast<float>(r.node.attrs.scalar));
-  };
+  entry(t, OpKind::sgd_update) = {nullptr,
+                                  [](NodeRun& r) {
+                                    SgdArgs args = r.node.attrs.sgd;
+                                    if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
+                                    r.backend.sgd_update(r.in(0), r.in(1), r.in(2), args);
+                                  },
+                                  [](const Graph&, const Node&) { return follow_first_rule(2); }};
+  entry(t, OpKind::adam_update) = {nullptr,
+                                   [](NodeRun& r) {
+                                     AdamArgs args = r.node.attrs.adam;
+                                     args.step = r.update_step > 0 ? r.update_step : args.step + r.runs;  // advances every run
+                                     if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
+                                     r.backend.adam_update(r.in(0), r.in(1), r.in(2), r.in(3), args);
+                                   },
+                                   [](const Graph&, const Node&) { return follow_first_rule(2); }};
+  entry(t, OpKind::moving_average) = {
+      nullptr, [](NodeRun& r) { r.backend.moving_average(r.in(0), r.in(1), static_cast<float>(r.node.attrs.scalar)); },
+      [](const Graph&, const Node&) { return follow_first_rule(); }};
 }
 
 }  // namespace tessera
