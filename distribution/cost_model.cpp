@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
+#include "engine/graph/op_rules.hpp"
 
 namespace tessera {
 namespace {
@@ -28,27 +29,10 @@ double bytes_of(const Graph& g, ValueId v) {
   return static_cast<double>(g.shape(v).numel()) * static_cast<double>(dtype_size(g.dtype(v)));
 }
 
-// KH * KW * C of a kernel [KH, KW, C, F].
-std::int64_t kernel_window(const Shape& w) { return w[0] * w[1] * w[2]; }
-
-// FLOPs of the matmul-like ops; 0 for the memory-bound rest.
+// FLOPs of the matmul-like ops (their op rules count them); 0 for the memory-bound rest.
 std::int64_t flops_of(const Graph& g, const Node& node) {
-  switch (node.kind) {
-    case OpKind::matmul: {
-      const Shape a = g.shape(node.inputs[0]), out = g.shape(node.outputs[0]);
-      std::int64_t k = node.attrs.matmul.transpose_a ? a[a.rank() - 2] : a[a.rank() - 1];
-      return 2 * out.numel() * k;
-    }
-    // 2 * KH*KW*C per element of the F-channel tensor (y, or dy in the gradients).
-    case OpKind::conv2d:
-      return 2 * g.shape(node.outputs[0]).numel() * kernel_window(g.shape(node.inputs[1]));
-    case OpKind::conv2d_grad_input:  // (dy, w) -> dx
-      return 2 * g.shape(node.inputs[0]).numel() * kernel_window(g.shape(node.inputs[1]));
-    case OpKind::conv2d_grad_weight:  // (x, dy) -> dw
-      return 2 * g.shape(node.inputs[1]).numel() * kernel_window(g.shape(node.outputs[0]));
-    default:
-      return 0;
-  }
+  const FlopsRule flops = op_rules(node.kind).flops;
+  return flops != nullptr ? flops(g, node) : 0;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The rules of each graph op: how autodiff differentiates it, how an
-// executor runs it and how it computes on split operands, one entry per
-// OpKind. Each op's rules are written next to its builder (the Graph method
+// executor runs it, how it computes on split operands and how many FLOPs it
+// costs, one entry per OpKind. Each op's rules are written next to its builder (the Graph method
 // that checks its operands' shapes and dtypes), in one file per family of ops
 // under engine/graph/ops/; op_rules.cpp gathers them. The op's name, arity
 // and traits are in the op table (backends/op_kinds.hpp), its kernels in each
@@ -54,11 +54,13 @@ inline constexpr ValueId kNoGradient = -1;
 using GradRule = std::vector<ValueId> (*)(Graph& graph, const Node& node, const std::vector<ValueId>& output_grads);
 using RunRule = void (*)(NodeRun& run);
 using ShardRule = ShardingRule (*)(const Graph& graph, const Node& node);
+using FlopsRule = std::int64_t (*)(const Graph& graph, const Node& node);
 
 struct OpRules {
   GradRule grad = nullptr;    // null: not differentiable (autodiff names the op)
   RunRule run = nullptr;
   ShardRule shard = nullptr;  // null: the partitioner places it itself (leaves, collectives) or refuses it
+  FlopsRule flops = nullptr;  // the FLOPs a cost model counts; null: a memory-bound op (none counted)
 };
 const OpRules& op_rules(OpKind kind);
 

@@ -84,6 +84,36 @@ TEST_CASE("predicted collective bytes equal measured bytes: MLP, CNN and GPT") {
   set_cpu_device_count(1);
 }
 
+TEST_CASE("the FLOPs the op rules count are the reference models' training FLOPs") {
+  // shared/REFERENCE_MODELS.md's matmul FLOPs of a training step (forward
+  // and backward, no gradient for the inputs), which bench_models divides by
+  // its step times: counted here from the graph itself, split over two devices.
+  set_cpu_device_count(2, 1);
+  struct Case {
+    std::string file;
+    Tensor inputs, targets;
+    double gflop;
+  };
+  const std::vector<Case> cases = {
+      {"mlp.yaml", test::random_tensor({128, 784}, 1), labels({128}, 10), 1.2242},
+      {"cnn.yaml", test::random_tensor({64, 28, 28, 1}, 2), labels({64}, 10), 4.5802},
+      {"gpt.yaml", labels({8, 128}, 256), labels({8, 128}, 256), 21.34},
+  };
+  for (const auto& c : cases) {
+    INFO(c.file);
+    Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + c.file)["model"]);
+    TrainingSpec spec = parse_training(ConfigNode::parse(
+        "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: " +
+        std::to_string(c.inputs.shape()[0]) + "}")["training"]);
+    VariableStore store;
+    DataParallel distribution(DeviceMesh({2}, {"batch"}, cpu_devices(2)));
+    Trainer trainer(model, spec, store, distribution);
+    const StepCost cost = predict_step(*trainer.sharded_program(c.inputs.shape()[0]), Calibration{100, 10, 10, 1, 2}, 1);
+    CHECK(2.0 * static_cast<double>(cost.flops) / 1e9 == doctest::Approx(c.gflop).epsilon(5e-4));
+  }
+  set_cpu_device_count(1);
+}
+
 TEST_CASE("the probe measures positive speeds") {
   Calibration c = measure_calibration();
   CHECK(c.matmul_gflops_per_thread > 0);

@@ -80,19 +80,32 @@ ShardingRule pool2d_grad_sharding(const Graph& g, const Node& node) {  // (x, dy
   return elementwise_rule(g, node, {false, true}, false, kSpatial);
 }
 
+// FLOPs: 2 * KH*KW*C per element of the F-channel tensor (y, or dy in the
+// gradients), where KH*KW*C is a kernel's [KH, KW, C, F] window.
+std::int64_t kernel_window(const Shape& w) { return w[0] * w[1] * w[2]; }
+std::int64_t conv2d_flops(const Graph& g, const Node& node) {  // (x, w) -> y
+  return 2 * g.shape(node.outputs[0]).numel() * kernel_window(g.shape(node.inputs[1]));
+}
+std::int64_t conv2d_grad_input_flops(const Graph& g, const Node& node) {  // (dy, w) -> dx
+  return 2 * g.shape(node.inputs[0]).numel() * kernel_window(g.shape(node.inputs[1]));
+}
+std::int64_t conv2d_grad_weight_flops(const Graph& g, const Node& node) {  // (x, dy) -> dw
+  return 2 * g.shape(node.inputs[1]).numel() * kernel_window(g.shape(node.outputs[0]));
+}
+
 }  // namespace
 
 void ops::add_conv_pool_rules(OpRuleTable& t) {
-  entry(t, OpKind::conv2d) = {conv2d_grads, run_conv2d, conv2d_sharding};
+  entry(t, OpKind::conv2d) = {conv2d_grads, run_conv2d, conv2d_sharding, conv2d_flops};
   entry(t, OpKind::conv2d_grad_input) = {nullptr,
                                          [](NodeRun& r) {
                                            r.backend.conv2d_backward_data(r.in(0), r.in(1), r.out(0), r.node.attrs.conv);
                                          },
-                                         conv2d_grad_input_sharding};
+                                         conv2d_grad_input_sharding, conv2d_grad_input_flops};
   entry(t, OpKind::conv2d_grad_weight) = {
       nullptr,
       [](NodeRun& r) { r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv); },
-      conv2d_grad_weight_sharding};
+      conv2d_grad_weight_sharding, conv2d_grad_weight_flops};
   entry(t, OpKind::pool2d) = {
       pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }, pool2d_sharding};
   entry(t, OpKind::pool2d_grad) = {

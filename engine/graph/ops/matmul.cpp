@@ -83,8 +83,16 @@ ShardingRule matmul_sharding(const Graph& g, const Node& node) {
   return contraction_rule(std::move(operands), 1, {});
 }
 
+std::int64_t matmul_flops(const Graph& g, const Node& node) {
+  const Shape a = g.shape(node.inputs[0]), out = g.shape(node.outputs[0]);
+  const std::int64_t k = node.attrs.matmul.transpose_a ? a[a.rank() - 2] : a[a.rank() - 1];
+  return 2 * out.numel() * k;
+}
+
 }  // namespace
 
-void ops::add_matmul_rules(OpRuleTable& t) { entry(t, OpKind::matmul) = {matmul_grads, run_matmul, matmul_sharding}; }
+void ops::add_matmul_rules(OpRuleTable& t) {
+  entry(t, OpKind::matmul) = {matmul_grads, run_matmul, matmul_sharding, matmul_flops};
+}
 
 }  // namespace tessera
