@@ -1,5 +1,7 @@
 #include "distribution/sharding.hpp"
 
+#include <algorithm>
+
 #include "engine/core/error.hpp"
 
 namespace tessera {
@@ -86,6 +88,20 @@ std::string axes_label(std::uint32_t mask, const DeviceMesh& mesh) {
   for (int a = 0; a < mesh.rank(); ++a)
     if (mask & (1u << a)) label += (label.empty() ? "" : ",") + mesh.axis_names()[static_cast<std::size_t>(a)];
   return label;
+}
+
+std::pair<std::int64_t, std::int64_t> Sharding::rows_held(const Shape& global, const DeviceMesh& mesh,
+                                                          const std::vector<int>& ranks) const {
+  const std::int64_t rows = global.rank() > 0 ? global[0] : 1;
+  if (!splits_rows_only()) return {0, rows};
+  const std::int64_t block = local_shape(global, mesh)[0];
+  std::int64_t begin = rows, end = 0;
+  for (int rank : ranks) {
+    const std::int64_t start = block_start(global, mesh, rank)[0];
+    begin = std::min(begin, start);
+    end = std::max(end, start + block);
+  }
+  return {begin, end};
 }
 
 }  // namespace tessera

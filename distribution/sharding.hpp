@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distribution/device_mesh.hpp"
@@ -45,6 +46,11 @@ struct Sharding {
   bool is_first_copy(const DeviceMesh& mesh, std::int64_t rank) const;
   // Where `rank`'s block starts along each dimension.
   std::vector<std::int64_t> block_start(const Shape& global, const DeviceMesh& mesh, std::int64_t rank) const;
+  // The rows [begin, end) of a value of shape `global` that the blocks of
+  // `ranks` cover (a process's devices): all of them unless the first
+  // dimension alone is split.
+  std::pair<std::int64_t, std::int64_t> rows_held(const Shape& global, const DeviceMesh& mesh,
+                                                  const std::vector<int>& ranks) const;
 
   std::string str(const DeviceMesh& mesh) const;  // "[batch, None] partial(model)"
   bool operator==(const Sharding&) const = default;

@@ -213,18 +213,7 @@ void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
 }
 
 std::pair<std::int64_t, std::int64_t> SpmdProgram::local_rows(ValueId leaf) const {
-  const Sharding& s = sharding(leaf);
-  const Shape& shape = global_.shape(leaf);
-  const std::int64_t rows = shape.rank() > 0 ? shape[0] : 1;
-  if (!s.splits_rows_only()) return {0, rows};
-  const std::int64_t block = s.local_shape(shape, mesh())[0];
-  std::int64_t begin = rows, end = 0;
-  for (int rank : runtime_.local_ranks()) {
-    const std::int64_t start = s.block_start(shape, mesh(), rank)[0];
-    begin = std::min(begin, start);
-    end = std::max(end, start + block);
-  }
-  return {begin, end};
+  return sharding(leaf).rows_held(global_.shape(leaf), mesh(), runtime_.local_ranks());
 }
 
 void SpmdProgram::bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) {

@@ -85,15 +85,7 @@ class MeshHost final : public StepHost {
   std::pair<std::int64_t, std::int64_t> process_rows(std::int64_t size) const {
     if (!splits(size)) return {0, size};
     const DeviceMesh& mesh = distribution_.mesh();
-    const auto axis = static_cast<std::size_t>(mesh.axis_index(distribution_.batch_dim_name()));
-    const std::int64_t block = size / mesh.shape()[axis];
-    std::int64_t begin = size, end = 0;
-    for (int rank : runtime_.local_ranks()) {
-      const std::int64_t at = mesh.coordinates(rank)[axis] * block;
-      begin = std::min(begin, at);
-      end = std::max(end, at + block);
-    }
-    return {begin, end};
+    return Sharding::from_layout(distribution_.data_layout(1), mesh).rows_held(Shape{size}, mesh, runtime_.local_ranks());
   }
 
   VariableStore& store_;

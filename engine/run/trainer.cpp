@@ -312,13 +312,12 @@ Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::i
   p.runner->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
   p.runner->run();
   ++step_;
-  float loss = p.runner->output(p.loss).to_vector<float>()[0];
-  if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   Evaluation result;
-  accumulate(result, p, n);
+  accumulate(result, p, n);  // reads the loss and metrics once
   // accumulate() sums over samples; one batch reports its means.
   result.loss /= static_cast<double>(n);
   for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);
+  if (!std::isfinite(result.loss)) throw NonFiniteLoss(std::to_string(result.loss), step_);
   return result;
 }
 
