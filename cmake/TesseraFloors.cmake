@@ -12,6 +12,8 @@
 # private detail.hpp to itself and names every offending include at once.
 
 file(STRINGS ${PROJECT_SOURCE_DIR}/scripts/floors.txt _tessera_floor_lines REGEX "^[0-9]")
+# An edit of the list reconfigures (and restages) on the next build.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/scripts/floors.txt)
 set(_tessera_stage ${PROJECT_BINARY_DIR}/floors)
 file(REMOVE_RECURSE ${_tessera_stage})  # headers deleted since the last configure leave no link behind
 
@@ -67,6 +69,7 @@ foreach(name IN LISTS TESSERA_FLOORS)
   if(_tessera_below)
     target_link_libraries(tessera_${name} PUBLIC tessera_${_tessera_below})
   endif()
+  # -fno-math-errno: std::sqrt and friends may then vectorise (nothing reads errno).
   target_compile_options(tessera_${name} PRIVATE ${TESSERA_WARNINGS} $<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)
   # What tessera's consumers compile with (TESSERA_HAVE_CUDA, ...) and the
   # packages it links (their headers), as in one library.

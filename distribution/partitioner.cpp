@@ -105,7 +105,7 @@ class Partitioner {
   void follow_parameters(std::map<ValueId, Sharding>& leaves) {
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
-      if (op_info(node.kind).arity == 0) continue;
+      if (op_rules(node.kind).shard == nullptr) continue;  // leaves; an op without a rule fails where it is emitted
       const int first_state = rule_of(g_, node).optimizer_state_from;
       if (first_state < 0) continue;
       auto param = leaves.find(node.inputs[0]);

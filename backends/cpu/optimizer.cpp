@@ -22,11 +22,12 @@ namespace tessera {
 namespace {
 
 // Calls body(begin, end) on one contiguous block of [0, n) per thread of the
-// team: 64-byte aligned blocks, so no two threads share a cache line. Below
-// `serial_below` elements one call does it all (waking the team costs more).
+// team: blocks of whole 64-byte lines from an aligned start (the allocator's),
+// so no two threads share a line. Below `serial_below` elements, or inside a
+// parallel region already, one call does it all (waking a team costs more).
 template <typename Body>
 void for_blocks(std::int64_t n, Body&& body, std::int64_t serial_below = 65536) {
-  if (n < serial_below || omp_get_max_threads() == 1) return body(0, n);
+  if (n < serial_below || omp_get_max_threads() == 1 || omp_in_parallel()) return body(0, n);
 #pragma omp parallel
   {
     const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
