@@ -2,6 +2,31 @@
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# stage NAME: what the test does now, for the watchdog's report (and a timeline on stderr).
+stage() { echo "$*" > "$work/.stage"; echo "[${SECONDS} s] $*" >&2; }
+
+# watchdog LIMIT_S: a test that outlives LIMIT_S (set it below ctest's timeout,
+# which kills silently) prints the stage it was in and the stacks of every
+# thread of every process whose command line names $work, then kills them, so
+# that a hang shows where it hung. Stopped with the test (trap in the caller).
+watchdog() {
+  (
+    set +e  # a report that half fails must still end the processes
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$1" & nap=$!
+    wait "$nap"
+    echo "TIMEOUT: the test ran past $1 s in stage: $(cat "$work/.stage" 2>/dev/null)" >&2
+    for pid in $(pgrep -f -- "$work"); do
+      [ "$pid" = "$BASHPID" ] && continue
+      echo "--- process $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" >&2
+      command -v gdb > /dev/null &&
+        timeout 30 gdb -nx -batch -iex "set auto-load off" -p "$pid" -ex "thread apply all bt 25" 2>&1 | grep -E "^(Thread|#)" >&2
+    done
+    pkill -KILL -f -- "$work"
+  ) &
+  watchdog_pid=$!
+}
+
 expect_fail() {  # expect_fail CODE PATTERN -- command...
   local code=$1 pattern=$2; shift 3
   set +e; out=$("$@" 2>&1); rc=$?; set -e

@@ -11,9 +11,10 @@ src=$2
 shift 2
 mpirun=("$@" --oversubscribe --allow-run-as-root)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 cd "$work"  # a run without a checkpoint folder saves under ./runs: here, not in the build tree
 source "$(dirname "$0")/lib.sh"
+watchdog "${TESSERA_TEST_WATCHDOG_S:-240}"  # ctest's timeout is 300 s
+trap 'kill "$watchdog_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # 96 samples in batches of 32: three optimizer steps.
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
@@ -23,6 +24,7 @@ mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:BATCH*MODEL
   echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
 }
 
+stage "single-device references"
 # The single-device runs every sharded run must equal, for both step settings.
 for ref in "single 32 96" "single24 24 72"; do
   set -- $ref
@@ -38,6 +40,7 @@ for run in "4x1 data_parallel 2" "4x1 data_parallel 4" "2x2 model_parallel 2" "2
            "1x4 model_parallel 2" "3x2 model_parallel 2"; do
   set -- $run
   name="$1-$2-np$3"
+  stage "train $name"
   steps=("${three_steps[@]}")
   [ "$1" = 3x2 ] && steps=(--set training.epochs=1 --set data.train.samples=72 --set training.batch_size=24)
   "$tessera" train "$work/run.yaml" "${steps[@]}" --set "$(mesh "$1" "$2")" \
@@ -65,6 +68,7 @@ PY
 done
 grep -q "MiB between procs" "$work/4x1-data_parallel-np2.out" || fail "no bytes between processes reported"
 
+stage "a sharded checkpoint on other meshes"
 # A checkpoint saved sharded on mesh 2x2 by 2 processes loads on 1x4 in one
 # process and on one device: the same weights, the same predictions (up to
 # the order of the row-parallel sum, 1e-5).
@@ -103,6 +107,7 @@ assert abs(float(one["loss"]) - float(mpi["loss"])) <= 1e-4, (one, mpi)  # print
 PY
 done
 
+stage "resume"
 # Resuming a sharded checkpoint in one process continues the run.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --set data.train.samples=96 --set "$(mesh 1x4 model_parallel)" \
   --resume "$ckpt" > "$work/resume.txt"
@@ -122,6 +127,7 @@ done
 same_losses "$work/resume-one.jsonl" "$work/resume-mpi.jsonl"
 same_tensors "$work/resume-one.safetensors" "$work/resume-mpi.safetensors" 2e-5
 
+stage "type auto"
 # type: auto under mpirun: process 0's choice of mesh and strategy stands for
 # the job (each process's own timings could choose differently), and the job
 # trains to one process's losses on whatever it chose.
@@ -131,6 +137,7 @@ grep -q "^Distribution: .*2 processes" "$work/auto.out" || fail "type auto under
 "$tessera" train "$work/run.yaml" "${three_steps[@]}" --log "$work/one_device.jsonl" > /dev/null
 same_losses "$work/one_device.jsonl" "$work/auto.mpi.jsonl"
 
+stage "bench --np"
 # tessera bench --np: the same configuration in one process and as a job of
 # two, the latter with the bytes that crossed between processes.
 "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout dp,zero --np 1,2 --steps 2 --warmup 1 --format csv > "$work/bench.csv"
@@ -143,6 +150,7 @@ assert all(float(r["inter_process_bytes"]) > 0 for r in rows if r["processes"] =
 assert all(float(r["inter_process_bytes"]) == 0 for r in rows if r["processes"] == "1"), rows
 PY
 
+stage "bad placements"
 # Bad placements.
 expect_fail 3 "distribution: the mesh has 4 devices, which 3 processes cannot share evenly" -- \
   "${mpirun[@]}" -np 3 "$tessera" train "$work/run.yaml" "${three_steps[@]}" --set "$(mesh 4x1 data_parallel)"
@@ -154,6 +162,7 @@ expect_fail 3 "2 processes were started, but the config has no distribution" -- 
 # names its rank; a stopped one (alive, silent) by the collective timeout.
 stop_rank_1() {  # stop_rank_1 SIGNAL NAME: starts a long job, sends SIGNAL to rank 1, waits for the job's end
   local signal=$1 name=$2 job victim="" start
+  stage "rank 1 gets SIG$signal"
   "${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set "$(mesh 4x1 data_parallel)" \
     --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
   job=$!
