@@ -398,6 +398,9 @@ int main(int argc, char** argv) {
     cmd->add_option("config", config, "The run config (YAML)")->required();
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
+  std::string device;
+  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd})
+    cmd->add_option("--device", device, "Run on this device: cpu or cuda:N (the config's device:; no distribution:)");
   inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
   std::string visualize;
   inspect_cmd->add_option("--visualize", visualize, "Draw which device holds which block of this variable (a path)");
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
                         "Continue from this checkpoint directory (training.checkpoint.dir of an earlier run)");
   train_cmd->add_flag("--profile", profile, "Print the time spent in each op after training");
   CLI11_PARSE(app, argc, argv);
+  if (!device.empty()) overrides.push_back("device=" + device);  // checked as the config's own key
 
   // Under mpirun every process runs this program; process 0 alone prints
   // (its progress, tables and logs stand for the job) and every process

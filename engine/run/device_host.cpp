@@ -1,6 +1,13 @@
-// The StepHost of one device: an Executor per step over the store's tensors,
-// which it updates in place.
+// The StepHost of one device: an Executor per step. On a device that shares
+// the host's memory (a CPU) the executors read and update the store's own
+// tensors. On one that does not (a GPU) the variables live on the device
+// between steps, each runner is staged (batches copied in, outputs copied
+// out), and the store is written back on sync_store() and before each save.
+#include <map>
+
+#include "backends/registry.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/run/staged_runner.hpp"
 #include "engine/run/step_host.hpp"
 
 namespace tessera {
@@ -8,32 +15,65 @@ namespace {
 
 class DeviceHost final : public StepHost {
  public:
-  DeviceHost(VariableStore& store, Device device) : store_(store), device_(device) {}
+  DeviceHost(VariableStore& store, Device device, Residency residency)
+      : store_(store), device_(device), on_device_(residency == Residency::device || !shares_memory(Device::cpu(), device)) {}
 
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
     auto executor = std::make_unique<Executor>(step.graph, step.outputs, device_);
-    for (const auto& [path, id] : step.variables) executor->bind(id, store_.find(path)->value);
-    return executor;
+    for (const auto& [path, id] : step.variables) executor->bind(id, variable(path));
+    if (!on_device_) return executor;
+    return std::make_unique<StagedRunner>(std::move(executor), device_);
   }
   RowWindow row_window() const override { return {}; }
 
-  TrainingState load(const std::filesystem::path& dir) override { return load_checkpoint(dir, store_); }
-  void store_changed() override {}  // the executors read the store's own tensors
+  TrainingState load(const std::filesystem::path& dir) override {
+    TrainingState state = load_checkpoint(dir, store_);
+    upload();
+    return state;
+  }
+  void store_changed() override { upload(); }
   void save(const std::filesystem::path& dir, const TrainingState& state, const std::string& config) override {
+    sync_store();
     save_checkpoint(dir, store_, state, config);
   }
-  void sync_store() override {}
+  void sync_store() override {
+    if (resident_.empty()) return;
+    Backend& backend = backend_for(device_);
+    for (const auto& [path, tensor] : resident_) backend.copy(tensor, store_.find(path)->value);
+    backend.synchronize();  // the store is read next
+  }
   Communicator* communicator() override { return nullptr; }
 
  private:
+  // The tensor the runners bind for the store's variable `path`: the store's
+  // own, or its device copy (made on first use: optimizer state joins the store
+  // when a training step is first traced).
+  const Tensor& variable(const std::string& path) {
+    const Tensor& stored = store_.find(path)->value;
+    if (!on_device_) return stored;
+    auto [it, added] = resident_.try_emplace(path);
+    if (added) {
+      it->second = Tensor::empty(stored.shape(), stored.dtype(), device_);
+      backend_for(device_).copy(stored, it->second);
+    }
+    return it->second;
+  }
+  // The store has new values (a checkpoint): the device copies take them.
+  void upload() {
+    Backend& backend = backend_for(device_);
+    for (auto& [path, tensor] : resident_) backend.copy(store_.find(path)->value, tensor);
+  }
+
   VariableStore& store_;
   Device device_;
+  bool on_device_;
+  std::map<std::string, Tensor> resident_;  // by variable path; empty when the executors use the store's tensors
 };
 
 }  // namespace
 
-std::unique_ptr<StepHost> device_host(VariableStore& store, Device device) {
-  return std::make_unique<DeviceHost>(store, device);
+std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency) {
+  return std::make_unique<DeviceHost>(store, device, residency);
 }
 
 }  // namespace tessera

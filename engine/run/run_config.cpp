@@ -1,6 +1,7 @@
 #include "engine/run/run_config.hpp"
 
 #include "backends/device_set.hpp"
+#include "backends/registry.hpp"
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/process_group.hpp"
 #include "distribution/distribution_config.hpp"
@@ -25,10 +26,31 @@ const std::vector<std::string> kDataTypes = {"idx", "csv", "npz", "text", "synth
 
 }  // namespace
 
+// `device:`: cpu (cpu:0) or a GPU this machine has.
+static Device parse_run_device(const ConfigNode& node, bool has_distribution) {
+  if (has_distribution)
+    node.fail("this run has a distribution: section, whose mesh names its devices in distribution.devices; "
+              "device: is for a run on one device");
+  const auto text = node.as<std::string>();
+  Device device;
+  try {
+    device = Device::parse(text);
+  } catch (const DeviceError& e) {
+    node.fail(e.what());
+  }
+  if (device.kind == DeviceKind::cpu && device.index != 0)
+    node.fail("'" + text + "': a run on one device runs on cpu:0 (logical CPU devices cpu:N are for distribution.devices)");
+  if (device.kind == DeviceKind::cuda && device.index >= cuda_device_count())
+    node.fail("'" + text + "': " +
+              (cuda_compiled() ? "this machine has " + std::to_string(cuda_device_count()) + " GPU(s) that CUDA can see"
+                               : std::string("this tessera was built without CUDA (no toolkit was found at build time)")));
+  return device;
+}
+
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   ConfigNode root = ConfigNode::load_file(file);
   for (const auto& o : overrides) apply_override(root, o);
-  root.expect_keys({"model", "training", "data", "distribution"});
+  root.expect_keys({"model", "training", "data", "distribution", "device"});
   // `model: ../models/mlp.yaml` takes the `model:` of another file (the zoo);
   // errors in it then name that file.
   ConfigNode model = root["model"];
@@ -38,8 +60,11 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
     model = zoo["model"];
   }
   RunConfig run{root, Model::from_config(model), {}, root.has("training"), {}, {}, {}};
-  if (auto distribution = root.find("distribution")) run.distribution = parse_distribution(*distribution);
+  // `distribution: null` (`--set distribution=null`) is a run on one device, as no key is.
+  if (auto distribution = root.find("distribution"); distribution && !distribution->is_null())
+    run.distribution = parse_distribution(*distribution);
   if (run.has_training) run.training = parse_training(root["training"]);
+  if (auto device = root.find("device")) run.device = parse_run_device(*device, run.distribution.has_value());
   if (root["model"].is_scalar()) root.set("model", model);  // the resolved config shows it whole
   if (auto data = root.find("data")) {
     if (!run.has_training) data->fail("a config with data: also needs training:");
@@ -107,7 +132,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
       throw ConfigError(run.root.location() + ": " + std::to_string(where.processes) +
                         " processes were started, but the config has no distribution: section to share the "
                         "work (each would train its own copy)");
-    return std::make_unique<Trainer>(run.model, run.training, store);
+    return std::make_unique<Trainer>(run.model, run.training, store, run.device);
   }
   DistributionConfig& config = *run.distribution;
   use_devices(config.distribution->mesh().devices());  // the logical CPU devices of the mesh

@@ -11,6 +11,9 @@
 // (path, inputs, targets), text (path, context, stride, split: train|validation,
 // validation_fraction), synthetic (samples, shape, classes, seed). Relative
 // paths resolve against the config file's folder.
+//
+//   device: cuda:0    # a run without distribution: on this device (default cpu);
+//                     # a mesh names its devices in distribution.devices
 #pragma once
 
 #include <filesystem>
@@ -34,6 +37,7 @@ struct RunConfig {
   bool has_training = false;
   std::optional<ConfigNode> train_data, validation_data;
   std::optional<DistributionConfig> distribution;  // `distribution:`; none: one device
+  Device device = Device::cpu();  // `device:` (cpu, cuda:N), the one device of a run without distribution
 };
 
 // A trainer for the run: over the distribution's mesh when the config has one

@@ -1,7 +1,7 @@
 // StepHost: where a Trainer's traced steps run and its variables live.
 //
 // On one device (device_host) a step is an Executor over the store's own
-// tensors. On a distribution's mesh (mesh_host) a step is partitioned into an
+// tensors (a GPU: over device copies of them, batches and outputs staged). On a distribution's mesh (mesh_host) a step is partitioned into an
 // SpmdProgram, the variables live on the devices as blocks, and in a job of
 // several processes each process loads only its devices' rows of a batch and
 // saves only its devices' blocks. The Trainer asks its host for runners, rows
@@ -65,7 +65,12 @@ class StepHost {
   virtual Communicator* communicator() = 0;
 };
 
-std::unique_ptr<StepHost> device_host(VariableStore& store, Device device);
+// Where a single-device run keeps its variables between steps: in the store
+// itself where the device shares the host's memory (a CPU), else as device
+// copies (`device`, which a CPU device can also be asked for: the path a GPU
+// takes, run where no GPU is).
+enum class Residency { automatic, device };
+std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic);
 // `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).
 std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes);
 

@@ -89,7 +89,11 @@ struct FitCallbacks {
 
 class Trainer {
  public:
+  // On one device: the store's tensors on a CPU; on a GPU, device copies of
+  // them (sync_store() writes them back).
   Trainer(const Model& model, TrainingSpec spec, VariableStore& store, Device device = Device::cpu());
+  // Over a host of the caller's making (engine/run/step_host.hpp).
+  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, std::unique_ptr<StepHost> host);
   // Runs every program over the distribution's mesh (one worker per device):
   // variables split as its layout map says, batches along its batch axis.
   // Losses, metrics and the weights sync_store() writes back are the
@@ -99,8 +103,8 @@ class Trainer {
           ProcessGroup& processes = job_processes());
   ~Trainer();
 
-  // Sharded runs keep the variables on the devices; this copies them into the
-  // store. fit() does so at its end and before each checkpoint.
+  // Sharded and GPU runs keep the variables on the devices; this copies them
+  // into the store. fit() does so at its end and before each checkpoint.
   void sync_store();
   // The distribution's communicator (its accounting: bytes and time per
   // collective kind and mesh axis); null without a distribution.
@@ -163,7 +167,6 @@ class Trainer {
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
-  Trainer(const Model& model, TrainingSpec spec, VariableStore& store, std::unique_ptr<StepHost> host);
   Program& program(std::int64_t batch, bool training, bool with_loss);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
   // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.

@@ -83,6 +83,11 @@ sed 's/units: 16/unit: 16/' "$work/run.yaml" > "$work/typo.yaml"
 expect_fail 3 "typo.yaml:9:.*unknown key 'unit' (did you mean 'units'?)" -- "$tessera" inspect "$work/typo.yaml"
 expect_fail 3 "cannot open" -- "$tessera" train "$work/run.yaml" --set data.train="{type: idx, images: missing.gz, labels: missing.gz}"
 expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" --set training.optimizer=adamm
+# --device: the config's device:, checked where a GPU is asked of a machine without one.
+"$tessera" eval "$work/run.yaml" --device cpu --checkpoint "$work/ckpt" --split train | grep -q "^train" || fail "eval --device cpu"
+if ! "$tessera" devices | grep -q "^cuda:0"; then
+  expect_fail 3 "'cuda:0': " -- "$tessera" train "$work/run.yaml" --device cuda:0 --set training.checkpoint=false
+fi
 before=$(md5sum "$work/ckpt/model.safetensors")
 expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train
 [ "$before" = "$(md5sum "$work/ckpt/model.safetensors")" ] || fail "a failed load changed the checkpoint"

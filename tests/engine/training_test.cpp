@@ -9,6 +9,7 @@
 #include "engine/data/synthetic.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/run/trainer.hpp"
+#include "tests/classifier.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
 
@@ -16,16 +17,6 @@ using namespace tessera;
 using namespace tessera::test;
 
 namespace {
-
-Model classifier() {
-  return Model::from_config(ConfigNode::parse(R"(
-model:
-  inputs: [{name: x, shape: [8]}]
-  layers:
-    - {type: Dense, units: 16, activation: relu}
-    - {type: Dense, units: 3}
-)")["model"]);
-}
 
 TrainingSpec spec(const std::string& optimizer = "{type: adam, learning_rate: 0.01}") {
   return parse_training(ConfigNode::parse(
