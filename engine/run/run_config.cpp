@@ -24,10 +24,8 @@ const std::vector<std::string> kDataTypes = {"idx", "csv", "npz", "text", "synth
   throw ConfigError(node.location() + ": " + node.path() + ": " + what);
 }
 
-}  // namespace
-
 // `device:`: cpu (cpu:0) or a GPU this machine has.
-static Device parse_run_device(const ConfigNode& node, bool has_distribution) {
+Device parse_run_device(const ConfigNode& node, bool has_distribution) {
   if (has_distribution)
     node.fail("this run has a distribution: section, whose mesh names its devices in distribution.devices; "
               "device: is for a run on one device");
@@ -46,6 +44,8 @@ static Device parse_run_device(const ConfigNode& node, bool has_distribution) {
                                : std::string("this tessera was built without CUDA (no toolkit was found at build time)")));
   return device;
 }
+
+}  // namespace
 
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   ConfigNode root = ConfigNode::load_file(file);

@@ -1,7 +1,8 @@
 // StepHost: where a Trainer's traced steps run and its variables live.
 //
 // On one device (device_host) a step is an Executor over the store's own
-// tensors (a GPU: over device copies of them, batches and outputs staged). On a distribution's mesh (mesh_host) a step is partitioned into an
+// tensors (on a GPU over device copies of them, batches and outputs staged).
+// On a distribution's mesh (mesh_host) a step is partitioned into an
 // SpmdProgram, the variables live on the devices as blocks, and in a job of
 // several processes each process loads only its devices' rows of a batch and
 // saves only its devices' blocks. The Trainer asks its host for runners, rows

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "backends/registry.hpp"
 #include "engine/config/config.hpp"
@@ -102,6 +103,10 @@ TEST_CASE("device: picks the one device of a run, checked at its key") {
                        doctest::Contains("tpu:0"), ConfigError);
   CHECK_THROWS_WITH_AS(load_run_config(config, {"distribution={devices: cpu:2, type: data_parallel}", "device=cpu"}),
                        doctest::Contains("whose mesh names its devices in distribution.devices"), ConfigError);
+  // Written in a file, the error names its line and column.
+  test::TempDir dir;
+  std::ofstream(dir / "run.yaml") << "model: " << TESSERA_SOURCE_DIR << "/models/mlp.yaml\ndevice: cpu:2\n";
+  CHECK_THROWS_WITH_AS(load_run_config(dir / "run.yaml"), doctest::Contains("run.yaml:2:9"), ConfigError);
   if (cuda_device_count() == 0)
     CHECK_THROWS_WITH_AS(load_run_config(config, {"distribution=null", "device=cuda:0"}), doctest::Contains("'cuda:0': "),
                          ConfigError);
