@@ -91,6 +91,9 @@ echo "gpu-kit: on a GPU machine, from the repository root: scripts/gpu-check.sh"
 
 if [ $prove -eq 1 ]; then
   # fresh-debian-check clones HEAD, which has no build output: the kit enters
-  # the chroot through /proc/1/root, the host's root as the chroot sees it.
-  ../shared/tools/fresh-debian-check -- bash -c "cp -a /proc/1/root$(pwd)/$kit $kit && scripts/gpu-check.sh --cpu-only"
+  # the chroot through /dev/shm (the chroot mounts the host's /dev).
+  shm=$(mktemp -d /dev/shm/tessera-gpu-kit.XXXXXX)
+  trap 'rm -rf "$shm"' EXIT
+  cp -a "$kit" "$shm/"
+  ../shared/tools/fresh-debian-check -- bash -c "cp -a $shm/$kit $kit && scripts/gpu-check.sh --cpu-only"
 fi
