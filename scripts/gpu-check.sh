@@ -87,7 +87,17 @@ why_no_gpu="no GPU here (tessera devices lists no cuda:0)"
 [ $cpu_only -eq 1 ] && has_gpu=0
 
 section "2. cpu suite"
-if "$tests" --no-intro --minimal; then pass "cpu suite"; else fail "cpu suite"; fi
+# Two test cases read what the kit cannot carry: the Fashion-MNIST package's
+# files, and python3 (an independent safetensors reader).
+excluded=()
+[ -d /usr/share/datasets/fashion-mnist ] || excluded+=("*real Fashion-MNIST*")
+command -v python3 >/dev/null || excluded+=("*reads in Python*")
+for e in "${excluded[@]}"; do echo "  left out, for want of its data or python3: $e"; done
+if "$tests" --no-intro --minimal ${excluded:+"--test-case-exclude=$(IFS=,; echo "${excluded[*]}")"}; then
+  pass "cpu suite"
+else
+  fail "cpu suite"
+fi
 
 section "3. gpu suite"
 if [ $has_gpu -eq 1 ]; then
