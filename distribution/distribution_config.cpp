@@ -44,9 +44,9 @@ std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::in
   } catch (const DeviceError& e) {
     node->fail(e.what());
   }
-  if (devices.front().kind == DeviceKind::cuda)
-    node->fail("'" + node->as<std::string>() + "': sharded execution runs on logical CPU devices (cpu:N) for now; "
-               "GPU meshes need the NCCL communicator, which is not built yet");
+  if (devices.front().kind == DeviceKind::cuda && !TESSERA_HAVE_NCCL)
+    node->fail("'" + node->as<std::string>() + "': a mesh of GPUs exchanges through NCCL, and this build has none "
+               "(install NCCL beside the CUDA toolkit and rebuild)");
   return devices;
 }
 

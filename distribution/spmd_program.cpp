@@ -8,22 +8,42 @@
 #if TESSERA_HAVE_MPI
 #include "distribution/collectives/mpi_communicator.hpp"
 #endif
+#include "backends/registry.hpp"
 #include "distribution/shard_copy.hpp"
+#include "engine/graph/staged_runner.hpp"
+#if TESSERA_HAVE_NCCL
+#include "backends/cuda/cuda_backend.hpp"
+#include "distribution/collectives/nccl_communicator.hpp"
+#endif
 
 namespace tessera {
 namespace {
 
-// The shared-memory communicator and the block copies work in host memory;
-// GPU meshes come with the NCCL communicator.
-const Distribution& check_cpu(const Distribution& distribution) {
-  for (const auto& d : distribution.mesh().devices())
-    if (d.kind != DeviceKind::cpu)
-      throw UnsupportedError("sharded execution runs on logical CPU devices (cpu:N) for now; the mesh has " + d.str() +
-                             " (GPU meshes need the NCCL communicator, not built yet)");
+// One kind of device per mesh: CPU devices exchange through shared memory
+// (MPI between processes), GPUs through NCCL.
+const Distribution& check_devices(const Distribution& distribution) {
+  const auto& devices = distribution.mesh().devices();
+  for (const Device& d : devices)
+    if (d.kind != devices.front().kind)
+      throw UnsupportedError("a mesh holds one kind of device; this one has " + devices.front().str() + " and " + d.str());
+  if (devices.front().kind == DeviceKind::cuda && !TESSERA_HAVE_NCCL)
+    throw UnsupportedError("a mesh of GPUs (" + devices.front().str() + ", ...) exchanges through NCCL, and this build "
+                           "has none (install NCCL beside the CUDA toolkit and rebuild)");
   return distribution;
 }
 
-std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const ProcessPlacement& placement) {
+std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const ProcessPlacement& placement,
+                                                const std::vector<int>& local_ranks) {
+#if TESSERA_HAVE_NCCL
+  if (mesh.devices().front().kind == DeviceKind::cuda) {
+    std::vector<CUstream_st*> streams;  // each rank's collectives run on its backend's stream
+    for (int rank : local_ranks)
+      streams.push_back(static_cast<CudaBackend&>(backend_for(mesh.devices()[static_cast<std::size_t>(rank)])).stream());
+    return std::make_unique<NcclCommunicator>(mesh, std::move(streams), placement);
+  }
+#else
+  (void)local_ranks;
+#endif
   if (!placement.multi_process()) return std::make_unique<ShmCommunicator>(static_cast<int>(mesh.size()));
 #if TESSERA_HAVE_MPI
   return std::make_unique<MpiCommunicator>(mesh, placement);
@@ -33,13 +53,19 @@ std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const Pr
 #endif
 }
 
+bool any_keeps_copies(const DeviceMesh& mesh, Residency residency) {
+  const auto& devices = mesh.devices();
+  return std::any_of(devices.begin(), devices.end(), [&](Device d) { return keeps_copies(residency, d); });
+}
+
 }  // namespace
 
-SpmdRuntime::SpmdRuntime(const Distribution& distribution, ProcessGroup& processes)
-    : distribution_(check_cpu(distribution)),
+SpmdRuntime::SpmdRuntime(const Distribution& distribution, ProcessGroup& processes, Residency residency)
+    : distribution_(check_devices(distribution)),
       processes_(processes),
+      keeps_copies_(any_keeps_copies(distribution.mesh(), residency)),
       local_ranks_(distribution.placement().local_ranks(distribution.mesh().size())),
-      comm_(make_communicator(distribution.mesh(), distribution.placement())) {
+      comm_(make_communicator(distribution.mesh(), distribution.placement(), local_ranks_)) {
   for (std::int64_t rank = 0; rank < mesh().size(); ++rank) contexts_.emplace_back(mesh(), *comm_, static_cast<int>(rank));
   workers_ = std::make_unique<DeviceWorkers>(local_ranks_, comm_.get());
 }
@@ -65,33 +91,61 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   }
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
-  Entry entry{sharding, {}};
+  Entry entry{sharding, {}, {}};
   if (!source_.empty() && source_index_.tensors.contains(path)) {  // else the store's value is current
     read_blocks(path, entry);
     return entries_.emplace(path, std::move(entry)).first->second.blocks;
   }
   for (int rank : local_ranks_) {
     try {
-      entry.blocks.push_back(extract_block(v->value, sharding, mesh_, rank, mesh_.devices()[static_cast<std::size_t>(rank)]));
+      entry.host_blocks.push_back(extract_block(v->value, sharding, mesh_, rank, host_device(rank)));
     } catch (const OutOfMemoryError& e) {
       throw OutOfMemoryError("variable '" + path + "' (its block " + sharding.local_shape(v->value.shape(), mesh_).str() +
                              " as " + sharding.str(mesh_) + "): " + e.what());
     }
   }
+  upload(entry);
   return entries_.emplace(path, std::move(entry)).first->second.blocks;
+}
+
+Device ShardedVariables::host_device(int rank) const {
+  return device_copies_ ? Device::cpu() : mesh_.devices()[static_cast<std::size_t>(rank)];
+}
+
+void ShardedVariables::upload(Entry& entry) const {
+  if (!device_copies_) {
+    entry.blocks = entry.host_blocks;
+    return;
+  }
+  const bool fresh = entry.blocks.empty();
+  for (std::size_t i = 0; i < local_ranks_.size(); ++i) {
+    const Device device = mesh_.devices()[static_cast<std::size_t>(local_ranks_[i])];
+    const Tensor& host = entry.host_blocks[i];
+    if (fresh) entry.blocks.push_back(Tensor::empty(host.shape(), host.dtype(), device));
+    backend_for(device).copy(host, entry.blocks[i]);
+  }
+}
+
+void ShardedVariables::download() {
+  if (!device_copies_) return;
+  for (auto& [path, entry] : entries_)
+    for (std::size_t i = 0; i < local_ranks_.size(); ++i)
+      backend_for(entry.blocks[i].device()).copy(entry.blocks[i], entry.host_blocks[i]);
+  for (int rank : local_ranks_) backend_for(mesh_.devices()[static_cast<std::size_t>(rank)]).synchronize();  // the host reads next
 }
 
 void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const {
   const Variable& v = *store_.find(path);
   const Shape block = entry.sharding.local_shape(v.value.shape(), mesh_);
-  const bool fresh = entry.blocks.empty();
+  const bool fresh = entry.host_blocks.empty();
   for (std::size_t i = 0; i < local_ranks_.size(); ++i) {
     const int rank = local_ranks_[i];
     const ShardSlice slice{entry.sharding.block_start(v.value.shape(), mesh_, rank), block.dims()};
     Tensor values = read_tensor_slice(source_, source_index_, path, slice);
-    if (fresh) entry.blocks.push_back(Tensor::empty(block, v.value.dtype(), mesh_.devices()[static_cast<std::size_t>(rank)]));
-    std::memcpy(entry.blocks[i].raw_data(), values.raw_data(), values.nbytes());
+    if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.value.dtype(), host_device(rank)));
+    std::memcpy(entry.host_blocks[i].raw_data(), values.raw_data(), values.nbytes());
   }
+  upload(entry);
 }
 
 void ShardedVariables::read_from(const std::filesystem::path& dir) {
@@ -114,6 +168,7 @@ void ShardedVariables::detach_source() {
 
 void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::milliseconds timeout) {
   detach_source();
+  download();
   for (const auto& [path, entry] : entries_) {
     const Tensor& value = store_.find(path)->value;
     // Each block is written by exactly one device, the first of its copies.
@@ -123,20 +178,23 @@ void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::millisec
     if (merge) std::memset(value.raw_data(), 0, value.nbytes());
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
-        insert_block(entry.blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
+        insert_block(entry.host_blocks[i], value, entry.sharding, mesh_, local_ranks_[i]);
     if (merge) processes.merge({static_cast<std::byte*>(value.raw_data()), value.nbytes()}, timeout);
   }
 }
 
 void ShardedVariables::reload() {
   source_.clear();  // the store is the source again
-  for (auto& [path, entry] : entries_)
+  for (auto& [path, entry] : entries_) {
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
-      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.blocks[i]);
+      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.host_blocks[i]);
+    upload(entry);
+  }
 }
 
 ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) {
   detach_source();
+  download();
   ShardedSave save;
   save.writer = where.process;
   save.writers = where.processes;
@@ -157,7 +215,7 @@ ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) {
       const int writer = where.owner(rank, size);
       add_shard(save.index, v.path, v.value.dtype(), shape.dims(), writer, where.processes, slice);
       if (writer == where.process)
-        save.blocks.push_back({v.path, slice, it->second.blocks[static_cast<std::size_t>(rank - where.first_rank(size))]});
+        save.blocks.push_back({v.path, slice, it->second.host_blocks[static_cast<std::size_t>(rank - where.first_rank(size))]});
     }
   }
   return save;
@@ -169,9 +227,14 @@ SpmdProgram::SpmdProgram(const Graph& global, const std::vector<ValueId>& output
     : global_(global), runtime_(runtime), partition_(tessera::partition(global, outputs, runtime.mesh(), leaf_shardings, constraints, zero_axis)), outputs_(outputs) {
   const DeviceMesh& mesh = runtime.mesh();
   for (int rank : runtime.local_ranks()) {
-    auto exec = std::make_unique<Executor>(partition_.local, partition_.outputs, mesh.devices()[static_cast<std::size_t>(rank)]);
+    const Device device = mesh.devices()[static_cast<std::size_t>(rank)];
+    auto exec = std::make_unique<Executor>(partition_.local, partition_.outputs, device);
     exec->set_spmd(&runtime.context(rank));
-    executors_.push_back(std::move(exec));
+    executors_.push_back(exec.get());
+    if (runtime.keeps_copies())
+      runners_.push_back(std::make_unique<StagedRunner>(std::move(exec), device));
+    else
+      runners_.push_back(std::move(exec));
   }
   const auto& schedule = executors_[0]->plan().schedule;
   std::set<NodeId> scheduled(schedule.begin(), schedule.end());
@@ -200,9 +263,10 @@ void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
   const bool copy = global_.node(global_.value(leaf).producer).kind == OpKind::variable;
   const bool inner_split = s.rank() > 1 && std::any_of(s.dims.begin() + 1, s.dims.end(), [](int a) { return a != Sharding::kNone; });
   for (int rank : runtime_.local_ranks()) {
-    Executor& exec = *executors_[runtime_.local_index(rank)];
+    StepRunner& exec = *runners_[runtime_.local_index(rank)];  // stages onto devices that keep copies
+    const Device host = runtime_.keeps_copies() ? Device::cpu() : mesh.devices()[static_cast<std::size_t>(rank)];
     if (inner_split || copy) {
-      exec.bind(local_leaf, extract_block(whole, s, mesh, static_cast<int>(rank), mesh.devices()[static_cast<std::size_t>(rank)]));
+      exec.bind(local_leaf, extract_block(whole, s, mesh, static_cast<int>(rank), host));
     } else if (s.rank() > 0 && s.dims[0] != Sharding::kNone) {
       std::int64_t rows = s.local_shape(whole.shape(), mesh)[0];
       exec.bind(local_leaf, whole.rows(s.block_start(whole.shape(), mesh, rank)[0], rows));
@@ -229,7 +293,7 @@ void SpmdProgram::bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first
   if (!s.splits_rows_only()) return bind(leaf, rows);
   const std::int64_t block = s.local_shape(shape, mesh())[0];
   for (int rank : runtime_.local_ranks())
-    executors_[runtime_.local_index(rank)]->bind(local_leaf, rows.rows(s.block_start(shape, mesh(), rank)[0] - first_row, block));
+    runners_[runtime_.local_index(rank)]->bind(local_leaf, rows.rows(s.block_start(shape, mesh(), rank)[0] - first_row, block));
 }
 
 void SpmdProgram::bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks) {
@@ -239,13 +303,13 @@ void SpmdProgram::bind_blocks(ValueId leaf, const std::vector<Tensor>& blocks) {
 }
 
 void SpmdProgram::run() {
-  runtime_.workers().run([this](int rank) { executors_[runtime_.local_index(rank)]->run(); });
+  runtime_.workers().run([this](int rank) { runners_[runtime_.local_index(rank)]->run(); });
 }
 
 Tensor SpmdProgram::output(ValueId global) const {
   auto it = std::find(outputs_.begin(), outputs_.end(), global);
   if (it == outputs_.end()) throw GraphError("spmd program: value %" + std::to_string(global) + " is not an output");
-  return executors_[0]->output(partition_.outputs[static_cast<std::size_t>(it - outputs_.begin())]);
+  return runners_[0]->output(partition_.outputs[static_cast<std::size_t>(it - outputs_.begin())]);
 }
 
 void SpmdProgram::set_update_step(std::int64_t step, float learning_rate) {

@@ -35,10 +35,13 @@ namespace tessera {
 // devices only, and the communicator reaches the others over MPI.
 class SpmdRuntime {
  public:
-  // Throws UnsupportedError for a mesh of GPUs (the NCCL communicator is not
-  // built yet) and for several processes in a build without MPI.
+  // Throws UnsupportedError for a mesh of several kinds of device, a mesh of
+  // GPUs in a build without NCCL, and several processes in a build without MPI.
   // `processes`: the job's processes, for host-side exchanges (write_back's merge, checkpoint barriers).
-  explicit SpmdRuntime(const Distribution& distribution, ProcessGroup& processes = job_processes());
+  // `residency`: Residency::device makes a mesh of CPU devices keep device
+  // copies as a GPU mesh does (engine/core/device.hpp).
+  explicit SpmdRuntime(const Distribution& distribution, ProcessGroup& processes = job_processes(),
+                       Residency residency = Residency::automatic);
   ~SpmdRuntime();
 
   const Distribution& distribution() const { return distribution_; }
@@ -50,10 +53,15 @@ class SpmdRuntime {
   // The mesh ranks this process runs, ascending; a rank's position among them.
   const std::vector<int>& local_ranks() const { return local_ranks_; }
   std::size_t local_index(int rank) const;
+  // Whether the devices keep device copies (a GPU mesh, or Residency::device):
+  // the variables' blocks live on the devices, batches are copied in and
+  // outputs out, and the host touches only its own copies.
+  bool keeps_copies() const { return keeps_copies_; }
 
  private:
   const Distribution& distribution_;
   ProcessGroup& processes_;
+  bool keeps_copies_;
   std::vector<int> local_ranks_;
   std::unique_ptr<Communicator> comm_;
   std::vector<SpmdContext> contexts_;  // by mesh rank
@@ -62,9 +70,11 @@ class SpmdRuntime {
 
 class ShardedVariables {
  public:
-  // The blocks of the devices in `local_ranks` (all of the mesh's in one process).
-  ShardedVariables(const DeviceMesh& mesh, std::vector<int> local_ranks, VariableStore& store)
-      : mesh_(mesh), local_ranks_(std::move(local_ranks)), store_(store) {}
+  // The blocks of the devices in `local_ranks` (all of the mesh's in one
+  // process). With `device_copies` each block is a device copy of a host
+  // block: filled from it, and read back into it before the host reads.
+  ShardedVariables(const DeviceMesh& mesh, std::vector<int> local_ranks, VariableStore& store, bool device_copies = false)
+      : mesh_(mesh), local_ranks_(std::move(local_ranks)), store_(store), device_copies_(device_copies) {}
   // This process's devices' blocks of variable `path` split as `sharding` (in
   // local_ranks order), made from the store's value on first use. Throws
   // LayoutError when asked for another sharding.
@@ -91,10 +101,18 @@ class ShardedVariables {
  private:
   struct Entry {
     Sharding sharding;
-    std::vector<Tensor> blocks;
+    std::vector<Tensor> blocks;       // what the programs bind, on the devices
+    std::vector<Tensor> host_blocks;  // what the host reads and writes: `blocks` themselves without device copies
   };
   // Fills `entry`'s blocks from the checkpoint source.
   void read_blocks(const std::string& path, Entry& entry) const;
+  // Device copies: host blocks -> blocks (after the host wrote them), and back
+  // (before the host reads them). No-ops without device copies.
+  void upload(Entry& entry) const;
+  void download();
+  // Where device `rank`'s host block lives: the host, or the device itself
+  // when the host can read it (logical CPU devices without copies).
+  Device host_device(int rank) const;
   // Copies the source's values of variables that no program holds into the
   // store, then forgets the source (before a save may replace it).
   void detach_source();
@@ -104,6 +122,7 @@ class ShardedVariables {
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;
   VariableStore& store_;
+  bool device_copies_;
   std::map<std::string, Entry> entries_;
 };
 
@@ -158,7 +177,10 @@ class SpmdProgram final : public StepRunner {
   SpmdRuntime& runtime_;
   Partition partition_;
   std::vector<ValueId> outputs_;
-  std::vector<std::unique_ptr<Executor>> executors_;  // this process's devices, in local_ranks order
+  // This process's devices, in local_ranks order: the runners take batches
+  // (staged onto devices that keep copies), the executors the variables' blocks.
+  std::vector<std::unique_ptr<StepRunner>> runners_;
+  std::vector<Executor*> executors_;
   std::vector<PlannedCollective> live_collectives_;
 };
 

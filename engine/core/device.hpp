@@ -30,4 +30,14 @@ std::string_view device_kind_name(DeviceKind kind);
 // or two logical CPU devices (they share the host's memory).
 inline bool shares_memory(Device a, Device b) { return a == b || (a.kind == DeviceKind::cpu && b.kind == DeviceKind::cpu); }
 
+// Where a run keeps its variables between steps. On a device that shares the
+// host's memory (a CPU), in host tensors its kernels read directly; on one
+// that does not (a GPU), as device copies, with batches copied in and outputs
+// out. `device` asks a CPU device for the copies too: the path a GPU takes,
+// run and tested where no GPU is.
+enum class Residency { automatic, device };
+inline bool keeps_copies(Residency residency, Device device) {
+  return residency == Residency::device || !shares_memory(Device::cpu(), device);
+}
+
 }  // namespace tessera

@@ -7,7 +7,7 @@
 
 #include "backends/registry.hpp"
 #include "engine/graph/executor.hpp"
-#include "engine/run/staged_runner.hpp"
+#include "engine/graph/staged_runner.hpp"
 #include "engine/run/step_host.hpp"
 
 namespace tessera {
@@ -16,7 +16,7 @@ namespace {
 class DeviceHost final : public StepHost {
  public:
   DeviceHost(VariableStore& store, Device device, Residency residency)
-      : store_(store), device_(device), on_device_(residency == Residency::device || !shares_memory(Device::cpu(), device)) {}
+      : store_(store), device_(device), on_device_(keeps_copies(residency, device)) {}
 
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
     auto executor = std::make_unique<Executor>(step.graph, step.outputs, device_);

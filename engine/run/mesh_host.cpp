@@ -1,5 +1,6 @@
 // The StepHost of a distribution's mesh: each step partitioned into an
-// SpmdProgram over the devices, the variables kept as the devices' blocks.
+// SpmdProgram over the devices, the variables kept as the devices' blocks
+// (device copies of host blocks on GPUs, written back on sync and save).
 #include <algorithm>
 #include <map>
 
@@ -11,11 +12,11 @@ namespace {
 
 class MeshHost final : public StepHost {
  public:
-  MeshHost(VariableStore& store, const Distribution& distribution, ProcessGroup& processes)
+  MeshHost(VariableStore& store, const Distribution& distribution, ProcessGroup& processes, Residency residency)
       : store_(store),
         distribution_(distribution),
-        runtime_(distribution_, processes),
-        blocks_(distribution_.mesh(), runtime_.local_ranks(), store) {}
+        runtime_(distribution_, processes, residency),
+        blocks_(distribution_.mesh(), runtime_.local_ranks(), store, runtime_.keeps_copies()) {}
 
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
     const Graph& g = step.graph;
@@ -97,8 +98,9 @@ class MeshHost final : public StepHost {
 
 }  // namespace
 
-std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes) {
-  return std::make_unique<MeshHost>(store, distribution, processes);
+std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes,
+                                    Residency residency) {
+  return std::make_unique<MeshHost>(store, distribution, processes, residency);
 }
 
 }  // namespace tessera

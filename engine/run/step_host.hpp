@@ -66,13 +66,10 @@ class StepHost {
   virtual Communicator* communicator() = 0;
 };
 
-// Where a single-device run keeps its variables between steps: in the store
-// itself where the device shares the host's memory (a CPU), else as device
-// copies (`device`, which a CPU device can also be asked for: the path a GPU
-// takes, run where no GPU is).
-enum class Residency { automatic, device };
+// `residency` (engine/core/device.hpp): where the variables live between steps.
 std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic);
 // `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).
-std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes);
+std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes,
+                                    Residency residency = Residency::automatic);
 
 }  // namespace tessera

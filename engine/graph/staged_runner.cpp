@@ -1,4 +1,4 @@
-#include "engine/run/staged_runner.hpp"
+#include "engine/graph/staged_runner.hpp"
 
 #include "backends/registry.hpp"
 
