@@ -1,4 +1,5 @@
-// A small classifier (8 features, 3 classes) for the trainer's tests.
+// Models for the trainer's tests: a small classifier (8 features, 3 classes),
+// and the zoo's models (models/*.yaml).
 #pragma once
 
 #include "engine/config/config.hpp"
@@ -14,6 +15,10 @@ model:
     - {type: Dense, units: 16, activation: relu}
     - {type: Dense, units: 3}
 )")["model"]);
+}
+
+inline Model zoo_model(const std::string& file) {
+  return Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
 }
 
 }  // namespace tessera::test

@@ -21,6 +21,18 @@ inline Tensor random_tensor(const Shape& shape, unsigned seed, float low = -1.0f
   return Tensor::from_vector(values, shape);
 }
 
+// Host i32 tensor of labels in [0, classes), from a seeded LCG (the same
+// labels on every platform, unlike std's distributions).
+inline Tensor random_labels(const Shape& shape, std::int64_t classes, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::i32);
+  std::uint64_t x = seed * 2654435761u + 12345;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t.data<std::int32_t>()[i] = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(classes));
+  }
+  return t;
+}
+
 inline Tensor zeros(const Shape& shape, DType dtype = DType::f32) {
   Tensor t = Tensor::empty(shape, dtype);
   std::memset(t.raw_data(), 0, t.nbytes());

@@ -50,6 +50,12 @@ class Graph {
 
   // Dense algebra.
   ValueId matmul(ValueId a, ValueId b, const MatmulArgs& args = {});
+  // Mixed precision: from now on, a matmul of f32 operands casts them to
+  // `dtype` (bf16: bf16 inputs, f32 accumulation in the kernel) and its
+  // product back to f32, gradients' matmuls included; every other op and the
+  // variables stay f32. f32 (the default) builds matmuls as they are.
+  void set_matmul_dtype(DType dtype) { matmul_dtype_ = dtype; }
+  DType matmul_dtype() const { return matmul_dtype_; }
   ValueId conv2d(ValueId x, ValueId w, const Conv2dArgs& args);
   ValueId pool2d(ValueId x, const Pool2dArgs& args);
 
@@ -116,6 +122,7 @@ class Graph {
 
   std::vector<Value> values_;
   std::vector<Node> nodes_;
+  DType matmul_dtype_ = DType::f32;
 };
 
 }  // namespace tessera

@@ -17,7 +17,7 @@ namespace tessera {
 
 
 TrainingSpec parse_training(ConfigNode node) {
-  node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "seed", "shuffle", "checkpoint"});
+  node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "seed", "shuffle", "checkpoint", "precision"});
   TrainingSpec spec;
   spec.loss = parse_loss(node["loss"]);
   if (!node.has("optimizer")) node.set("optimizer", "adam");
@@ -33,6 +33,11 @@ TrainingSpec parse_training(ConfigNode node) {
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
   spec.seed = static_cast<std::uint64_t>(node.get<std::int64_t>("seed", 0));
   spec.shuffle = node.get<bool>("shuffle", true);
+  if (auto precision = node.find("precision")) {
+    const auto name = precision->as<std::string>();
+    if (name == "bf16") spec.precision = DType::bf16;
+    else if (name != "f32") precision->fail_unknown("precision", name, {"f32", "bf16"});
+  }
   if (spec.epochs < 1) throw ConfigError(node["epochs"].location() + ": " + node["epochs"].path() + ": epochs must be >= 1");
   if (spec.batch_size < 1)
     throw ConfigError(node["batch_size"].location() + ": " + node["batch_size"].path() + ": batch_size must be >= 1");
@@ -133,6 +138,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   if (slot) return *slot;
   auto p = std::make_unique<Program>();
   Graph& g = p->graph;
+  g.set_matmul_dtype(spec_.precision);
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;

@@ -60,6 +60,10 @@ struct TrainingSpec {
   std::uint64_t seed = 0;
   bool shuffle = true;
   CheckpointSpec checkpoint;
+  // `precision: bf16`: the matmuls multiply in bf16 with f32 accumulation
+  // (Graph::set_matmul_dtype); variables, optimizer state and every other op
+  // stay f32. Training, evaluation and prediction alike.
+  DType precision = DType::f32;
 };
 
 // `training:`; throws ConfigError (unknown keys, metrics, bad values).

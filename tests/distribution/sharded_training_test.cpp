@@ -25,6 +25,7 @@
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run/trainer.hpp"
+#include "tests/classifier.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
@@ -44,29 +45,19 @@ struct ModelCase {
 const std::optional<std::string> none;
 const std::optional<std::string> batch_axis = "batch", model_axis = "model";
 
-Tensor random_labels(const Shape& shape, std::int64_t classes, std::uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::i32);
-  std::uint64_t x = seed * 2654435761u + 12345;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t.data<std::int32_t>()[i] = static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(classes));
-  }
-  return t;
-}
-
 ModelCase mlp_case() {
   return {"mlp.yaml", 16, [](std::uint64_t s) {
-            return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), random_labels({16}, 10, s)};
+            return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), test::random_labels({16}, 10, s)};
           }};
 }
 ModelCase cnn_case() {
   return {"cnn.yaml", 8, [](std::uint64_t s) {
-            return std::pair{test::random_tensor({8, 28, 28, 1}, static_cast<unsigned>(s)), random_labels({8}, 10, s)};
+            return std::pair{test::random_tensor({8, 28, 28, 1}, static_cast<unsigned>(s)), test::random_labels({8}, 10, s)};
           }};
 }
 ModelCase gpt_case() {
   return {"gpt.yaml", 8, [](std::uint64_t s) {
-            return std::pair{random_labels({8, 128}, 256, s), random_labels({8, 128}, 256, s + 100)};
+            return std::pair{test::random_labels({8, 128}, 256, s), test::random_labels({8, 128}, 256, s + 100)};
           },
           1.5 / 1024};
 }
@@ -76,10 +67,6 @@ struct RunResult {
   std::vector<std::map<std::string, double>> metrics;  // per step
   std::map<std::string, std::vector<float>> weights;
 };
-
-Model zoo_model(const std::string& file) {
-  return Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
-}
 
 TrainingSpec three_steps(std::int64_t batch, const std::string& optimizer) {
   return parse_training(ConfigNode::parse("training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, "
@@ -109,7 +96,7 @@ RunResult train_model(const Model& model, const ModelCase& c, const Distribution
 }
 
 RunResult train(const ModelCase& c, const Distribution* distribution, const std::string& optimizer = kSgd) {
-  return train_model(zoo_model(c.file), c, distribution, optimizer);
+  return train_model(test::zoo_model(c.file), c, distribution, optimizer);
 }
 
 const RunResult& single_device(const ModelCase& c) {
@@ -237,7 +224,7 @@ TEST_CASE("sharded training equals one device: Adam state split like its paramet
 namespace {
 
 AutoTpPlan gpt_auto_tp(const DeviceMesh& mesh) {
-  Model model = zoo_model("gpt.yaml");
+  Model model = test::zoo_model("gpt.yaml");
   VariableStore store;
   model.build(store, 7);
   return plan_auto_tp(model, store, mesh, "model");
@@ -293,7 +280,7 @@ TEST_CASE("AutoTP needs exactly the collectives of the hand-written Megatron lay
   for (const auto& [key, axes] : gpt_megatron(4)) megatron.add(key, TensorLayout(axes));
   auto accounting = [&](const LayoutMap& map) {
     ModelParallel distribution(mesh, map, "batch");
-    Model model = zoo_model(c.file);
+    Model model = test::zoo_model(c.file);
     VariableStore store;
     Trainer trainer(model, three_steps(c.batch, kSgd), store, distribution);
     auto [inputs, targets] = c.batch_of(1);
@@ -313,7 +300,7 @@ TEST_CASE("data parallel dropout draws the single-device mask") {
   // Each device's block of rows offsets the mask stream by its first row.
   set_cpu_device_count(4, 1);
   ModelCase c{"", 16, [](std::uint64_t s) {
-                return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), random_labels({16}, 10, s)};
+                return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), test::random_labels({16}, 10, s)};
               }};
   Model model = Model::from_config(ConfigNode::parse(R"(
 model:
@@ -330,7 +317,7 @@ model:
 
 TEST_CASE("an activation layout survives a last batch the batch axis does not divide") {
   set_cpu_device_count(4, 1);
-  Model model = zoo_model("mlp.yaml");
+  Model model = test::zoo_model("mlp.yaml");
   VariableStore store;
   LayoutMap map;
   map.add("dense/kernel", TensorLayout({none, model_axis}));
@@ -338,7 +325,7 @@ TEST_CASE("an activation layout survives a last batch the batch axis does not di
   ModelParallel distribution(mesh_of(2, 2), map, "batch");
   Trainer trainer(model, three_steps(16, kSgd), store, distribution);
   // 35 samples: two batches of 16, then 3, which runs replicated.
-  Dataset data{test::random_tensor({35, 784}, 9), random_labels({35}, 10, 9), "synthetic"};
+  Dataset data{test::random_tensor({35, 784}, 9), test::random_labels({35}, 10, 9), "synthetic"};
   auto logs = trainer.fit(data, nullptr);
   CHECK(logs.size() == 1);
   CHECK(logs[0].train.samples == 35);
@@ -372,7 +359,7 @@ TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up acr
     check_same(expected, train(c, &distribution), "gpt.yaml with a vocabulary-split embedding on " + distribution.str(), 2e-5f,
                c.metric_tolerance);
     // The table is never gathered: each device looks up its own rows.
-    Model model_ = zoo_model(c.file);
+    Model model_ = test::zoo_model(c.file);
     VariableStore store;
     Trainer trainer(model_, three_steps(c.batch, kSgd), store, distribution);
     const SpmdProgram& program = *trainer.sharded_program(c.batch);

@@ -11,6 +11,8 @@ namespace tessera {
 ValueId Graph::matmul(ValueId a, ValueId b, const MatmulArgs& args) {
   check_same_dtype("matmul", a, b);
   check_floating("matmul", a);
+  if (dtype(a) == DType::f32 && matmul_dtype_ != DType::f32)
+    return cast(matmul(cast(a, matmul_dtype_), cast(b, matmul_dtype_), args), DType::f32);
   OpAttrs attrs;
   attrs.matmul = args;
   return single(OpKind::matmul, {a, b}, attrs, matmul_output_shape(shape(a), shape(b), args), dtype(a));
