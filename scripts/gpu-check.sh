@@ -8,6 +8,9 @@
 #   scripts/gpu-check.sh --cpu-only  # the CPU half: what a machine without a GPU can run
 #   TESSERA_GPU_CHECK_DEVICE=cpu scripts/gpu-check.sh   # check 4 on the CPU twice: a test of
 #                                    # the check itself on a machine without a GPU
+#   TESSERA_GPU_KIT=DIR              # the kit's folder (default gpu-kit/)
+#   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
+#   TESSERA_GPU_CHECK_EPOCHS=N       # check 4 trains N epochs instead of the configs' (a quick run)
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -99,7 +102,8 @@ excluded=()
 [ -d /usr/share/datasets/fashion-mnist ] || excluded+=("*real Fashion-MNIST*")
 command -v python3 >/dev/null || excluded+=("*reads in Python*")
 for e in "${excluded[@]}"; do echo "  left out, for want of its data or python3: $e"; done
-if "$tests" --no-intro --minimal ${excluded:+"--test-case-exclude=$(IFS=,; echo "${excluded[*]}")"}; then
+read -ra suite_args <<<"${TESSERA_GPU_CHECK_SUITE_ARGS:-}"
+if "$tests" --no-intro --minimal ${excluded:+"--test-case-exclude=$(IFS=,; echo "${excluded[*]}")"} "${suite_args[@]}"; then
   pass "cpu suite"
 else
   fail "cpu suite"
@@ -128,7 +132,8 @@ for case in mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5; do
     IFS=: read -r role on dtype <<<"$run"
     echo "--- $model on $on in $dtype"
     "$tessera" train "$config" --device "$on" --log "$work/$role.jsonl" \
-      --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" || ok=0
+      --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" \
+      ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} || ok=0
   done
   if [ $ok -eq 0 ]; then
     fail "$name" "a run failed"

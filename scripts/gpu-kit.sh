@@ -12,21 +12,35 @@
 #   scripts/gpu-kit.sh           # build (scripts/build.sh), then fill gpu-kit/
 #   scripts/gpu-kit.sh --prove   # then run gpu-check.sh --cpu-only from the kit
 #                                # in a bare Debian 12 (as root; about 5 minutes)
+#   scripts/gpu-kit.sh --no-build --build-dir DIR --out KIT   # from a finished build (the tests')
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kit=gpu-kit
+kit=gpu-kit build_dir=build build=1 prove=0
 max_mib=60
-prove=0
-[ "${1:-}" = "--prove" ] && prove=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --prove) prove=1 ;;
+    --no-build) build=0 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --out) kit=$2; shift ;;
+    *) echo "gpu-kit: unknown option '$1' (--prove, --no-build, --build-dir DIR, --out DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 command -v nvcc >/dev/null || { echo "gpu-kit: no CUDA toolkit here (nvcc is not on PATH): a kit needs the CUDA backend compiled" >&2; exit 1; }
-scripts/build.sh >/dev/null
-build/tessera devices | grep -q "CUDA backend compiled: yes" ||
-  { echo "gpu-kit: build/tessera was built without the CUDA backend (TESSERA_CUDA=OFF in build/?)" >&2; exit 1; }
+[ $build -eq 0 ] || scripts/build.sh >/dev/null
+"$build_dir/tessera" devices | grep -q "CUDA backend compiled: yes" ||
+  { echo "gpu-kit: $build_dir/tessera was built without the CUDA backend (TESSERA_CUDA=OFF?)" >&2; exit 1; }
+# Only an earlier kit (or nothing) is replaced.
+if [ -e "$kit" ] && [ ! -f "$kit/MANIFEST" ] && [ -n "$(ls -A "$kit")" ]; then
+  echo "gpu-kit: $kit exists and holds no kit (no MANIFEST): not replacing it" >&2
+  exit 1
+fi
 
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/stubs"
-for binary in build/tessera build/tests/tessera_tests; do strip -o "$kit/bin/$(basename "$binary")" "$binary"; done
+for binary in "$build_dir/tessera" "$build_dir/tests/tessera_tests"; do strip -o "$kit/bin/$(basename "$binary")" "$binary"; done
 
 # Every machine has the C and C++ runtimes; the GPU machine has the CUDA
 # libraries too big to carry. The rest is copied.
@@ -74,7 +88,7 @@ make_stub "$nccl_so" 'nccl' no
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   echo "source: $(pwd)"  # the tests read configs and models from here
   echo "made: $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME")"
-  echo "CUDA: $(nvcc --version | grep -o 'release [0-9.]*'), code for $(grep -oE -- '--generate-code=arch=compute_[0-9]+' build/build.ninja | sort -u | sed 's/.*compute_/sm_/' | paste -sd' ') (and their PTX)"
+  echo "CUDA: $(nvcc --version | grep -o 'release [0-9.]*'), code for $(grep -oE -- '--generate-code=arch=compute_[0-9]+' "$build_dir/build.ninja" | sort -u | sed 's/.*compute_/sm_/' | paste -sd' ') (and their PTX)"
   echo "from the GPU machine: $cublas_so, $cublaslt_so, $nccl_so (stubs in stubs/ stand in where they are absent)"
   echo
   (cd "$kit" && find bin lib stubs -type f -printf '%s\t%p\n' | sort -k2 | awk -F'\t' '{printf "%9.1f KiB  %s\n", $1 / 1024, $2}')
@@ -83,10 +97,10 @@ make_stub "$nccl_so" 'nccl' no
 bytes=$(du -sb "$kit" | cut -f1)
 mib=$(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}')
 if [ "$bytes" -gt $((max_mib * 1048576)) ]; then
-  echo "gpu-kit: $kit/ is $mib MiB, over the $max_mib MiB it may take (the device machine takes 64 MiB with the working tree)" >&2
+  echo "gpu-kit: $kit is $mib MiB, over the $max_mib MiB it may take (the device machine takes 64 MiB with the working tree)" >&2
   exit 1
 fi
-echo "gpu-kit: $kit/ is ready: $mib MiB, $(find "$kit" -type f | wc -l) files ($kit/MANIFEST lists them)"
+echo "gpu-kit: $kit is ready: $mib MiB, $(find "$kit" -type f | wc -l) files ($kit/MANIFEST lists them)"
 echo "gpu-kit: on a GPU machine, from the repository root: scripts/gpu-check.sh"
 
 if [ $prove -eq 1 ]; then
@@ -94,6 +108,6 @@ if [ $prove -eq 1 ]; then
   # the chroot through /dev/shm (the chroot mounts the host's /dev).
   shm=$(mktemp -d /dev/shm/tessera-gpu-kit.XXXXXX)
   trap 'rm -rf "$shm"' EXIT
-  cp -a "$kit" "$shm/"
-  ../shared/tools/fresh-debian-check -- bash -c "cp -a $shm/$kit $kit && scripts/gpu-check.sh --cpu-only"
+  cp -a "$kit" "$shm/kit"
+  ../shared/tools/fresh-debian-check -- bash -c "cp -a $shm/kit gpu-kit && scripts/gpu-check.sh --cpu-only"
 fi
