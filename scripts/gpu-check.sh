@@ -11,6 +11,7 @@
 #   TESSERA_GPU_KIT=DIR              # the kit's folder (default gpu-kit/)
 #   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
 #   TESSERA_GPU_CHECK_EPOCHS=N       # check 4 trains N epochs instead of the configs' (a quick run)
+#   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -121,7 +122,7 @@ section "4. zoo on $device against the CPU"
 losses() { grep -oE '"loss": *[-0-9.eE+]+' "$1" | grep -oE '[-0-9.eE+]+$'; }
 # Each case: the model, its precision on the checked device (the CPU runs
 # f32), and the tolerance on each epoch's loss (bf16: mixed_precision_test's).
-for case in mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5; do
+for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5}; do
   IFS=: read -r model precision tolerance <<<"$case"
   name="zoo $model on $device"
   [ "$precision" = f32 ] || name+=" in $precision"
