@@ -109,7 +109,7 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
 }
 
 Device ShardedVariables::host_device(int rank) const {
-  return device_copies_ ? Device::cpu() : mesh_.devices()[static_cast<std::size_t>(rank)];
+  return host_side(device_copies_, mesh_.devices()[static_cast<std::size_t>(rank)]);
 }
 
 void ShardedVariables::upload(Entry& entry) const {
@@ -264,7 +264,7 @@ void SpmdProgram::bind(ValueId leaf, const Tensor& whole) {
   const bool inner_split = s.rank() > 1 && std::any_of(s.dims.begin() + 1, s.dims.end(), [](int a) { return a != Sharding::kNone; });
   for (int rank : runtime_.local_ranks()) {
     StepRunner& exec = *runners_[runtime_.local_index(rank)];  // stages onto devices that keep copies
-    const Device host = runtime_.keeps_copies() ? Device::cpu() : mesh.devices()[static_cast<std::size_t>(rank)];
+    const Device host = host_side(runtime_.keeps_copies(), mesh.devices()[static_cast<std::size_t>(rank)]);
     if (inner_split || copy) {
       exec.bind(local_leaf, extract_block(whole, s, mesh, static_cast<int>(rank), host));
     } else if (s.rank() > 0 && s.dims[0] != Sharding::kNone) {

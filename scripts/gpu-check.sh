@@ -31,7 +31,11 @@ top=$(pwd)
 kit=${TESSERA_GPU_KIT:-$top/gpu-kit}
 cpu_only=0
 device=${TESSERA_GPU_CHECK_DEVICE:-cuda:0}
-[ "${1:-}" = "--cpu-only" ] && cpu_only=1
+case ${1:-} in
+  "") ;;
+  --cpu-only) cpu_only=1 ;;
+  *) echo "gpu-check: unknown option '$1' (--cpu-only, or none)" >&2; exit 2 ;;
+esac
 results=${OUT:-$top}/gpu-check.txt
 exec > >(tee "$results") 2>&1
 

@@ -33,11 +33,14 @@ inline bool shares_memory(Device a, Device b) { return a == b || (a.kind == Devi
 // Where a run keeps its variables between steps. On a device that shares the
 // host's memory (a CPU), in host tensors its kernels read directly; on one
 // that does not (a GPU), as device copies, with batches copied in and outputs
-// out. `device` asks a CPU device for the copies too: the path a GPU takes,
-// run and tested where no GPU is.
+// out. Residency::device asks a CPU device for the copies too: the path a GPU
+// takes, run and tested where no GPU is.
 enum class Residency { automatic, device };
 inline bool keeps_copies(Residency residency, Device device) {
   return residency == Residency::device || !shares_memory(Device::cpu(), device);
 }
+// Where the host writes what `device` will hold: host memory when the device
+// keeps copies of it, else the device itself (a CPU device's own memory).
+inline Device host_side(bool copies, Device device) { return copies ? Device::cpu() : device; }
 
 }  // namespace tessera

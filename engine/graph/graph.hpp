@@ -55,7 +55,6 @@ class Graph {
   // product back to f32, gradients' matmuls included; every other op and the
   // variables stay f32. f32 (the default) builds matmuls as they are.
   void set_matmul_dtype(DType dtype) { matmul_dtype_ = dtype; }
-  DType matmul_dtype() const { return matmul_dtype_; }
   ValueId conv2d(ValueId x, ValueId w, const Conv2dArgs& args);
   ValueId pool2d(ValueId x, const Pool2dArgs& args);
 
