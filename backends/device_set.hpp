@@ -3,8 +3,10 @@
 //   cpu:N      N logical CPU devices, cpu:0 .. cpu:N-1
 //   cuda:all   every GPU the CUDA runtime reports
 //   cuda:I,J   those GPUs
+//   cuda:IxN   N logical devices of GPU I, cuda:0 .. cuda:N-1 (registry.hpp's
+//              set_cuda_logical_devices): every mesh of N devices on one GPU
 // Parsing creates nothing and changes nothing; use_devices makes a set's
-// logical CPU devices exist, when a run is about to use them.
+// logical devices exist, when a run is about to use them.
 #pragma once
 
 #include <string_view>
@@ -14,12 +16,19 @@
 
 namespace tessera {
 
+struct DeviceSet {
+  std::vector<Device> devices;
+  int shared_gpu = -1;  // cuda:IxN: I, the GPU all of them are logical devices of
+  bool operator==(const DeviceSet&) const = default;
+};
+
 // Throws DeviceError naming the grammar, or the devices that exist when a
 // named GPU does not.
-std::vector<Device> parse_device_set(std::string_view text);
+DeviceSet parse_device_set(std::string_view text);
 
 // Gives the registry as many logical CPU devices as `devices` has (each an
-// even share of the cores); GPUs need nothing.
-void use_devices(const std::vector<Device>& devices);
+// even share of the cores) and, with `shared_gpu` >= 0, makes the cuda
+// devices logical devices of that GPU (else cuda:i is GPU i).
+void use_devices(const std::vector<Device>& devices, int shared_gpu = -1);
 
 }  // namespace tessera

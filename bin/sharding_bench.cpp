@@ -204,7 +204,7 @@ class Bench {
     if (!o_.devices.empty()) {
       std::vector<Device> set;
       try {
-        set = parse_device_set(o_.devices);
+        set = parse_device_set(o_.devices).devices;
       } catch (const DeviceError& e) {
         throw ConfigError(std::string("--devices: ") + e.what());
       }

@@ -36,15 +36,15 @@ std::int64_t parse_bytes(const ConfigNode& node) {
 
 // The set `devices:` names (backends/device_set.hpp); `mesh_size` logical
 // CPU devices when absent. Creates none: make_trainer does, for the run.
-std::vector<Device> parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
-  if (!node) return cpu_devices(static_cast<int>(mesh_size));  // sharding over GPUs needs `devices:`
-  std::vector<Device> devices;
+DeviceSet parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh_size) {
+  if (!node) return {cpu_devices(static_cast<int>(mesh_size))};  // sharding over GPUs needs `devices:`
+  DeviceSet devices;
   try {
     devices = parse_device_set(node->as<std::string>());
   } catch (const DeviceError& e) {
     node->fail(e.what());
   }
-  if (devices.front().kind == DeviceKind::cuda && !TESSERA_HAVE_NCCL)
+  if (devices.devices.front().kind == DeviceKind::cuda && devices.shared_gpu < 0 && !TESSERA_HAVE_NCCL)
     node->fail("'" + node->as<std::string>() + "': a mesh of GPUs exchanges through NCCL, and this build has none "
                "(install NCCL beside the CUDA toolkit and rebuild)");
   return devices;
@@ -113,7 +113,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
   if (mesh_node && !node.has("devices") && mesh_size > kMaxCpuDevices)
     (*mesh_node)["shape"].fail("the mesh has " + std::to_string(mesh_size) + " positions; without devices: it would make " +
                                "as many logical CPU devices, and at most " + std::to_string(kMaxCpuDevices) + " exist");
-  std::vector<Device> devices = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
+  DeviceSet device_set = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
+  const std::vector<Device>& devices = device_set.devices;
+  config.shared_gpu = device_set.shared_gpu;
   if (!mesh_node) {  // data parallel over every device; auto_tp splits layers over them all
     shape = auto_tp ? std::vector<std::int64_t>{1, static_cast<std::int64_t>(devices.size())}
                     : std::vector<std::int64_t>{static_cast<std::int64_t>(devices.size())};

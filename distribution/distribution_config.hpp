@@ -1,7 +1,7 @@
 // The `distribution:` section of a run config, read into a Distribution:
 //
 //   distribution:
-//     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1
+//     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1, cuda:0x4 (4 logical devices of GPU 0)
 //     mesh: {shape: [2, 4], axis_names: [batch, model]}
 //     type: model_parallel      # data_parallel | model_parallel | auto_tp | auto
 //     memory_limit: 512MiB      # auto: the per-device budget (bytes, or KiB/MiB/GiB)
@@ -46,6 +46,7 @@ struct DistributionConfig {
   bool auto_mesh = false;             // type auto
   std::int64_t memory_limit = 0;      // bytes per device; 0: none
   std::optional<AutoChoice> auto_choice;  // filled in by make_trainer
+  int shared_gpu = -1;  // devices: cuda:IxN: I, whose logical devices the mesh names (make_trainer makes them)
 };
 
 // Reads the section. It creates no device: make_trainer (engine/run/run_config.hpp)

@@ -11,6 +11,9 @@
 #include "backends/registry.hpp"
 #include "distribution/shard_copy.hpp"
 #include "engine/graph/staged_runner.hpp"
+#if TESSERA_HAVE_CUDA
+#include "distribution/collectives/cuda_peer_kernels.hpp"
+#endif
 #if TESSERA_HAVE_NCCL
 #include "backends/cuda/cuda_backend.hpp"
 #include "distribution/collectives/nccl_communicator.hpp"
@@ -19,13 +22,26 @@
 namespace tessera {
 namespace {
 
+// Whether the mesh's devices are logical devices of one GPU (registry.hpp).
+bool shares_one_gpu(const DeviceMesh& mesh) {
+  const Device first = mesh.devices().front();
+  return first.kind == DeviceKind::cuda && cuda_gpu_shares(first) > 1;
+}
+
 // One kind of device per mesh: CPU devices exchange through shared memory
-// (MPI between processes), GPUs through NCCL.
+// (MPI between processes), GPUs through NCCL, the logical devices of one GPU
+// through its memory.
 const Distribution& check_devices(const Distribution& distribution) {
   const auto& devices = distribution.mesh().devices();
   for (const Device& d : devices)
     if (d.kind != devices.front().kind)
       throw UnsupportedError("a mesh holds one kind of device; this one has " + devices.front().str() + " and " + d.str());
+  if (shares_one_gpu(distribution.mesh())) {
+    if (distribution.placement().multi_process())
+      throw UnsupportedError("logical devices of one GPU (" + devices.front().str() + ", ...) run in one process; this "
+                             "job has " + std::to_string(distribution.placement().processes) + " processes");
+    return distribution;
+  }
   if (devices.front().kind == DeviceKind::cuda && !TESSERA_HAVE_NCCL)
     throw UnsupportedError("a mesh of GPUs (" + devices.front().str() + ", ...) exchanges through NCCL, and this build "
                            "has none (install NCCL beside the CUDA toolkit and rebuild)");
@@ -34,6 +50,12 @@ const Distribution& check_devices(const Distribution& distribution) {
 
 std::unique_ptr<Communicator> make_communicator(const DeviceMesh& mesh, const ProcessPlacement& placement,
                                                 const std::vector<int>& local_ranks) {
+#if TESSERA_HAVE_CUDA
+  if (shares_one_gpu(mesh))  // one process (check_devices): rank r is mesh device r
+    return std::make_unique<ShmCommunicator>(static_cast<int>(mesh.size()), [&](int rank) {
+      return std::make_unique<CudaPeerKernels>(mesh.devices()[static_cast<std::size_t>(rank)]);
+    });
+#endif
 #if TESSERA_HAVE_NCCL
   if (mesh.devices().front().kind == DeviceKind::cuda) {
     std::vector<CUstream_st*> streams;  // each rank's collectives run on its backend's stream

@@ -11,7 +11,7 @@
 #   TESSERA_GPU_KIT=DIR              # the kit's folder (default gpu-kit/)
 #   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
 #   TESSERA_GPU_CHECK_EPOCHS=N       # check 4 trains N epochs instead of the configs' (a quick run)
-#   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %
+#   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %[:mesh]
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -21,8 +21,13 @@
 #                   the CPU from the same seed (scripts/gpu-check/*.yaml: synthetic images and
 #                   the README's bytes, since the GPU machine has no datasets): each epoch's
 #                   mean loss on cuda:0 within 2% of the CPU's (or 0.001, near zero); and
-#                   the GPT in bf16 mixed precision on cuda:0 within 5% of the CPU's f32
-#   Not built yet (issue 15): the sharding matrix on logical GPU devices, the GPU benchmarks.
+#                   the GPT in bf16 mixed precision on cuda:0 within 5% of the CPU's f32;
+#                   the MLP and GPT on a 2x2 AutoTP mesh of cuda:0x4 (four logical devices
+#                   of GPU 0, the config's distribution: section) against one CPU device
+#   5. sharding     the sharding tests' matrix (MLP, CNN, GPT on 8 meshes x 3 layouts, ZeRO,
+#                   AutoTP) on logical devices of GPU 0 against cuda:0 alone
+#                   (TESSERA_TEST_MESH_DEVICES=cuda, tests/mesh_devices.hpp)
+#   Not built yet (issue 15): the GPU benchmarks.
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -126,17 +131,26 @@ section "4. zoo on $device against the CPU"
 losses() { grep -oE '"loss": *[-0-9.eE+]+' "$1" | grep -oE '[-0-9.eE+]+$'; }
 # Each case: the model, its precision on the checked device (the CPU runs
 # f32), and the tolerance on each epoch's loss (bf16: mixed_precision_test's).
-for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5}; do
-  IFS=: read -r model precision tolerance <<<"$case"
-  name="zoo $model on $device"
+# A mesh case: four logical devices of the checked device's GPU (cpu:4 when it is the CPU).
+mesh_devices=cuda:${device#cuda:}x4
+[ "$device" = cpu ] && mesh_devices=cpu:4
+for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 mlp:f32:2:mesh gpt:f32:2:mesh}; do
+  IFS=: read -r model precision tolerance mesh <<<"$case"
+  checked=$device where=(--device "$device")
+  if [ "${mesh:-}" = mesh ]; then
+    checked="a 2x2 mesh of $mesh_devices"
+    where=(--set "distribution={devices: '$mesh_devices', mesh: {shape: [2, 2], axis_names: [batch, model]}, type: auto_tp}")
+  fi
+  name="zoo $model on $checked"
   [ "$precision" = f32 ] || name+=" in $precision"
   if [ "$device" != cpu ] && [ $has_gpu -eq 0 ]; then skip "$name" "$why_no_gpu"; continue; fi
   config=scripts/gpu-check/$model.yaml work=$(mktemp -d)
   ok=1
-  for run in reference:cpu:f32 "checked:$device:$precision"; do
-    IFS=: read -r role on dtype <<<"$run"
-    echo "--- $model on $on in $dtype"
-    "$tessera" train "$config" --device "$on" --log "$work/$role.jsonl" \
+  for role in reference checked; do
+    on=(--device cpu) label=cpu dtype=f32
+    [ $role = checked ] && on=("${where[@]}") label=$checked dtype=$precision
+    echo "--- $model on $label in $dtype"
+    "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
       --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" \
       ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} || ok=0
   done
@@ -153,8 +167,20 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5}; 
   rm -rf "$work"
 done
 
+section "5. sharding on logical devices of GPU 0"
+if [ $has_gpu -eq 1 ]; then
+  if TESSERA_TEST_MESH_DEVICES=cuda "$tests" --no-intro \
+    --test-case="sharded training equals one device*,AutoTP trains*,zero 1*,data parallel dropout*"; then
+    pass "sharding matrix on cuda:0x8"
+  else
+    fail "sharding matrix on cuda:0x8"
+  fi
+else
+  skip "sharding matrix on cuda:0x8" "$why_no_gpu"
+fi
+
 section "not built yet (issue 15)"
-echo "  the sharding matrix on logical GPU devices (cuda:0x4), the GPU benchmarks against PyTorch"
+echo "  the GPU benchmarks against PyTorch"
 
 section "summary"
 echo "gpu-check: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; the whole output is in $results"

@@ -8,7 +8,7 @@ namespace tessera {
 
 void CudaBackend::run_cast(const Tensor& x, const Tensor& out) {
   if (x.dtype() == out.dtype()) return run_copy(x, out);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_cast(x.raw_data(), out.raw_data(), CastElements{x.dtype(), out.dtype()}, x.numel(), stream_);
 }
 

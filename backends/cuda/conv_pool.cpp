@@ -12,7 +12,7 @@ void CudaBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Ten
   require_f32(x, "conv2d_forward", device());
   if (y.numel() == 0) return;
   const ConvGeometry g = conv_geometry(x.shape(), w.shape(), y.shape(), args);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_conv2d_forward(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                       y.data<float>(), g, y.numel(), stream_);
   // The activation in place: an elementwise pass over y (cuDNN-free kernels).
@@ -24,7 +24,7 @@ void CudaBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, co
   require_f32(dy, "conv2d_backward_data", device());
   if (dx.numel() == 0) return;
   const ConvGeometry g = conv_geometry(dx.shape(), w.shape(), dy.shape(), args);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_conv2d_backward_data(dy.data<float>(), w.data<float>(), dx.data<float>(), g, dx.numel(),
                             stream_);
 }
@@ -33,7 +33,7 @@ void CudaBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                               const Tensor* db, const Conv2dArgs& args) {
   require_f32(x, "conv2d_backward_weights", device());
   const ConvGeometry g = conv_geometry(x.shape(), dw.shape(), dy.shape(), args);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_conv2d_backward_weights(x.data<float>(), dy.data<float>(), dw.data<float>(),
                                db ? db->data<float>() : nullptr, g, dw.numel(), stream_);
 }
@@ -42,7 +42,7 @@ void CudaBackend::run_pool2d_forward(const Tensor& x, const Tensor& y, const Poo
   require_f32(x, "pool2d_forward", device());
   if (y.numel() == 0) return;
   const ConvGeometry g = pool_geometry(x.shape(), y.shape(), args);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_pool2d_forward(args.kind, x.data<float>(), y.data<float>(), g, y.numel(), stream_);
 }
 
@@ -51,7 +51,7 @@ void CudaBackend::run_pool2d_backward(const Tensor& x, const Tensor& dy, const T
   require_f32(x, "pool2d_backward", device());
   if (dx.numel() == 0) return;
   const ConvGeometry g = pool_geometry(x.shape(), dy.shape(), args);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_pool2d_backward(args.kind, x.data<float>(), dy.data<float>(), dx.data<float>(), g,
                        dx.numel(), stream_);
 }

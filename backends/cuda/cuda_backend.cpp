@@ -33,16 +33,34 @@ int cuda_runtime_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(Device device) {
-  return std::make_unique<CudaBackend>(device);
+std::unique_ptr<Backend> make_cuda_backend(Device device, int gpu, int shares) {
+  return std::make_unique<CudaBackend>(device, gpu, shares);
 }
 
-CudaBackend::CudaBackend(Device device) : Backend(device), allocator_(device) {
-  int count = cuda_runtime_device_count();
-  if (device.index < 0 || device.index >= count)
-    throw DeviceError("device " + device.str() + " does not exist: " + std::to_string(count) +
-                      " GPU(s) found");
-  CudaDeviceGuard guard(device.index);
+namespace {
+
+int checked_gpu(Device device, int gpu) {
+  const int count = cuda_runtime_device_count();
+  if (gpu < 0 || gpu >= count)
+    throw DeviceError("device " + device.str() + " would run on GPU " + std::to_string(gpu) + ", which does not exist: " +
+                      std::to_string(count) + " GPU(s) found");
+  return gpu;
+}
+
+// 1/shares of the GPU's memory for each of its logical devices; none (0) for a GPU of its own.
+std::size_t memory_budget(int gpu, int shares) {
+  if (shares <= 1) return 0;
+  CudaDeviceGuard guard(gpu);
+  std::size_t free = 0, total = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total / static_cast<std::size_t>(shares);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(Device device, int gpu, int shares)
+    : Backend(device), gpu_(checked_gpu(device, gpu)), allocator_(device, gpu_, memory_budget(gpu_, shares)) {
+  CudaDeviceGuard guard(gpu_);
   try {
     cudaStream_t stream = nullptr;
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -64,8 +82,8 @@ CudaBackend::~CudaBackend() { release(); }
 
 void CudaBackend::release() noexcept {
   int previous = -1;
-  bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device().index &&
-                  cudaSetDevice(device().index) == cudaSuccess;
+  bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != gpu_ &&
+                  cudaSetDevice(gpu_) == cudaSuccess;
   // Errors are dropped: this runs from the destructor, possibly at exit.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
@@ -121,7 +139,7 @@ bool CudaBackend::supports(OpKind kind, DType dtype) const {
 }
 
 void CudaBackend::synchronize() {
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -133,13 +151,14 @@ void CudaBackend::run_copy(const Tensor& src, const Tensor& dst) {
   if (from_host && to_host)  // Backend::copy lets one side be on this device only
     throw DeviceError("copy: the cuda backend cannot copy host to host (" + src.describe() +
                       " to " + dst.describe() + ")");
-  CudaDeviceGuard guard(device().index);
-  if (!from_host && !to_host && from.index != to.index) {
-    // Between GPUs: the other GPU's stream is not ordered with this one, so
-    // wait for its pending work first and for the copy after.
+  CudaDeviceGuard guard(gpu_);
+  if (!from_host && !to_host && from != to) {
+    // Between devices (GPUs, or logical devices of one): the other device's
+    // stream is not ordered with this one, so wait for its pending work
+    // first and for the copy after.
     Device other = from == device() ? to : from;
     backend_for(other).synchronize();
-    TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data(), to.index, src.raw_data(), from.index,
+    TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data(), cuda_gpu_of(to), src.raw_data(), cuda_gpu_of(from),
                                            bytes, stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
@@ -163,7 +182,7 @@ void CudaBackend::run_fill(const Tensor& out, double value) {
     case DType::i64: bits = bit_pattern(float_to_i64(value)); break;
   }
   if (out.numel() == 0) return;
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_fill(out.raw_data(), out.numel(), static_cast<int>(dtype_size(out.dtype())), bits, stream_);
 }
 

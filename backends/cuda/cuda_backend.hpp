@@ -34,9 +34,13 @@ namespace tessera {
 
 class CudaBackend final : public Backend {
  public:
-  // Creates the stream and library handles on GPU `device.index`; throws
-  // DeviceError for a non-cuda device, Error when CUDA fails.
-  explicit CudaBackend(Device device);
+  // Creates the stream and library handles on GPU `gpu` for cuda device
+  // `device` (its index is the GPU's when the device has the GPU to itself),
+  // which shares the GPU with `shares` - 1 other logical devices: its
+  // allocator then allows it 1/shares of the GPU's memory. Throws
+  // DeviceError for a non-cuda device or a GPU that does not exist, Error
+  // when CUDA fails.
+  CudaBackend(Device device, int gpu, int shares = 1);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -44,6 +48,7 @@ class CudaBackend final : public Backend {
   bool supports(OpKind kind, DType dtype) const override;
   void synchronize() override;  // cudaStreamSynchronize on this backend's stream
 
+  int gpu() const { return gpu_; }  // the CUDA ordinal this device runs on
   CUstream_st* stream() const { return stream_; }
   cublasContext* cublas() const { return cublas_; }
   cublasLtContext* cublas_lt() const { return cublas_lt_; }
@@ -110,6 +115,7 @@ class CudaBackend final : public Backend {
   void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
 
+  int gpu_;
   CudaAllocator allocator_;
   CUstream_st* stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
@@ -119,7 +125,8 @@ class CudaBackend final : public Backend {
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.
 int cuda_runtime_device_count();
-// The backend of GPU `device` (its index is checked by the registry).
-std::unique_ptr<Backend> make_cuda_backend(Device device);
+// The backend of cuda device `device` on GPU `gpu`, one of `shares` logical
+// devices of it (registry.hpp; the index is checked there).
+std::unique_ptr<Backend> make_cuda_backend(Device device, int gpu, int shares);
 
 }  // namespace tessera

@@ -13,14 +13,14 @@
 namespace tessera {
 void CudaBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
   require_f32(x, "unary " + std::string(tessera::name(op)), device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_unary(op, x.data<float>(), y.data<float>(), x.numel(), stream_);
 }
 
 void CudaBackend::run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy,
                                      const Tensor& dx) {
   require_f32(x, "unary " + std::string(tessera::name(op)) + " backward", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_unary_backward(op, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
 }
 
@@ -29,7 +29,7 @@ void CudaBackend::run_binary(BinaryOp op, const Tensor& a, const Tensor& b, cons
   if (out.numel() == 0) return;
   const BroadcastIndex index = make_broadcast_index(a.shape().dims(), b.shape().dims(),
                                                     out.shape().dims());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_binary(op, a.data<float>(), b.data<float>(), out.data<float>(), index, out.numel(), stream_);
 }
 

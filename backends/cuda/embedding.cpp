@@ -45,7 +45,7 @@ void check_ids(const Tensor& ids, std::int64_t vocab, const char* op, Device dev
 }  // namespace
 
 void CudaBackend::run_embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   check_ids(ids, table.shape()[0], "embedding", device(), stream_);
   const std::int64_t dim = table.shape()[1];
   const EmbeddingGather gather{dim, 0, table.shape()[0], ids.numel() * dim};
@@ -55,7 +55,7 @@ void CudaBackend::run_embedding(const Tensor& table, const Tensor& ids, const Te
 
 void CudaBackend::run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out,
                                       std::int64_t first_row, std::int64_t vocab) {
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   check_ids(ids, vocab, "embedding_block", device(), stream_);
   const std::int64_t dim = table.shape()[1];
   const EmbeddingGather gather{dim, first_row, table.shape()[0], ids.numel() * dim};
@@ -65,7 +65,7 @@ void CudaBackend::run_embedding_block(const Tensor& table, const Tensor& ids, co
 
 void CudaBackend::run_one_hot(const Tensor& ids, const Tensor& out) {
   const std::int64_t classes = out.shape()[out.rank() - 1];
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   check_ids(ids, classes, "one_hot", device(), stream_);
   cuda_one_hot(ids.raw_data(), out.raw_data(), static_cast<int>(dtype_size(out.dtype())),
                id_size(ids), OneHot{classes, ids.numel() * classes}, stream_);
@@ -76,7 +76,7 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout,
   if (dtable.dtype() != DType::f32)
     throw UnsupportedError("embedding_backward: dtable must be f32 on " + device().str() +
                            ", got " + dtable.describe());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   check_ids(ids, dtable.shape()[0], "embedding_backward", device(), stream_);
   const std::int64_t dim = dtable.shape()[1];
   cuda_embedding_scatter_add(ids.raw_data(), dout.data<float>(), dtable.data<float>(),

@@ -11,7 +11,7 @@ void CudaBackend::run_layer_norm(const Tensor& x, const Tensor& gamma, const Ten
                                  float epsilon) {
   const std::int64_t features = x.shape()[x.rank() - 1];
   const std::int64_t rows = features == 0 ? 0 : x.numel() / features;
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_layer_norm(x.data<float>(), gamma.data<float>(), beta.data<float>(), y.data<float>(),
                   mean.data<float>(), rstd.data<float>(), rows, features, epsilon, stream_);
 }
@@ -21,7 +21,7 @@ void CudaBackend::run_layer_norm_backward(const Tensor& x, const Tensor& gamma, 
                                           const Tensor& dgamma, const Tensor& dbeta) {
   const std::int64_t features = x.shape()[x.rank() - 1];
   const std::int64_t rows = features == 0 ? 0 : x.numel() / features;
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_layer_norm_backward(x.data<float>(), gamma.data<float>(), mean.data<float>(),
                            rstd.data<float>(), dy.data<float>(), dx.data<float>(),
                            dgamma.data<float>(), dbeta.data<float>(), rows, features, stream_);

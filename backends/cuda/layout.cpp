@@ -9,21 +9,21 @@ namespace tessera {
 
 void CudaBackend::run_broadcast_to(const Tensor& x, const Tensor& out) {
   const StridedCopy copy = make_broadcast_copy(x.shape().dims(), out.shape().dims());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_strided_copy(x.raw_data(), out.raw_data(), static_cast<int>(dtype_size(x.dtype())), copy,
                     stream_);
 }
 
 void CudaBackend::run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm) {
   const StridedCopy copy = make_transpose_copy(x.shape().dims(), perm);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_strided_copy(x.raw_data(), out.raw_data(), static_cast<int>(dtype_size(x.dtype())), copy,
                     stream_);
 }
 
 void CudaBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) {
   const StridedCopy copy = make_slice_copy(x.shape().dims(), out.shape().dims(), axis, start);
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_strided_copy(x.raw_data(), out.raw_data(), static_cast<int>(dtype_size(x.dtype())), copy,
                     stream_);
 }
@@ -36,7 +36,7 @@ void CudaBackend::run_concat(const std::vector<Tensor>& inputs, const Tensor& ou
     copies.push_back(make_concat_copy(in.shape().dims(), out.shape().dims(), axis, offset));
     offset += in.shape()[axis];
   }
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   for (std::size_t i = 0; i < inputs.size(); ++i)
     cuda_strided_copy(inputs[i].raw_data(), out.raw_data(),
                       static_cast<int>(dtype_size(out.dtype())), copies[i], stream_);

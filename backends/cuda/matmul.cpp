@@ -57,7 +57,7 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
 
   const ColumnMajorGemm g = column_major_gemm(a.shape(), b.shape(), args);
   if (g.calls.empty()) return;  // empty output
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   if (g.zero_k()) {
     // Nothing to contract: op(a) @ op(b) is all zeros (then bias and activation).
     TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream_));

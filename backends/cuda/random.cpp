@@ -11,7 +11,7 @@ namespace tessera {
 void CudaBackend::run_random_uniform(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
                                      float low, float high) {
   require_f32(out, "random_uniform", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_random_uniform(out.data<float>(), make_uniform_fill(seed, offset, low, high), out.numel(),
                       stream_);
 }
@@ -19,14 +19,14 @@ void CudaBackend::run_random_uniform(const Tensor& out, std::uint64_t seed, std:
 void CudaBackend::run_random_normal(const Tensor& out, std::uint64_t seed, std::uint64_t offset,
                                     float mean, float stddev) {
   require_f32(out, "random_normal", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_random_normal(out.data<float>(), NormalFill{seed, offset, mean, stddev}, out.numel(), stream_);
 }
 
 void CudaBackend::run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
                               std::uint64_t offset) {
   require_f32(x, "dropout", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_dropout(x.data<float>(), out.data<float>(), make_dropout(seed, offset, rate), x.numel(),
                stream_);
 }

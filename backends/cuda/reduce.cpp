@@ -13,7 +13,7 @@ void CudaBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   require_f32(x, "reduce " + std::string(tessera::name(op)), device());
   if (out.numel() == 0) return;
   const ReduceIndex index = make_reduce_index(x.shape().dims(), out.shape().dims());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_reduce(op, x.data<float>(), out.data<float>(), index, out.numel(), stream_);
 }
 

@@ -19,14 +19,14 @@ SoftmaxRows rows_of(const Tensor& t, int axis) {
 
 void CudaBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) {
   require_f32(x, log ? "log_softmax" : "softmax", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_softmax(x.data<float>(), y.data<float>(), rows_of(x, axis), log, stream_);
 }
 
 void CudaBackend::run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,
                                        int axis, bool log) {
   require_f32(y, log ? "log_softmax_backward" : "softmax_backward", device());
-  CudaDeviceGuard guard(device().index);
+  CudaDeviceGuard guard(gpu_);
   cuda_softmax_backward(y.data<float>(), dy.data<float>(), dx.data<float>(), rows_of(y, axis), log,
                         stream_);
 }

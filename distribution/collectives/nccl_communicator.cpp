@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/registry.hpp"
 #include "distribution/collectives/group_plan.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/sharding.hpp"
@@ -77,7 +78,7 @@ NcclCommunicator::NcclCommunicator(const DeviceMesh& mesh, std::vector<CUstream_
   for (std::size_t i = 0; i < local.size(); ++i) {
     const Device& d = mesh.devices()[static_cast<std::size_t>(local[i])];
     if (d.kind != DeviceKind::cuda) throw DeviceError("NcclCommunicator: " + d.str() + " is not a GPU");
-    devices_[static_cast<std::size_t>(local[i])] = d.index;
+    devices_[static_cast<std::size_t>(local[i])] = cuda_gpu_of(d);
     streams_[static_cast<std::size_t>(local[i])] = streams[i];
   }
   if (!placement.multi_process()) {

@@ -53,8 +53,9 @@ struct Rendezvous {
 };
 
 struct Workspace {
-  explicit Workspace(int ranks) : srcs(static_cast<std::size_t>(ranks)), dsts(static_cast<std::size_t>(ranks)) {}
-  ShmKernels kernels;
+  Workspace(int ranks, std::unique_ptr<SharedMemoryKernels> kernels)
+      : kernels(std::move(kernels)), srcs(static_cast<std::size_t>(ranks)), dsts(static_cast<std::size_t>(ranks)) {}
+  std::unique_ptr<SharedMemoryKernels> kernels;
   std::vector<const void*> srcs;
   std::vector<void*> dsts;
 };
@@ -181,7 +182,8 @@ Shape expected_out(const Call& c, const Shape& in, int n, int dim, int dim2) {
 // Every member runs this on every member's call after all have arrived, so
 // all of them reach the same verdict and fail together instead of leaving
 // the others waiting.
-std::optional<Failure> validate(std::span<const Call> slots, const CommGroup& group) {
+std::optional<Failure> validate(std::span<const Call> slots, const CommGroup& group,
+                                const SharedMemoryKernels& memory) {
   using Type = Failure::Type;
   const Call& first = slots[0];
   const int n = static_cast<int>(slots.size());
@@ -200,9 +202,9 @@ std::optional<Failure> validate(std::span<const Call> slots, const CommGroup& gr
     if (!c.in->defined() || (has_out && !c.out->defined()))
       return Failure{Type::collective, what + rank(k) + " passed an undefined tensor"};
     for (const Tensor* t : {c.in, has_out ? c.out : c.in})
-      if (t->device().kind != DeviceKind::cpu)
+      if (!memory.reaches(t->device()))
         return Failure{Type::device, what + rank(k) + " passed " + t->describe() +
-                                         "; the shared-memory communicator needs host tensors"};
+                                         "; this shared-memory communicator needs " + memory.memory_name()};
     if (k == 0) continue;
     if (c.in->dtype() != first.in->dtype() || c.in->shape() != first.in->shape())
       return Failure{Type::collective,
@@ -320,7 +322,7 @@ void run_all_reduce(const Job& job, bool stream) {
     srcs[k] = bytes_of(job.slots[k].in) + off;
     dsts[k] = bytes_of(job.slots[k].out) + off;
   }
-  job.ws.kernels.reduce(srcs, dsts, hi - lo, dtype, c.op, stream);
+  job.ws.kernels->reduce(srcs, dsts, hi - lo, dtype, c.op, stream);
 }
 
 // Member `me` reduces block `me` along dim of every input into its output,
@@ -337,7 +339,7 @@ void run_reduce_scatter(const Job& job, bool stream) {
     const auto src_off = static_cast<std::size_t>((o * job.n() + job.me) * block) * es;
     for (std::size_t k = 0; k < job.slots.size(); ++k) srcs[k] = bytes_of(job.slots[k].in) + src_off;
     dst[0] = bytes_of(c.out) + static_cast<std::size_t>(o * block) * es;
-    job.ws.kernels.reduce(srcs, dst, block, dtype, c.op, stream);
+    job.ws.kernels->reduce(srcs, dst, block, dtype, c.op, stream);
   }
 }
 
@@ -357,7 +359,7 @@ void run_all_gather(const Job& job, bool stream) {
       std::byte* dst = bytes_of(peer.out) + (o * n + me) * block;
       if (dst != src) job.ws.dsts[m++] = dst;  // in place: already there
     }
-    job.ws.kernels.copy(src, std::span(job.ws.dsts).first(m), block, stream);
+    job.ws.kernels->copy(src, std::span(job.ws.dsts).first(m), block, stream);
   }
 }
 
@@ -366,7 +368,7 @@ void run_broadcast(const Job& job, bool stream) {
   if (job.me == c.root) return;
   const std::byte* src = bytes_of(job.slots[static_cast<std::size_t>(c.root)].in);
   void* dst = bytes_of(c.in);
-  if (dst != src) job.ws.kernels.copy(src, std::span(&dst, 1), c.in->nbytes(), stream);
+  if (dst != src) job.ws.kernels->copy(src, std::span(&dst, 1), c.in->nbytes(), stream);
 }
 
 // Member `me` gathers block `me` (along split_dim) of every peer's input into
@@ -387,7 +389,7 @@ void run_all_to_all(const Job& job, bool stream) {
         bytes_of(job.slots[j].in) + static_cast<std::size_t>(job.me * block[split] * in_strides[s]) * es;
     std::byte* dst = out + static_cast<std::size_t>(static_cast<std::int64_t>(j) * block[concat] * out_strides[d]) * es;
     if (dst == src) continue;  // a group of one, in place
-    job.ws.kernels.copy_strided(dst, out_strides, src, in_strides, block.dims(), es, stream);
+    job.ws.kernels->copy_strided(dst, out_strides, src, in_strides, block.dims(), es, stream);
   }
 }
 
@@ -395,7 +397,7 @@ void run_all_to_all(const Job& job, bool stream) {
 void copy_own(const Job& job, bool stream) {
   const Call& c = job.mine();
   void* out = bytes_of(c.out);
-  if (out != c.in->raw_data()) job.ws.kernels.copy(c.in->raw_data(), std::span(&out, 1), c.in->nbytes(), stream);
+  if (out != c.in->raw_data()) job.ws.kernels->copy(c.in->raw_data(), std::span(&out, 1), c.in->nbytes(), stream);
 }
 
 void execute(const Job& job, std::size_t stream_threshold) {
@@ -416,7 +418,7 @@ void execute(const Job& job, std::size_t stream_threshold) {
     case CollectiveKind::all_to_all: run_all_to_all(job, stream); break;
     case CollectiveKind::barrier: break;
   }
-  if (stream) ShmKernels::store_fence();  // streamed stores, visible before the closing barrier
+  job.ws.kernels->after_writes(stream);  // visible to the peers before the closing barrier
 }
 
 }  // namespace
@@ -425,7 +427,7 @@ void execute(const Job& job, std::size_t stream_threshold) {
 // ShmCommunicator
 // ---------------------------------------------------------------------------
 
-ShmCommunicator::ShmCommunicator(int ranks)
+ShmCommunicator::ShmCommunicator(int ranks, const KernelsFor& kernels)
     : Communicator(ranks), ranks_(ranks), spin_(0), stream_threshold_(kStreamThreshold) {
   if (ranks < 1) throw Error("shared-memory communicator: needs at least one rank, got " + std::to_string(ranks));
   // Spinning only pays while every rank can have a core; with more threads
@@ -433,7 +435,9 @@ ShmCommunicator::ShmCommunicator(int ranks)
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores == 0 || static_cast<unsigned>(ranks) <= cores) spin_ = kSpinTime;
   workspace_.reserve(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) workspace_.push_back(std::make_unique<Workspace>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    workspace_.push_back(
+        std::make_unique<Workspace>(ranks, kernels ? kernels(r) : std::make_unique<ShmKernels>()));
 }
 
 ShmCommunicator::~ShmCommunicator() = default;
@@ -474,14 +478,15 @@ void ShmCommunicator::run(const CommGroup& group, int rank, const Call& call) {
   Workspace& ws = *workspace_[static_cast<std::size_t>(rank)];
   if (group.size() == 1) {
     std::span<const Call> slots(&call, 1);
-    if (auto failure = validate(slots, group)) raise(*failure);
+    if (auto failure = validate(slots, group, *ws.kernels)) raise(*failure);
     execute(Job{slots, 0, ws}, stream_threshold_);
   } else {
     Rendezvous& rv = rendezvous_for(group);
     rv.slots[static_cast<std::size_t>(me)] = call;
+    ws.kernels->before_publish();
     arrive(rv, group, me, call.kind, start);
     std::span<const Call> slots(rv.slots);
-    if (auto failure = validate(slots, group)) {
+    if (auto failure = validate(slots, group, *ws.kernels)) {
       phase_barrier(rv);  // every member has read the calls before any leaves
       raise(*failure);
     }

@@ -1,5 +1,6 @@
-// ShmCommunicator: the collectives of the logical CPU devices of one process,
-// whose ranks are threads that share the address space.
+// ShmCommunicator: the collectives of devices that share one memory, whose
+// ranks are threads of one process: the logical CPU devices (host memory,
+// ShmKernels) or the logical devices of one GPU (its memory, CudaPeerKernels).
 //
 // Members meet at a rendezvous per group (keyed by the group's ranks): each
 // publishes its tensors, waits for the others, checks that all calls agree,
@@ -14,7 +15,7 @@
 //   broadcast       every other member copies the root's buffer into its own
 //   all_to_all      member i copies block i of every input into its output
 // Nothing runs on other threads: the callers are the threads. The memory
-// kernels are ShmKernels (shm_kernels.hpp).
+// kernels are a SharedMemoryKernels per rank (shared_memory_kernels.hpp).
 //
 // In place: all_reduce with in == out; all_gather with `in` being this
 // member's block of `out` along dim 0; reduce_scatter with `out` being this
@@ -30,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "distribution/collectives/communicator.hpp"
+#include "distribution/collectives/shared_memory_kernels.hpp"
 
 namespace tessera {
 
@@ -48,7 +51,9 @@ struct Workspace;   // per rank: chunk accumulators and pointer tables
 
 class ShmCommunicator final : public Communicator {
  public:
-  explicit ShmCommunicator(int ranks);
+  // The kernels of each rank; empty: the host's (ShmKernels), for logical CPU devices.
+  using KernelsFor = std::function<std::unique_ptr<SharedMemoryKernels>(int rank)>;
+  explicit ShmCommunicator(int ranks, const KernelsFor& kernels = {});
   ~ShmCommunicator() override;
   ShmCommunicator(const ShmCommunicator&) = delete;
   ShmCommunicator& operator=(const ShmCommunicator&) = delete;

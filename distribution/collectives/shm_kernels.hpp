@@ -1,6 +1,6 @@
-// Memory kernels of the shared-memory collectives: element-wise reductions of
-// several buffers into several buffers, and copies of one buffer into several,
-// each in one pass that reads every source byte once.
+// Host memory kernels of the shared-memory collectives (shared_memory_kernels.hpp):
+// element-wise reductions of several buffers into several buffers, and copies
+// of one buffer into several, each in one pass that reads every source byte once.
 //
 // Large collectives are bound by memory bandwidth, so the kernels keep many
 // streams in flight (every source and destination advances together, a cache
@@ -16,34 +16,28 @@
 #include <span>
 #include <vector>
 
-#include "backends/op_kinds.hpp"
-#include "engine/core/dtype.hpp"
+#include "distribution/collectives/shared_memory_kernels.hpp"
 
 namespace tessera {
 
-class ShmKernels {
+class ShmKernels final : public SharedMemoryKernels {
  public:
   // Whether this CPU runs the AVX-512 kernels.
   static bool avx512_available();
   // `avx512` false: the portable kernels (tests compare the two).
   explicit ShmKernels(bool avx512 = avx512_available());
 
-  // dsts[j][i] = op over k (in order) of srcs[k][i], for i < count and every j.
-  // f32 and bf16 accumulate in f32 (mean divides the sum by srcs.size());
-  // i32 and i64 support sum and max. A destination may be one of the sources
-  // (in place): each element is read from every source before it is written.
+  bool reaches(Device device) const override { return device.kind == DeviceKind::cpu; }
+  std::string memory_name() const override { return "host tensors"; }
+
   void reduce(std::span<const void* const> srcs, std::span<void* const> dsts, std::int64_t count, DType dtype,
-              ReduceOp op, bool stream);
-
-  // dsts[j][0, bytes) = src[0, bytes) for every j; src is read once.
-  void copy(const void* src, std::span<void* const> dsts, std::size_t bytes, bool stream) const;
-
-  // Copies a block of shape `dims` between two row-major arrays with the
-  // given strides (in elements of `element_size` bytes), a contiguous run at
-  // a time.
-  void copy_strided(void* dst, const std::vector<std::int64_t>& dst_strides, const void* src,
-                    const std::vector<std::int64_t>& src_strides, const std::vector<std::int64_t>& dims,
-                    std::size_t element_size, bool stream) const;
+              ReduceOp op, bool stream) override;
+  // src is read once.
+  void copy(const void* src, std::span<void* const> dsts, std::size_t bytes, bool stream) override;
+  // Streamed (non-temporal) stores are ordered before the barrier's.
+  void after_writes(bool streamed) override {
+    if (streamed) store_fence();
+  }
 
   // Orders this thread's non-temporal stores before its later stores (the
   // barrier that tells the peers the data is there).

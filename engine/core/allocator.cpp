@@ -12,7 +12,7 @@ void* Allocator::allocate(std::size_t bytes) {
   void* ptr = raw_allocate(bytes == 0 ? 1 : bytes);
   if (ptr == nullptr)
     throw OutOfMemoryError("out of memory on " + device_.str() + ": " + std::to_string(bytes) +
-                " bytes requested, " + std::to_string(bytes_in_use_.load()) + " in use");
+                " bytes requested, " + std::to_string(bytes_in_use_.load()) + " in use" + limit_note());
   allocations_.fetch_add(1, std::memory_order_relaxed);
   auto in_use = bytes_in_use_.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
   auto peak = peak_bytes_.load();

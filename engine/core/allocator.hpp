@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "engine/core/device.hpp"
 
@@ -40,6 +41,8 @@ class Allocator {
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr when out of memory
   virtual void raw_deallocate(void* ptr, std::size_t bytes) = 0;
+  // Appended to the out-of-memory message: a limit of this allocator's own ("", none).
+  virtual std::string limit_note() const { return ""; }
 
  private:
   Device device_;

@@ -135,7 +135,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
     return std::make_unique<Trainer>(run.model, run.training, store, run.device);
   }
   DistributionConfig& config = *run.distribution;
-  use_devices(config.distribution->mesh().devices());  // the logical CPU devices of the mesh
+  use_devices(config.distribution->mesh().devices(), config.shared_gpu);  // the logical devices of the mesh
   run.model.build(store, run.training.seed);
   bool zero = config.distribution->zero();  // kept when the layouts are chosen below
   const std::vector<Device> devices = config.distribution->mesh().devices();

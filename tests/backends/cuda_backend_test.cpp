@@ -94,8 +94,9 @@ TEST_CASE("cuda errors name the call, its location and the error") {
 TEST_CASE("cuda backend of a GPU that does not exist is a DeviceError") {
   const int count = cuda_device_count();
   CHECK_THROWS_AS(backend_for(Device::cuda(count)), DeviceError);
-  CHECK_THROWS_AS(make_cuda_backend(Device::cuda(count)), DeviceError);
-  CHECK_THROWS_AS(CudaAllocator(Device::cpu(0)), DeviceError);
+  CHECK_THROWS_AS(make_cuda_backend(Device::cuda(count), count, 1), DeviceError);
+  CHECK_THROWS_WITH_AS(make_cuda_backend(Device::cuda(0), count, 2), doctest::Contains("would run on GPU"), DeviceError);
+  CHECK_THROWS_AS(CudaAllocator(Device::cpu(0), 0), DeviceError);
   CHECK(cuda_compiled());
 }
 

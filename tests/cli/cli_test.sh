@@ -177,7 +177,7 @@ expect_fail 3 "distribution.mesh.shape: the mesh has 5000 positions; without dev
   "$tessera" train "$work/run.yaml" --set "distribution={mesh: {shape: [5000]}}"
 expect_fail 3 "distribution.devices: 'cpu:5000' is not cpu:N with N from 1 to 4096" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={devices: 'cpu:5000'}"
-expect_fail 3 "distribution.devices: 'cuda:99999999999' is not cuda:all or cuda:I,J" -- \
+expect_fail 3 "distribution.devices: 'cuda:99999999999' is not cuda:all, cuda:I,J" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={devices: 'cuda:99999999999'}"
 expect_fail 3 "distribution.batch_dim_name: data_parallel splits batches along the mesh's first axis 'batch'" -- \
   "$tessera" train "$work/run.yaml" --set "distribution={devices: cpu:4, mesh: {shape: [2, 2]}, batch_dim_name: model}"

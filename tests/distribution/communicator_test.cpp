@@ -16,8 +16,10 @@
 
 #include "distribution/collectives/shm_communicator.hpp"
 #include "engine/core/error.hpp"
+#include "tests/on_ranks.hpp"
 
 using namespace tessera;
+using tessera::test::on_ranks;
 using namespace std::chrono_literals;
 
 namespace {
@@ -51,23 +53,6 @@ std::string mismatch(const Tensor& t, F expected) {
              std::to_string(want);
   }
   return "";
-}
-
-// Runs fn(rank) on one thread per rank; returns each rank's error message ("" when none).
-template <typename F>
-std::vector<std::string> on_ranks(int n, F fn) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = std::string("[") + typeid(e).name() + "] " + e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 void check_no_errors(const std::vector<std::string>& errors) {

@@ -12,30 +12,12 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "distribution/collectives/nccl_communicator.hpp"
 #include "distribution/spmd_context.hpp"
+#include "tests/on_ranks.hpp"
 #include "tests/gpu_test_util.hpp"
 
 using namespace tessera;
+using tessera::test::on_ranks;
 using tessera::test::skip_without_gpu;
-
-namespace {
-
-// Runs task(rank) on one thread per rank; returns each rank's error text ("" when none).
-std::vector<std::string> on_ranks(int n, const std::function<void(int)>& task) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        task(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-}  // namespace
 
 TEST_CASE("nccl communicator: all_reduce, all_gather, reduce_scatter and broadcast over every GPU" *
           doctest::test_suite("gpu") * skip_without_gpu()) {

@@ -14,6 +14,9 @@
 // element by its own magnitude, so an element whose gradient is a nearly
 // cancelling sum (|g| near epsilon) turns the other summation order's
 // rounding into a visibly different step.
+//
+// With TESSERA_TEST_MESH_DEVICES=cuda the meshes are logical devices of GPU 0
+// and the one-device run is cuda:0's (tests/mesh_devices.hpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -26,6 +29,7 @@
 #include "engine/config/config.hpp"
 #include "engine/run/trainer.hpp"
 #include "tests/classifier.hpp"
+#include "tests/mesh_devices.hpp"
 #include "tests/test_util.hpp"
 
 using namespace tessera;
@@ -81,8 +85,9 @@ const std::string kAdam = "{type: adam, learning_rate: 1.0e-3}";
 RunResult train_model(const Model& model, const ModelCase& c, const Distribution* distribution,
                       const std::string& optimizer = kSgd) {
   VariableStore store;
-  std::unique_ptr<Trainer> trainer = distribution ? std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, *distribution)
-                                                  : std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store);
+  std::unique_ptr<Trainer> trainer =
+      distribution ? std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, *distribution)
+                   : std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, test::single_device());
   RunResult result;
   for (std::uint64_t step = 0; step < 3; ++step) {
     auto [inputs, targets] = c.batch_of(step + 1);
@@ -101,8 +106,9 @@ RunResult train(const ModelCase& c, const Distribution* distribution, const std:
 
 const RunResult& single_device(const ModelCase& c) {
   static std::map<std::string, RunResult> cache;
-  auto it = cache.find(c.file);
-  if (it == cache.end()) it = cache.emplace(c.file, train(c, nullptr)).first;
+  const std::string key = c.file + " on " + test::single_device().str();
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, train(c, nullptr)).first;
   return it->second;
 }
 
@@ -137,11 +143,11 @@ const std::vector<std::vector<std::int64_t>> kMeshes = {{1, 1}, {2, 1}, {1, 2}, 
 // Runs `c` on every mesh with the layout map `layouts` (empty: data parallel)
 // and compares each with the single-device run.
 void check_matrix(const ModelCase& c, const std::function<Layouts(std::int64_t model_devices)>& layouts_for) {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   const RunResult& expected = single_device(c);
   for (const auto& shape : kMeshes) {
     const std::int64_t devices = shape[0] * shape[1];
-    DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(static_cast<int>(devices)));
+    DeviceMesh mesh(shape, {"batch", "model"}, test::mesh_devices(devices));
     const Layouts layouts = layouts_for ? layouts_for(shape[1]) : Layouts{};
     LayoutMap map;
     for (const auto& [key, axes] : layouts) map.add(key, TensorLayout(axes));
@@ -150,7 +156,6 @@ void check_matrix(const ModelCase& c, const std::function<Layouts(std::int64_t m
     else distribution = std::make_unique<ModelParallel>(mesh, map, "batch");
     check_same(expected, train(c, distribution.get()), c.file + " on " + distribution->str(), 2e-5f, c.metric_tolerance);
   }
-  set_cpu_device_count(1);
 }
 
 // Megatron: the first of each pair of dense layers splits its columns, the
@@ -208,17 +213,16 @@ TEST_CASE("sharded training equals one device: GPT Megatron column/row parallel"
 TEST_CASE("sharded training equals one device: GPT fully sharded") { check_matrix(gpt_case(), gpt_fsdp); }
 
 TEST_CASE("sharded training equals one device: Adam state split like its parameters") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   ModelCase c = gpt_case();
   RunResult expected = train(c, nullptr, kAdam);
   for (const auto& shape : std::vector<std::vector<std::int64_t>>{{2, 2}, {1, 4}}) {
-    DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(static_cast<int>(shape[0] * shape[1])));
+    DeviceMesh mesh(shape, {"batch", "model"}, test::mesh_devices(shape[0] * shape[1]));
     LayoutMap map;
     for (const auto& [key, axes] : gpt_megatron(shape[1])) map.add(key, TensorLayout(axes));
     ModelParallel distribution(mesh, map, "batch");
     check_same(expected, train(c, &distribution, kAdam), "gpt.yaml with Adam on " + distribution.str(), 2e-4f, c.metric_tolerance);
   }
-  set_cpu_device_count(1);
 }
 
 namespace {
@@ -231,13 +235,13 @@ AutoTpPlan gpt_auto_tp(const DeviceMesh& mesh) {
 }
 
 DeviceMesh mesh_of(std::int64_t batch, std::int64_t model) {
-  return DeviceMesh({batch, model}, {"batch", "model"}, cpu_devices(static_cast<int>(batch * model)));
+  return DeviceMesh({batch, model}, {"batch", "model"}, test::mesh_devices(batch * model));
 }
 
 }  // namespace
 
 TEST_CASE("AutoTP plans the GPT as Megatron does: heads, feed-forward pairs, embeddings, the head") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   for (std::int64_t model_devices : {2, 4}) {
     DeviceMesh mesh = mesh_of(8 / model_devices, model_devices);
     AutoTpPlan plan = gpt_auto_tp(mesh);
@@ -257,11 +261,10 @@ TEST_CASE("AutoTP plans the GPT as Megatron does: heads, feed-forward pairs, emb
   auto block = std::find_if(plan.layers.begin(), plan.layers.end(), [](const auto& l) { return l.layer == "block_0"; });
   REQUIRE(block != plan.layers.end());
   CHECK(block->why.find("heads 4 do not divide over 'model' of size 8") != std::string::npos);
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("AutoTP trains the GPT to the single-device losses on 1x8, 2x4 and 4x2") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   const ModelCase c = gpt_case();
   const RunResult& expected = single_device(c);
   for (auto [batch, model] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 8}, {2, 4}, {4, 2}}) {
@@ -269,11 +272,10 @@ TEST_CASE("AutoTP trains the GPT to the single-device losses on 1x8, 2x4 and 4x2
     ModelParallel distribution(mesh, gpt_auto_tp(mesh).layout_map(), "batch");
     check_same(expected, train(c, &distribution), "gpt.yaml with AutoTP on " + distribution.str(), 2e-5f, c.metric_tolerance);
   }
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("AutoTP needs exactly the collectives of the hand-written Megatron layout") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   const ModelCase c = gpt_case();
   DeviceMesh mesh = mesh_of(2, 4);
   LayoutMap megatron;
@@ -293,12 +295,11 @@ TEST_CASE("AutoTP needs exactly the collectives of the hand-written Megatron lay
   auto hand_written = accounting(megatron), automatic = accounting(gpt_auto_tp(mesh).layout_map());
   CHECK(!hand_written.empty());
   CHECK(automatic == hand_written);
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("data parallel dropout draws the single-device mask") {
   // Each device's block of rows offsets the mask stream by its first row.
-  set_cpu_device_count(4, 1);
+  const test::MeshDeviceScope scope;
   ModelCase c{"", 16, [](std::uint64_t s) {
                 return std::pair{test::random_tensor({16, 784}, static_cast<unsigned>(s)), test::random_labels({16}, 10, s)};
               }};
@@ -310,13 +311,12 @@ model:
     - {type: Dropout, rate: 0.5}
     - {type: Dense, units: 10}
 )")["model"]);
-  DataParallel dp(cpu_devices(4));
+  DataParallel dp(test::mesh_devices(4));
   check_same(train_model(model, c, nullptr), train_model(model, c, &dp), "dropout under data parallel on cpu:4");
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("an activation layout survives a last batch the batch axis does not divide") {
-  set_cpu_device_count(4, 1);
+  const test::MeshDeviceScope scope;
   Model model = test::zoo_model("mlp.yaml");
   VariableStore store;
   LayoutMap map;
@@ -329,11 +329,10 @@ TEST_CASE("an activation layout survives a last batch the batch axis does not di
   auto logs = trainer.fit(data, nullptr);
   CHECK(logs.size() == 1);
   CHECK(logs[0].train.samples == 35);
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("zero 1: optimizer state and updates split along the batch axis train as one device") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   for (const ModelCase& c : {mlp_case(), gpt_case()})
     for (const std::string& optimizer : {kSgd, kAdam}) {
       const RunResult expected = train(c, nullptr, optimizer);
@@ -345,11 +344,10 @@ TEST_CASE("zero 1: optimizer state and updates split along the batch axis train 
                    optimizer == kAdam ? 2e-4f : 2e-5f, c.metric_tolerance);
       }
     }
-  set_cpu_device_count(1);
 }
 
 TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up across devices") {
-  set_cpu_device_count(8, 1);
+  const test::MeshDeviceScope scope;
   const ModelCase c = gpt_case();
   const RunResult& expected = single_device(c);
   for (auto [batch, model] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 4}, {2, 4}, {1, 8}}) {
@@ -366,5 +364,4 @@ TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up acr
     for (const auto& collective : program.collectives())
       CHECK(program.global().value(collective.value).name != "token_embedding/embeddings");
   }
-  set_cpu_device_count(1);
 }

@@ -54,16 +54,36 @@ TEST_CASE("device parsing and errors") {
   CHECK_THROWS_AS(Device::parse("cpu:-1"), DeviceError);
 }
 
-TEST_CASE("a device set is a count of CPU devices or a list of GPUs, and parsing it creates none") {
+TEST_CASE("a device set is a count of CPU devices, a list of GPUs or logical devices of one, and parsing it creates none") {
   set_cpu_device_count(1);
-  CHECK(parse_device_set("cpu:3") == std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)});
-  CHECK(parse_device_set("cpu") == std::vector<Device>{Device::cpu(0)});
-  for (const char* bad : {"cpu:0", "cpu:x", "cpu:+2", "cpu:99999", "tpu:4", "cuda:", "cuda:1,,2", "cuda:a"})
+  CHECK(parse_device_set("cpu:3").devices == std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)});
+  CHECK(parse_device_set("cpu") == DeviceSet{{Device::cpu(0)}, -1});
+  for (const char* bad : {"cpu:0", "cpu:x", "cpu:+2", "cpu:99999", "tpu:4", "cuda:", "cuda:1,,2", "cuda:a", "cuda:0x0",
+                          "cuda:0x", "cuda:x4", "cuda:0x65", "cuda:0x04", "cuda:0x2x2", "cuda:0x2,1"})
     CHECK_THROWS_AS(parse_device_set(bad), DeviceError);
-  CHECK_THROWS_WITH_AS(parse_device_set("tpu:4"), "'tpu:4' names no device kind: use cpu:N, cuda:all or cuda:0,1",
+  CHECK_THROWS_WITH_AS(parse_device_set("tpu:4"), "'tpu:4' names no device kind: use cpu:N, cuda:all, cuda:0,1 or cuda:0x4",
                        DeviceError);
-  if (cuda_device_count() == 0)
+  CHECK_THROWS_WITH_AS(parse_device_set("cuda:0x0"),
+                       "'cuda:0x0' is not cuda:IxN, N logical devices (1 to 64) of GPU I", DeviceError);
+  if (cuda_device_count() == 0) {
     CHECK_THROWS_WITH_AS(parse_device_set("cuda:all"), doctest::Contains("asks for GPUs, but"), DeviceError);
+    CHECK_THROWS_WITH_AS(parse_device_set("cuda:0x4"), doctest::Contains("'cuda:0x4' asks for logical devices of GPU 0, but"),
+                         DeviceError);
+    CHECK_THROWS_WITH_AS(set_cuda_logical_devices(0, 4), doctest::Contains("asks for logical devices of GPU 0, but"),
+                         DeviceError);
+  } else {
+    const DeviceSet set = parse_device_set("cuda:0x3");
+    CHECK(set == DeviceSet{{Device::cuda(0), Device::cuda(1), Device::cuda(2)}, 0});
+    CHECK(cuda_logical_device_count() == cuda_device_count());  // parsing made none
+    use_devices(set.devices, set.shared_gpu);
+    CHECK(cuda_logical_device_count() == 3);
+    CHECK(cuda_gpu_of(Device::cuda(2)) == 0);
+    CHECK(cuda_gpu_shares(Device::cuda(2)) == 3);
+    set_cuda_logical_devices(0, 0);  // cuda:i is GPU i again
+    CHECK(cuda_logical_device_count() == cuda_device_count());
+    CHECK(cuda_gpu_shares(Device::cuda(0)) == 1);
+  }
+  CHECK_THROWS_AS(set_cuda_logical_devices(0, kMaxCudaLogicalDevices + 1), DeviceError);
   // Neither the set nor a distribution section naming one changes the devices that exist...
   CHECK(cpu_device_count() == 1);
   DistributionConfig config = parse_distribution(ConfigNode::parse("distribution: {devices: cpu:4}")["distribution"]);
