@@ -28,6 +28,7 @@
 #include "engine/config/config.hpp"
 #include "engine/data/idx.hpp"
 #include "engine/data/npy.hpp"
+#include "engine/run/inference_model.hpp"
 #include "engine/run/run_config.hpp"
 #include <unistd.h>
 
@@ -280,6 +281,43 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   return kOk;
 }
 
+// Text after each prompt: streamed as it comes for one prompt, each
+// completion in turn for several; a summary of the speeds on stderr.
+int generate(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
+             std::vector<std::string> prompts, const std::string& prompt_file, const GenerationOptions& options) {
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file);
+    if (!in) throw DataError("generate: cannot read the prompt file '" + prompt_file + "'");
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) prompts.push_back(line);  // one prompt per line
+  }
+  if (prompts.empty()) throw ConfigError("generate: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
+  check_sampling(options);
+  InferenceModel model(file, checkpoint, overrides);
+  const Tokenizer& tokenizer = model.tokenizer();
+  std::vector<std::vector<std::int32_t>> tokens;
+  for (const auto& p : prompts) tokens.push_back(tokenizer.encode(p));
+  const bool stream = prompts.size() == 1;
+  if (stream) fmt::print("{}", prompts[0]);
+  std::fflush(stdout);
+  const Generation g = model.generate(tokens, options, [&](std::size_t, std::int32_t token) {
+    if (!stream) return;
+    const std::int32_t one[] = {token};
+    fmt::print("{}", tokenizer.decode(one));
+    std::fflush(stdout);
+  });
+  if (stream) fmt::print("\n");
+  for (std::size_t i = 0; !stream && i < prompts.size(); ++i)
+    fmt::print("--- {}/{}\n{}{}\n", i + 1, prompts.size(), prompts[i], tokenizer.decode(g.tokens[i]));
+  const auto later = static_cast<double>(options.max_new_tokens - 1) * static_cast<double>(prompts.size());
+  std::fflush(stdout);
+  fmt::print(stderr, "{} prompt(s), {} prompt tokens: {:.1f} tokens/s to the first new token; {:.1f} new tokens/s after it "
+             "(no KV cache yet: each token runs the whole window)\n",
+             prompts.size(), g.prompt_tokens, static_cast<double>(g.prompt_tokens) / std::max(g.first_token_seconds, 1e-9),
+             later > 0 ? later / std::max(g.later_tokens_seconds, 1e-9) : 0.0);
+  return kOk;
+}
+
 // Prints the devices and runs one small matmul on each backend, checked
 // against a plain loop on the host.
 int selfcheck(int cpu_devices) {
@@ -370,6 +408,22 @@ int main(int argc, char** argv) {
                                               "predicted memory and step time");
   auto* bench_cmd = app.add_subcommand("bench", "Benchmark sharding configurations side by side");
   auto* export_cmd = app.add_subcommand("export", "Write a checkpoint's model variables, whole, into one safetensors file");
+  auto* generate_cmd = app.add_subcommand("generate", "Text from a language model's checkpoint after a prompt");
+  std::vector<std::string> prompts;
+  std::string prompt_file;
+  GenerationOptions generation;
+  generate_cmd->add_option("--checkpoint", checkpoint, "Checkpoint directory, or a .safetensors file of the model's variables")
+      ->required();
+  generate_cmd->add_option("--prompt", prompts, "Text to continue (repeatable: several prompts as a batch)");
+  generate_cmd->add_option("--prompt-file", prompt_file, "A file of prompts, one per line");
+  generate_cmd->add_option("--max-new-tokens", generation.max_new_tokens, "Tokens to add to each prompt")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--temperature", generation.temperature, "0: greedy (the likeliest token); higher: more varied")
+      ->capture_default_str();
+  generate_cmd->add_option("--top-k", generation.top_k, "Draw among the K likeliest tokens (0: all)")->capture_default_str();
+  generate_cmd->add_option("--top-p", generation.top_p, "Draw among the likeliest tokens that make up P of the probability")
+      ->capture_default_str();
+  generate_cmd->add_option("--seed", generation.seed, "The draws' seed: the same seed, the same text")->capture_default_str();
   std::string export_out;
   export_cmd->add_option("checkpoint", checkpoint, "Checkpoint directory (single-file or sharded)")->required();
   export_cmd->add_option("output", export_out, "The .safetensors file to write")->required();
@@ -394,12 +448,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"validation", "train"}));
   predict_cmd->add_option("--input", input, "Inputs: .npy, or IDX images")->required();
   predict_cmd->add_option("--output", output, "Outputs: .npy or .csv")->required();
-  for (auto* cmd : {inspect_cmd, train_cmd, eval_cmd, predict_cmd, plan_cmd, bench_cmd}) {
+  for (auto* cmd : {inspect_cmd, train_cmd, eval_cmd, predict_cmd, plan_cmd, bench_cmd, generate_cmd}) {
     cmd->add_option("config", config, "The run config (YAML)")->required();
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
   std::string device;
-  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd})
+  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, generate_cmd})
     cmd->add_option("--device", device, "Run on this device: cpu or cuda:N (the config's device:; no distribution:)");
   inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
   std::string visualize;
@@ -430,6 +484,7 @@ int main(int argc, char** argv) {
     if (*inspect_cmd) return inspect(config, overrides, resolved, visualize);
     if (*eval_cmd) return eval(config, overrides, checkpoint, split);
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
+    if (*generate_cmd) return generate(config, overrides, checkpoint, prompts, prompt_file, generation);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
     if (*plan_cmd) return plan(config, overrides, recalibrate);
     if (*export_cmd) return export_checkpoint(checkpoint, export_out);

@@ -27,6 +27,14 @@
 //   Tensor logits = trainer.predict(train.inputs.rows(0, 4));        // [4, classes]
 //   std::vector<float> scores = logits.to_vector<float>();
 //
+// To run a trained model without a trainer (engine/run/inference_model.hpp):
+//
+//   InferenceModel gpt("configs/kjv_gpt.yaml", "runs/kjv_gpt/1");    // or a .safetensors file
+//   GenerationOptions options;                                       // temperature, top_k, top_p, seed
+//   Generation g = gpt.generate({gpt.tokenizer().encode("In the beginning")}, options,
+//                               [](std::size_t prompt, std::int32_t token) { /* streamed */ });
+//   std::string text = gpt.tokenizer().decode(g.tokens[0]);
+//
 // Every failure is thrown as a tessera::Error (ConfigError, DataError, ... in
 // engine/core/error.hpp), with the file:line:column of a config mistake.
 #pragma once
@@ -43,6 +51,7 @@
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
+#include "engine/run/inference_model.hpp"
 #include "engine/run/run_config.hpp"
 #include "engine/run/trainer.hpp"
 #include "engine/variable_store.hpp"

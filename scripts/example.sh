@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Uses Tessera as a user's project would: installs the built tree (build/ by
 # default, or the build folder given as the first argument) into
-# <build>/install, builds examples/ (predict and data_parallel) against that
+# <build>/install, builds examples/ (predict, data_parallel, generate) against that
 # installed package (find_package(Tessera), warnings as errors) in
 # <build>/example, and runs them on
 # configs/tiny_synthetic.yaml: predict twice, training and saving a checkpoint,
-# then loading it, which must give the same predictions; data_parallel on cpu:2
-# in one process and, where mpirun exists, as a job of 2 processes, which must
-# print the same losses.
+# then loading it, which must give the same predictions; generate on a GPT
+# trained for a few steps, whose greedy text must be tessera generate's;
+# data_parallel on cpu:2 in one process and, where mpirun exists, as a job of
+# 2 processes, which must print the same losses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -25,6 +26,18 @@ checkpoint="$build/example/checkpoint"
 diff <(grep '^sample' "$build/example/trained.txt") <(grep '^sample' "$build/example/loaded.txt") \
   || { echo "example: predictions from the loaded checkpoint differ from the trained model's" >&2; exit 1; }
 echo "example: the installed package builds and runs"
+
+# A GPT of the zoo after a few steps on the README's bytes: the program's
+# greedy text must be the command line's.
+gpt="$build/example/gpt"
+"$build/tessera" train scripts/gpu-check/gpt.yaml --set training.epochs=1 --set data.train.stride=1024 \
+  --set training.checkpoint.dir="$gpt" > /dev/null
+"$build/example/generate" scripts/gpu-check/gpt.yaml "$gpt" "Tessera is" 30 | tee "$build/example/generated.txt"
+"$build/tessera" generate scripts/gpu-check/gpt.yaml --checkpoint "$gpt" --prompt "Tessera is" --temperature 0 \
+  --max-new-tokens 30 2> /dev/null > "$build/example/cli.txt"
+diff <(head -1 "$build/example/generated.txt") "$build/example/cli.txt" \
+  || { echo "example: generate's greedy text differs from tessera generate's" >&2; exit 1; }
+echo "example: generate streams the text tessera generate prints"
 
 "$build/example/data_parallel" configs/tiny_synthetic.yaml 2 | tee "$build/example/one.txt"
 if command -v mpirun > /dev/null; then

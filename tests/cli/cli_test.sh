@@ -88,6 +88,15 @@ expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" -
 if ! "$tessera" devices | grep -q "^cuda:0"; then
   expect_fail 3 "'cuda:0': " -- "$tessera" train "$work/run.yaml" --device cuda:0 --set training.checkpoint=false
 fi
+# generate: a classifier writes no text; options are checked before anything loads.
+expect_fail 4 "does not generate text: its input is not one sequence of integer tokens" -- \
+  "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt" --prompt hello
+expect_fail 3 "no prompt: give --prompt TEXT" -- "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt"
+expect_fail 3 "temperature must be 0 (greedy) or a finite number above 0" -- \
+  "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt" --prompt hi --temperature -1
+expect_fail 3 "cannot read the prompt file" -- \
+  "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt" --prompt-file "$work/missing.txt"
+
 before=$(md5sum "$work/ckpt/model.safetensors")
 expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train
 [ "$before" = "$(md5sum "$work/ckpt/model.safetensors")" ] || fail "a failed load changed the checkpoint"

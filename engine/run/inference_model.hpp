@@ -1,0 +1,112 @@
+// InferenceModel: a trained model loaded to run, for embedders: predictions,
+// and text generation for language models. No Trainer, no optimizer state.
+//
+//   InferenceModel gpt("configs/kjv_gpt.yaml", "runs/kjv_gpt");   // or a .safetensors file
+//   GenerationOptions options;
+//   options.max_new_tokens = 100;
+//   options.temperature = 0.8;
+//   options.top_k = 40;
+//   Generation g = gpt.generate({gpt.tokenizer().encode("In the beginning")}, options,
+//                               [&](std::size_t, std::int32_t token) { /* stream it */ });
+//   std::string text = gpt.tokenizer().decode(g.tokens[0]);
+//
+// The config gives the model, the device (or the distribution: section's
+// mesh) and training.batch_size (the rows predict runs at once); the
+// weights are a checkpoint directory written by `tessera train` (either
+// form, saved on any mesh; only the model's tensors are read) or one
+// safetensors file of the model's variables (`tessera export`).
+//
+// Generation today runs the whole model over each sequence's window of the
+// last context_length() tokens for every new token: no KV cache yet, so a
+// token costs a full forward pass. Past the context length the window
+// slides (the oldest tokens drop out). Prompts of a batch advance together,
+// one token each per step.
+//
+// Threads: one object may be used by several threads at once and gives each
+// the results it would alone; the calls take turns (a device's backend runs
+// one kernel stream at a time).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.hpp"
+#include "engine/run/sampler.hpp"
+#include "engine/run/tokenizer.hpp"
+
+namespace tessera {
+
+class Model;
+class Trainer;
+class VariableStore;
+struct RunConfig;
+
+struct GenerationOptions : SamplingOptions {
+  std::int64_t max_new_tokens = 64;
+  std::uint64_t seed = 0;  // with the same prompts and options, the same tokens
+};
+
+struct Generation {
+  std::vector<std::vector<std::int32_t>> tokens;  // the new tokens, per prompt
+  std::int64_t prompt_tokens = 0;                  // over all prompts
+  double first_token_seconds = 0;  // the first step: reading the prompts, and their first token
+  double later_tokens_seconds = 0;  // every later step
+};
+
+// Called for each new token as soon as it is chosen: the prompt's index, the token.
+using TokenCallback = std::function<void(std::size_t prompt, std::int32_t token)>;
+
+class InferenceModel {
+ public:
+  // `overrides` as tessera's --set ("device=cuda:0"). Throws ConfigError for
+  // the config, CheckpointError naming the file and tensor when the weights
+  // are not this model's.
+  InferenceModel(const std::filesystem::path& config, const std::filesystem::path& weights,
+                 const std::vector<std::string>& overrides = {});
+  ~InferenceModel();
+  InferenceModel(const InferenceModel&) = delete;
+  InferenceModel& operator=(const InferenceModel&) = delete;
+
+  const Model& model() const;
+
+  // Outputs for inputs [N, ...] (the model's input shape after N), batch by batch.
+  Tensor predict(const Tensor& inputs);
+
+  // Language models: one input of integer tokens [T], output scores [T, V].
+  // Throws UnsupportedError for another model, naming what it has; DataError
+  // for an empty prompt or a token outside the vocabulary.
+  std::int64_t context_length() const;
+  const Tokenizer& tokenizer() const;
+  // The scores of the token that follows `tokens` (its last context_length()).
+  std::vector<float> next_token_scores(const std::vector<std::int32_t>& tokens);
+  // max_new_tokens tokens after each prompt (a prompt holds at least one token).
+  Generation generate(const std::vector<std::vector<std::int32_t>>& prompts, const GenerationOptions& options,
+                      const TokenCallback& on_token = {});
+
+ private:
+  // [prompts, V]: the scores after each sequence's window.
+  std::vector<std::vector<float>> next_scores(const std::vector<std::vector<std::int32_t>>& sequences);
+  void check_language_model() const;
+
+  std::unique_ptr<RunConfig> run_;
+  std::unique_ptr<VariableStore> store_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // null: not a language model
+  std::string not_language_model_;       // why, for the error
+  std::int64_t context_ = 0, vocabulary_ = 0;
+  std::mutex mutex_;
+};
+
+// Reads the model's variables of `store` from `weights` (a checkpoint
+// directory, either form, or a .safetensors file) into it: every variable
+// must be there with its shape and dtype, and nothing else but optimizer
+// state. Throws CheckpointError naming the file and tensor; on error the
+// store is unchanged.
+void load_model_weights(const std::filesystem::path& weights, VariableStore& store);
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// Tokenizer: text to the token ids a language model reads, and back.
+//
+// The zoo's language models read bytes (vocabulary 256: token i is byte i),
+// which ByteTokenizer does; another tokenizer would implement the same
+// interface. tokenizer_for() picks the one a model's vocabulary calls for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;
+  virtual std::int64_t vocabulary_size() const = 0;
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // The text of `tokens`; a token outside the vocabulary throws Error.
+  virtual std::string decode(std::span<const std::int32_t> tokens) const = 0;
+};
+
+// Token i is byte i: every text encodes, and decoding a prefix of a UTF-8
+// text's tokens gives its first bytes (a character may arrive in pieces).
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "bytes"; }
+  std::int64_t vocabulary_size() const override { return 256; }
+  std::vector<std::int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const std::int32_t> tokens) const override;
+};
+
+// The tokenizer of a model whose output scores `vocabulary` tokens: bytes for
+// 256; others throw Error (no other tokenizer is built yet).
+std::unique_ptr<Tokenizer> tokenizer_for(std::int64_t vocabulary);
+
+}  // namespace tessera

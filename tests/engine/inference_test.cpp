@@ -1,0 +1,302 @@
+// Inference for embedders (engine/run/inference_model.hpp): the sampler's
+// rules, the byte tokenizer, loading a model's weights without a trainer,
+// and generation: greedy tokens equal the argmax of a full forward pass at
+// every step, sampled ones repeat with their seed, and one model object
+// serves several threads at once.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "backends/registry.hpp"
+#include "engine/checkpoint/checkpoint.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/config/config.hpp"
+#include "engine/run/inference_model.hpp"
+#include "engine/run/run_config.hpp"
+#include "engine/run/trainer.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> log_probabilities(const std::vector<double>& p) {
+  std::vector<float> logits;
+  for (double x : p) logits.push_back(static_cast<float>(std::log(x)));
+  return logits;
+}
+
+// A tiny causal language model over bytes, context 16, in a config file.
+constexpr const char* kTinyGpt = R"(model:
+  name: tiny_gpt
+  inputs: [{name: tokens, shape: [16], dtype: i32}]
+  layers:
+    - {type: Embedding, name: token_embedding, input_dim: 256, output_dim: 32, inputs: [tokens]}
+    - {type: PositionEmbedding, name: position_embedding, sequence_length: 16, inputs: [token_embedding]}
+    - {type: Add, name: embeddings, inputs: [token_embedding, position_embedding]}
+    - {type: TransformerBlock, name: block_0, num_heads: 2, key_dim: 16, ff_dim: 64, causal: true, inputs: [embeddings]}
+    - {type: LayerNormalization, name: final_norm, inputs: [block_0]}
+    - {type: Dense, name: head, units: 256, use_bias: false, inputs: [final_norm]}
+training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: {type: adam}, batch_size: 3, seed: 11}
+)";
+
+// The config, and its weights (drawn from `seed`) as a checkpoint and as one safetensors file.
+struct TinyGpt {
+  test::TempDir dir;
+  std::filesystem::path config = dir / "tiny_gpt.yaml", checkpoint = dir / "checkpoint",
+                        file = dir / "tiny_gpt.safetensors";
+  explicit TinyGpt(std::uint64_t seed = 5) {
+    std::ofstream(config) << kTinyGpt;
+    RunConfig run = load_run_config(config);
+    VariableStore store;
+    run.model.build(store, seed);
+    save_checkpoint(checkpoint, store, TrainingState{}, run.root.dump());
+    NamedTensors tensors;
+    for (const auto& v : store.variables()) tensors.emplace_back(v.path, v.value);
+    save_safetensors(file, tensors, {});
+  }
+};
+
+std::int32_t argmax(const std::vector<float>& scores) {
+  return static_cast<std::int32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
+}
+
+}  // namespace
+
+TEST_CASE("sampling: greedy, top-k and top-p leave only the tokens they allow") {
+  const auto logits = log_probabilities({0.05, 0.5, 0.15, 0.3});
+  CHECK(allowed_tokens(logits, {.temperature = 0}) == std::vector<std::int32_t>{1});
+  CHECK(sample_token(logits, {.temperature = 0}, 0.99) == 1);
+  CHECK(sample_token(std::vector<float>{2, 7, 7, 1}, {.temperature = 0}, 0.5) == 1);  // the first of equal scores
+  CHECK(allowed_tokens(logits, {}) == std::vector<std::int32_t>{0, 1, 2, 3});
+  CHECK(allowed_tokens(logits, {.top_k = 2}) == std::vector<std::int32_t>{1, 3});
+  CHECK(allowed_tokens(logits, {.top_p = 0.5}) == std::vector<std::int32_t>{1});
+  CHECK(allowed_tokens(logits, {.top_p = 0.8}) == std::vector<std::int32_t>{1, 3});
+  CHECK(allowed_tokens(logits, {.top_p = 0.81}) == std::vector<std::int32_t>{1, 2, 3});
+  CHECK(allowed_tokens(logits, {.top_k = 3, .top_p = 0.99}) == std::vector<std::int32_t>{1, 2, 3});
+  // A NaN score is never chosen over a real one.
+  CHECK(sample_token(std::vector<float>{NAN, 1.0f, 0.5f}, {.temperature = 0}, 0.1) == 1);
+  CHECK(allowed_tokens(std::vector<float>{NAN, 1.0f, 0.5f}, {.top_p = 0.5}) == std::vector<std::int32_t>{1});
+  for (const SamplingOptions& bad : {SamplingOptions{.temperature = -1}, SamplingOptions{.temperature = INFINITY},
+                                     SamplingOptions{.top_k = -2}, SamplingOptions{.top_p = 0},
+                                     SamplingOptions{.top_p = 1.5}})
+    CHECK_THROWS_AS(check_sampling(bad), ConfigError);
+}
+
+TEST_CASE("sampling: draws follow the probabilities, renormalised over the allowed tokens") {
+  const auto logits = log_probabilities({0.05, 0.5, 0.15, 0.3});
+  // temperature 1 over all; top_k 2 renormalises 0.5 and 0.3; temperature 0.5 squares and renormalises.
+  const std::vector<std::pair<SamplingOptions, std::vector<double>>> cases = {
+      {{}, {0.05, 0.5, 0.15, 0.3}},
+      {{.top_k = 2}, {0, 0.5 / 0.8, 0, 0.3 / 0.8}},
+      {{.temperature = 0.5}, {0.0025 / 0.3650, 0.25 / 0.3650, 0.0225 / 0.3650, 0.09 / 0.3650}}};
+  for (const auto& [options, expected] : cases) {
+    TokenRng rng(42);
+    std::vector<double> counts(4, 0);
+    const int draws = 40000;
+    for (int i = 0; i < draws; ++i) counts[static_cast<std::size_t>(sample_token(logits, options, rng.next()))] += 1;
+    for (std::size_t t = 0; t < 4; ++t) {
+      INFO("token " << t << " temperature " << options.temperature << " top_k " << options.top_k);
+      CHECK(std::abs(counts[t] / draws - expected[t]) < 0.01);  // 4 standard deviations at p = 0.5
+      if (expected[t] == 0) CHECK(counts[t] == 0);
+    }
+  }
+}
+
+TEST_CASE("sampling: the token generator is the standard's mt19937_64, the same on every machine") {
+  TokenRng a(5489), b(5489), c(5490);
+  double first = a.next();
+  CHECK(first == b.next());
+  CHECK(first != c.next());
+  CHECK(first >= 0);
+  CHECK(first < 1);
+  // The standard fixes the 10000th output of mt19937_64 seeded with 5489.
+  TokenRng r(5489);
+  double x = 0;
+  for (int i = 0; i < 10000; ++i) x = r.next();
+  CHECK(x == static_cast<double>(9981545732273789042ull >> 11) * 0x1.0p-53);
+}
+
+TEST_CASE("the byte tokenizer: text to bytes and back") {
+  ByteTokenizer bytes;
+  const std::string text = "In the beginning, \xc3\xa9";
+  const auto tokens = bytes.encode(text);
+  CHECK(tokens.size() == text.size());
+  CHECK(tokens.back() == 0xa9);
+  CHECK(bytes.decode(tokens) == text);
+  const std::vector<std::int32_t> bad{65, 256};
+  CHECK_THROWS_WITH_AS(bytes.decode(bad), doctest::Contains("token 256 is not a byte"), Error);
+  CHECK(tokenizer_for(256)->name() == "bytes");
+  CHECK_THROWS_WITH_AS(tokenizer_for(50257), doctest::Contains("no tokenizer for a vocabulary of 50257"), Error);
+}
+
+TEST_CASE("an inference model loads a checkpoint or a safetensors file, and scores as the trainer's forward pass") {
+  TinyGpt gpt;
+  InferenceModel from_dir(gpt.config, gpt.checkpoint), from_file(gpt.config, gpt.file);
+  CHECK(from_dir.context_length() == 16);
+  CHECK(from_dir.tokenizer().name() == "bytes");
+  const std::vector<std::int32_t> prompt = from_dir.tokenizer().encode("Tessera");
+  const auto scores = from_dir.next_token_scores(prompt);
+  CHECK(scores.size() == 256);
+  CHECK(scores == from_file.next_token_scores(prompt));
+  // The same scores from a Trainer's forward pass over the padded window.
+  RunConfig run = load_run_config(gpt.config);
+  VariableStore store;
+  run.model.build(store, 5);
+  Trainer trainer(run.model, run.training, store);
+  Tensor tokens = Tensor::empty({1, 16}, DType::i32);
+  std::fill_n(tokens.data<std::int32_t>(), 16, 0);
+  std::copy(prompt.begin(), prompt.end(), tokens.data<std::int32_t>());
+  const Tensor out = trainer.forward(tokens);
+  const float* row = out.data<float>() + (static_cast<std::int64_t>(prompt.size()) - 1) * 256;
+  CHECK(scores == std::vector<float>(row, row + 256));
+  // predict gives the whole output.
+  CHECK(from_dir.predict(tokens).shape() == Shape{1, 16, 256});
+}
+
+TEST_CASE("an inference model refuses weights of another model, naming the tensor, and changes nothing") {
+  TinyGpt gpt;
+  test::TempDir other;
+  std::ofstream(other / "other.safetensors").close();
+  NamedTensors wrong{{"tiny_gpt/head/kernel", Tensor::empty({32, 255}, DType::f32)}};
+  save_safetensors(other / "wrong.safetensors", wrong, {});
+  CHECK_THROWS_WITH_AS(InferenceModel(gpt.config, other / "wrong.safetensors"),
+                       doctest::Contains("has no tensor 'token_embedding/embeddings'"), CheckpointError);
+  NamedTensors extra;
+  SafetensorsFile whole = load_safetensors(gpt.file);
+  extra = whole.tensors;
+  extra.emplace_back("dense_9/kernel", Tensor::empty({2, 2}, DType::f32));
+  save_safetensors(other / "extra.safetensors", extra, {});
+  CHECK_THROWS_WITH_AS(InferenceModel(gpt.config, other / "extra.safetensors"),
+                       doctest::Contains("tensor 'dense_9/kernel' is not a variable of the model"), CheckpointError);
+  CHECK_THROWS_WITH_AS(InferenceModel(gpt.config, other / "weights.bin"),
+                       doctest::Contains("neither a checkpoint directory"), CheckpointError);
+}
+
+TEST_CASE("an inference model does not read optimizer state: a checkpoint without it loads") {
+  TinyGpt gpt;
+  // A trained checkpoint holds Adam's state beside the model's; drop it.
+  RunConfig run = load_run_config(gpt.config);
+  VariableStore store;
+  run.model.build(store, 5);
+  Trainer trainer(run.model, run.training, store);
+  Tensor tokens = Tensor::empty({3, 16}, DType::i32);
+  for (std::int64_t i = 0; i < 48; ++i) tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % 256);
+  trainer.train_step(tokens, tokens);
+  test::TempDir dir;
+  save_checkpoint(dir / "trained", store, trainer.state(), run.root.dump());
+  REQUIRE(std::filesystem::exists(dir / "trained" / "optimizer.safetensors"));
+  InferenceModel with_state(gpt.config, dir / "trained");
+  std::filesystem::remove(dir / "trained" / "optimizer.safetensors");
+  const std::vector<std::int32_t> prompt{1, 2, 3};
+  const auto scores = with_state.next_token_scores(prompt);
+  InferenceModel without(gpt.config, dir / "trained");
+  CHECK(without.next_token_scores(prompt) == scores);
+}
+
+TEST_CASE("greedy generation is the argmax of a full forward pass at every step, past the context too") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.checkpoint);
+  const std::vector<std::vector<std::int32_t>> prompts = {
+      model.tokenizer().encode("In the"), model.tokenizer().encode("A"),
+      model.tokenizer().encode("a prompt longer than the sixteen tokens of context")};
+  GenerationOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 20;  // the first two prompts pass the context length too
+  std::vector<std::pair<std::size_t, std::int32_t>> streamed;
+  const Generation g = model.generate(prompts, greedy, [&](std::size_t i, std::int32_t t) { streamed.emplace_back(i, t); });
+  REQUIRE(g.tokens.size() == 3);
+  CHECK(streamed.size() == 60);
+  CHECK(g.prompt_tokens == static_cast<std::int64_t>(prompts[0].size() + prompts[1].size() + prompts[2].size()));
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<std::int32_t> sequence = prompts[i];
+    REQUIRE(g.tokens[i].size() == 20);
+    for (std::size_t step = 0; step < 20; ++step) {
+      INFO("prompt " << i << " step " << step);
+      const std::int32_t expected = argmax(model.next_token_scores(sequence));
+      CHECK(g.tokens[i][step] == expected);
+      CHECK(streamed[step * 3 + i] == std::pair{i, expected});
+      sequence.push_back(expected);
+    }
+    // A prompt alone generates what it generates in the batch.
+    CHECK(model.generate({prompts[i]}, greedy).tokens[0] == g.tokens[i]);
+  }
+}
+
+TEST_CASE("sampled generation repeats with its seed, draws only allowed tokens, and a prompt's tokens do not depend on its batch") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.file);
+  const std::vector<std::vector<std::int32_t>> prompts = {{72, 101}, {10}};
+  GenerationOptions o;
+  o.temperature = 1.5;
+  o.top_k = 5;
+  o.max_new_tokens = 12;
+  o.seed = 99;
+  const Generation a = model.generate(prompts, o), b = model.generate(prompts, o);
+  CHECK(a.tokens == b.tokens);
+  o.seed = 100;
+  CHECK(model.generate(prompts, o).tokens != a.tokens);
+  o.seed = 99;
+  CHECK(model.generate({prompts[0]}, o).tokens[0] == a.tokens[0]);
+  // Every token is among the 5 likeliest after its sequence.
+  std::vector<std::int32_t> sequence = prompts[1];
+  for (std::int32_t t : a.tokens[1]) {
+    const auto allowed = allowed_tokens(model.next_token_scores(sequence), o);
+    CHECK(allowed.size() == 5);
+    CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end());
+    sequence.push_back(t);
+  }
+  CHECK_THROWS_WITH_AS(model.generate({{}}, o), doctest::Contains("prompt 0 is empty"), Error);
+  CHECK_THROWS_WITH_AS(model.generate({{300}}, o), doctest::Contains("token 300, outside the vocabulary of 256"), Error);
+}
+
+TEST_CASE("one inference model used by several threads at once gives each thread its own results") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.checkpoint);
+  GenerationOptions o;
+  o.max_new_tokens = 8;
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<Generation> alone;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back({i + 40, i + 41, i + 42});
+    o.seed = static_cast<std::uint64_t>(i);
+    alone.push_back(model.generate({prompts.back()}, o));
+  }
+  std::vector<Generation> together(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i, o]() mutable {
+      o.seed = static_cast<std::uint64_t>(i);
+      for (int repeat = 0; repeat < 3; ++repeat) together[static_cast<std::size_t>(i)] = model.generate({prompts[static_cast<std::size_t>(i)]}, o);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) CHECK(together[static_cast<std::size_t>(i)].tokens == alone[static_cast<std::size_t>(i)].tokens);
+}
+
+TEST_CASE("an inference model of a classifier predicts, and says it does not generate text") {
+  test::TempDir dir;
+  std::ofstream(dir / "mlp.yaml") << "model:\n  inputs: [{name: x, shape: [4]}]\n  layers:\n    - {type: Dense, units: 3}\n";
+  RunConfig run = load_run_config(dir / "mlp.yaml");
+  VariableStore store;
+  run.model.build(store, 1);
+  save_checkpoint(dir / "ckpt", store, TrainingState{}, run.root.dump());
+  InferenceModel mlp(dir / "mlp.yaml", dir / "ckpt");
+  CHECK(mlp.predict(Tensor::from_vector<float>(std::vector<float>(8, 1.0f), {2, 4})).shape() == Shape{2, 3});
+  CHECK_THROWS_WITH_AS(mlp.generate({{1}}, {}), doctest::Contains("does not generate text"), Error);
+}
+
+TEST_CASE("generation on a tensor-parallel mesh gives one device's greedy tokens") {
+  TinyGpt gpt;
+  InferenceModel one(gpt.config, gpt.checkpoint);
+  InferenceModel split(gpt.config, gpt.checkpoint,
+                       {"distribution={devices: cpu:2, mesh: {shape: [1, 2], axis_names: [batch, model]}, type: auto_tp}"});
+  GenerationOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 10;
+  const std::vector<std::vector<std::int32_t>> prompts = {{84, 104, 101}, {65}};
+  CHECK(split.generate(prompts, greedy).tokens == one.generate(prompts, greedy).tokens);
+  set_cpu_device_count(1);
+}
