@@ -208,8 +208,8 @@ int main(int argc, char** argv) {
       }
     }
     fmt::print("\n  pp: the prompts' tokens over the time to the first new token; tg: the time of each later step.\n"
-               "  ratio: Tessera's time over PyTorch's. Tessera has no KV cache yet: each of its steps runs the whole\n"
-               "  window of the last {} tokens. A row whose greedy tokens differ from the peer's is a failure.\n",
+               "  ratio: Tessera's time over PyTorch's. Tessera pads the prompts to a power of two (at most the\n"
+               "  context, {} tokens). A row whose greedy tokens differ from the peer's is a failure.\n",
                model.context_length());
     fmt::print("  {} of {} rows meet both targets; {} row(s) with tokens that differ.\n", met, rows, failures);
     std::filesystem::remove_all(work);

@@ -311,8 +311,7 @@ int generate(const std::string& file, const std::vector<std::string>& overrides,
     fmt::print("--- {}/{}\n{}{}\n", i + 1, prompts.size(), prompts[i], tokenizer.decode(g.tokens[i]));
   const auto later = static_cast<double>(options.max_new_tokens - 1) * static_cast<double>(prompts.size());
   std::fflush(stdout);
-  fmt::print(stderr, "{} prompt(s), {} prompt tokens: {:.1f} tokens/s to the first new token; {:.1f} new tokens/s after it "
-             "(no KV cache yet: each token runs the whole window)\n",
+  fmt::print(stderr, "{} prompt(s), {} prompt tokens: {:.1f} tokens/s to the first new token; {:.1f} new tokens/s after it\n",
              prompts.size(), g.prompt_tokens, static_cast<double>(g.prompt_tokens) / std::max(g.first_token_seconds, 1e-9),
              later > 0 ? later / std::max(g.later_tokens_seconds, 1e-9) : 0.0);
   return kOk;

@@ -43,8 +43,24 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
     return g.transpose(g.reshape(y, {b, t, h, k}), {0, 2, 1, 3});
   };
   ValueId q = project("query"), key = project("key"), v = project("value");
+  KvTrace* kv = ctx.kv;
+  if (kv && !a.causal) kv->causal = false;
+  if (kv && kv->decode) {  // the new token's key and value written into the cache at its position
+    const Shape cache{b, h, kv->context, k};
+    KvTrace::Attention cached{ctx.path_of(scope), g.input(ctx.path_of(scope + "cached_keys"), cache),
+                              g.input(ctx.path_of(scope + "cached_values"), cache)};
+    // Exact: the kept entries times 1 plus 0, the new one times 1 (the cache holds finite values).
+    cached.keys = g.add(g.mul(cached.cached_keys, kv->keep), g.mul(key, kv->write));
+    cached.values = g.add(g.mul(cached.cached_values, kv->keep), g.mul(v, kv->write));
+    kv->attention.push_back(cached);
+    key = cached.keys;
+    v = cached.values;
+  } else if (kv) {
+    kv->attention.push_back({ctx.path_of(scope), -1, -1, key, v});
+  }
   ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
-  if (a.causal) scores = g.add(scores, ctx.constant(scope + "causal_mask", causal_mask(t)));
+  if (kv && kv->decode) scores = g.add(scores, kv->attend);  // nothing after the position: later cache rows are stale
+  else if (a.causal) scores = g.add(scores, ctx.constant(scope + "causal_mask", causal_mask(t)));
   ValueId weights = g.softmax(scores, -1);
   if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
   ValueId context = g.transpose(g.matmul(weights, v), {0, 2, 1, 3});  // [B, T, H, K]

@@ -28,9 +28,15 @@ class PositionEmbedding final : public Layer {
 
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Shape in = ctx.graph.shape(inputs[0]);
-    if (in.rank() != 3 || in[1] != length_)
-      throw ShapeError("input must be [batch, " + std::to_string(length_) + ", features], got " + in.str());
+    if (ctx.kv && ctx.kv->decode) {  // one token per sequence: the rows of their positions
+      if (in.rank() != 3 || in[1] != 1) throw ShapeError("input must be [batch, 1, features] when decoding, got " + in.str());
+      return ctx.graph.embedding(ctx.variable("embeddings", {length_, in[2]}, init_, {"", "out"}), ctx.kv->positions);
+    }
+    if (in.rank() != 3 || in[1] > length_)
+      throw ShapeError("input must be [batch, sequence of at most " + std::to_string(length_) + ", features], got " +
+                       in.str());
     ValueId table = ctx.variable("embeddings", {length_, in[2]}, init_, {"", "out"});
+    if (in[1] < length_) table = ctx.graph.slice(table, 0, 0, in[1]);  // a shorter sequence: its first positions, as Keras
     return ctx.graph.broadcast_to(table, in);
   }
   TensorSplit tensor_split() const override { return {TensorSplit::Kind::hidden, {{{{"embeddings", "out"}}, "", "the hidden size"}}}; }

@@ -170,14 +170,17 @@ Model Model::from_config(ConfigNode node) {
 }
 
 Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, VariableStore& store,
-                           std::uint64_t seed) const {
+                           std::uint64_t seed, KvTrace* kv) const {
   Traced traced;
   for (const auto& in : inputs_) {
     auto dims = in.shape.dims();
+    if (kv && kv->decode) dims = {1};
+    else if (kv && kv->window > 0) dims = {kv->window};
     dims.insert(dims.begin(), batch);
     traced.inputs.push_back(graph.input(in.name, Shape(dims), in.dtype));
   }
   LayerContext ctx(graph, store, sequential_ ? name_ + "/" : "", training, seed);
+  ctx.kv = kv;
   std::vector<ValueId> outputs;
   for (const auto& node : nodes_) {
     std::vector<ValueId> args;

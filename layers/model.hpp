@@ -53,8 +53,11 @@ class Model {
   // initialising from `seed`) any variable the store lacks. A layer that
   // cannot take its inputs (shapes, dtypes) throws ConfigError with its
   // file:line:column, YAML path and name.
+  // With `kv`, an incremental-decoding trace (layers/layer.hpp's KvTrace):
+  // when it decodes, each input holds one token per sequence ([batch, 1]);
+  // a prefill of a shorter window, that many ([batch, window]).
   Traced trace(Graph& graph, std::int64_t batch, bool training, VariableStore& store,
-               std::uint64_t seed) const;
+               std::uint64_t seed, KvTrace* kv = nullptr) const;
 
   const std::string& name() const { return name_; }
   bool sequential() const { return sequential_; }

@@ -8,7 +8,9 @@
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/run/kv_decoder.hpp"
 #include "engine/run/run_config.hpp"
+#include "engine/run/step_host.hpp"
 #include "engine/run/trainer.hpp"
 
 namespace tessera {
@@ -125,7 +127,10 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
     tokenizer_ = tokenizer_for(vocabulary_);
   } catch (const Error& e) {
     not_language_model_ = e.what();
+    return;
   }
+  if (!run_->distribution && decodes_incrementally(run_->model)) decoding_host_ = device_host(*store_, run_->device);
+  incremental_ = decoding_host_ != nullptr;
 }
 
 InferenceModel::~InferenceModel() = default;
@@ -203,14 +208,44 @@ Generation InferenceModel::generate(const std::vector<std::vector<std::int32_t>>
   std::vector<TokenRng> rngs;
   for (std::size_t i = 0; i < prompts.size(); ++i) rngs.emplace_back(options.seed + 0x9E3779B97F4A7C15ull * i);
   std::vector<std::vector<std::int32_t>> sequences = prompts;
+  // Each sequence's last context_ tokens.
+  auto windows = [&] {
+    std::vector<std::vector<std::int32_t>> w;
+    for (const auto& s : sequences)
+      w.emplace_back(s.end() - std::min<std::ptrdiff_t>(context_, static_cast<std::ptrdiff_t>(s.size())), s.end());
+    return w;
+  };
+  KvDecoder* decoder = nullptr;
+  if (incremental_) {
+    auto& slot = decoders_[static_cast<std::int64_t>(prompts.size())];
+    if (!slot) {
+      try {
+        slot = std::make_unique<KvDecoder>(run_->model, *store_, *decoding_host_,
+                                           static_cast<std::int64_t>(prompts.size()), run_->training.seed);
+      } catch (const UnsupportedError&) {
+        incremental_ = false;  // attention that is not causal: every token runs the whole window
+      }
+    }
+    decoder = slot.get();
+  }
+  std::vector<float> uncached;  // [prompts, V] on a mesh
+  std::vector<std::int32_t> chosen(prompts.size());
   for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
     const auto start = Clock::now();
-    const auto scores = next_scores(sequences);
+    std::span<const float> scores;
+    if (decoder) {
+      scores = step > 0 && decoder->has_room() ? decoder->decode(chosen) : decoder->prefill(windows());
+    } else {
+      uncached.clear();
+      for (const auto& row : next_scores(sequences)) uncached.insert(uncached.end(), row.begin(), row.end());
+      scores = uncached;
+    }
     for (std::size_t i = 0; i < sequences.size(); ++i) {
-      const std::int32_t token = sample_token(scores[i], options, rngs[i].next());
-      sequences[i].push_back(token);
-      g.tokens[i].push_back(token);
-      if (on_token) on_token(i, token);
+      const auto row = scores.subspan(i * static_cast<std::size_t>(vocabulary_), static_cast<std::size_t>(vocabulary_));
+      chosen[i] = sample_token(row, options, rngs[i].next());
+      sequences[i].push_back(chosen[i]);
+      g.tokens[i].push_back(chosen[i]);
+      if (on_token) on_token(i, chosen[i]);
     }
     (step == 0 ? g.first_token_seconds : g.later_tokens_seconds) += seconds_since(start);
   }

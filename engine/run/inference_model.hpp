@@ -16,11 +16,15 @@
 // form, saved on any mesh; only the model's tensors are read) or one
 // safetensors file of the model's variables (`tessera export`).
 //
-// Generation today runs the whole model over each sequence's window of the
-// last context_length() tokens for every new token: no KV cache yet, so a
-// token costs a full forward pass. Past the context length the window
-// slides (the oldest tokens drop out). Prompts of a batch advance together,
-// one token each per step.
+// Generation on one device reads the prompts once (a prefill over each
+// one's window of at most context_length() tokens) and then runs one token
+// per sequence against a KV cache (engine/run/kv_decoder.hpp). Past the
+// context the window slides: each sequence's last context_length() tokens
+// are read again for every token (a prefill per step), exactly what a full
+// forward pass over that window computes. On a mesh (a distribution:
+// section), or for a model with layers that could mix positions otherwise
+// than causally (kv_decoder.hpp), every token runs the whole window. Prompts
+// of a batch advance together, one token each per step.
 //
 // Threads: one object may be used by several threads at once and gives each
 // the results it would alone; the calls take turns (a device's backend runs
@@ -30,6 +34,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,7 +46,9 @@
 
 namespace tessera {
 
+class KvDecoder;
 class Model;
+class StepHost;
 class Trainer;
 class VariableStore;
 struct RunConfig;
@@ -82,7 +89,8 @@ class InferenceModel {
   // for an empty prompt or a token outside the vocabulary.
   std::int64_t context_length() const;
   const Tokenizer& tokenizer() const;
-  // The scores of the token that follows `tokens` (its last context_length()).
+  // The scores of the token that follows `tokens` (its last context_length()),
+  // from a full forward pass over them: the reference of cached decoding.
   std::vector<float> next_token_scores(const std::vector<std::int32_t>& tokens);
   // max_new_tokens tokens after each prompt (a prompt holds at least one token).
   Generation generate(const std::vector<std::vector<std::int32_t>>& prompts, const GenerationOptions& options,
@@ -96,6 +104,9 @@ class InferenceModel {
   std::unique_ptr<RunConfig> run_;
   std::unique_ptr<VariableStore> store_;
   std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<StepHost> decoding_host_;  // one device: where the decoders run; null on a mesh
+  std::map<std::int64_t, std::unique_ptr<KvDecoder>> decoders_;  // by batch size
+  bool incremental_ = false;  // generate decodes against a KV cache
   std::unique_ptr<Tokenizer> tokenizer_;  // null: not a language model
   std::string not_language_model_;       // why, for the error
   std::int64_t context_ = 0, vocabulary_ = 0;

@@ -11,10 +11,13 @@
 #include <thread>
 
 #include "backends/registry.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run/inference_model.hpp"
+#include "engine/run/kv_decoder.hpp"
+#include "engine/run/step_host.hpp"
 #include "engine/run/run_config.hpp"
 #include "engine/run/trainer.hpp"
 #include "tests/temp_dir.hpp"
@@ -299,4 +302,74 @@ TEST_CASE("generation on a tensor-parallel mesh gives one device's greedy tokens
   const std::vector<std::vector<std::int32_t>> prompts = {{84, 104, 101}, {65}};
   CHECK(split.generate(prompts, greedy).tokens == one.generate(prompts, greedy).tokens);
   set_cpu_device_count(1);
+}
+
+TEST_CASE("cached decoding scores each token as a full forward pass over its window does, and allocates nothing per token") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.checkpoint);
+  RunConfig run = load_run_config(gpt.config);
+  VariableStore store;
+  run.model.build(store, 0);
+  load_model_weights(gpt.checkpoint, store);
+  auto host = device_host(store, Device::cpu());
+  KvDecoder decoder(run.model, store, *host, 2, 0);
+  std::vector<std::vector<std::int32_t>> sequences = {{5, 6, 7}, {9}};
+  auto check_rows = [&](std::span<const float> scores, const std::string& when) {
+    for (std::size_t b = 0; b < 2; ++b) {
+      const auto full = model.next_token_scores(sequences[b]);
+      float worst = 0;
+      for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(scores[b * 256 + v] - full[v]));
+      INFO(when << ", sequence " << b << " of " << sequences[b].size() << " tokens: largest difference " << worst);
+      CHECK(worst <= 1e-4f);
+    }
+  };
+  check_rows(decoder.prefill(sequences), "prefill");
+  Allocator& allocator = allocator_for(Device::cpu());
+  for (int step = 0; step < 13; ++step) {  // the first sequence fills its 16 tokens of context
+    const std::vector<std::int32_t> next = {static_cast<std::int32_t>(30 + step), static_cast<std::int32_t>(200 - step)};
+    sequences[0].push_back(next[0]);
+    sequences[1].push_back(next[1]);
+    REQUIRE(decoder.has_room());
+    const std::int64_t before = allocator.stats().allocations;
+    const auto scores = decoder.decode(next);
+    if (step > 0) CHECK(allocator.stats().allocations == before);  // the first step planned its memory
+    check_rows(scores, "decode step " + std::to_string(step));
+  }
+  CHECK_FALSE(decoder.has_room());  // 3 + 13 tokens: the context is full
+  CHECK_THROWS_WITH_AS(decoder.decode({1, 2}), doctest::Contains("room in every cache"), Error);
+}
+
+TEST_CASE("a language model whose attention sees later positions generates without a cache, as a full forward pass does") {
+  test::TempDir dir;
+  std::string config = kTinyGpt;
+  config.replace(config.find("causal: true"), 12, "causal: false");
+  std::ofstream(dir / "bidirectional.yaml") << config;
+  RunConfig run = load_run_config(dir / "bidirectional.yaml");
+  VariableStore store;
+  run.model.build(store, 2);
+  save_checkpoint(dir / "ckpt", store, TrainingState{}, run.root.dump());
+  auto host = device_host(store, Device::cpu());
+  CHECK(decodes_incrementally(run.model));  // by its layers' types; the trace finds the attention's
+  CHECK_THROWS_WITH_AS(KvDecoder(run.model, store, *host, 1, 0), doctest::Contains("needs causal attention"),
+                       UnsupportedError);
+  // A layer that could mix positions rules the cache out by its type.
+  const Model mixing = Model::from_config(ConfigNode::parse(R"(model:
+  inputs: [{name: tokens, shape: [4], dtype: i32}]
+  layers:
+    - {type: Embedding, input_dim: 256, output_dim: 8}
+    - {type: Flatten}
+    - {type: Dense, units: 1024}
+    - {type: Reshape, target_shape: [4, 256]}
+)")["model"]);
+  CHECK_FALSE(decodes_incrementally(mixing));
+  InferenceModel model(dir / "bidirectional.yaml", dir / "ckpt");
+  GenerationOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 5;
+  std::vector<std::int32_t> sequence{70, 71};
+  const Generation g = model.generate({sequence}, greedy);
+  for (std::int32_t t : g.tokens[0]) {
+    CHECK(t == argmax(model.next_token_scores(sequence)));
+    sequence.push_back(t);
+  }
 }

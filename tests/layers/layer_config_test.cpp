@@ -171,7 +171,7 @@ TEST_CASE("a layer that cannot take its inputs is an error at its config with it
   layers:
     - {type: PositionEmbedding, sequence_length: 4}
 )");
-  CHECK(contains(e, "model.yaml:4:7: model.layers[0]: layer 'position_embedding' (PositionEmbedding): input must be [batch, 4, features]"));
+  CHECK(contains(e, "model.yaml:4:7: model.layers[0]: layer 'position_embedding' (PositionEmbedding): input must be [batch, sequence of at most 4, features]"));
 }
 
 TEST_CASE("Dropout takes a seed that picks its mask stream") {

@@ -1,0 +1,182 @@
+#include "engine/run/kv_decoder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "engine/run/step_host.hpp"
+#include "layers/model.hpp"
+
+namespace tessera {
+
+struct KvDecoder::Program {
+  Graph graph;
+  KvTrace kv;
+  ValueId tokens = -1, scores = -1;
+  Tensor window_tokens;  // a prefill's input [batch, window]
+  std::unique_ptr<StepRunner> runner;
+};
+
+namespace {
+
+void zero(const Tensor& t) { std::memset(t.raw_data(), 0, t.nbytes()); }
+
+}  // namespace
+
+bool decodes_incrementally(const Model& model) {
+  static const std::set<std::string> kByPosition = {"Embedding", "PositionEmbedding", "Add", "Dense", "Activation",
+                                                    "LayerNormalization", "BatchNormalization", "Dropout",
+                                                    "MultiHeadAttention", "TransformerBlock"};
+  const auto layers = model.layer_graph();
+  return std::all_of(layers.begin(), layers.end(), [](const Model::LayerNode& l) { return kByPosition.contains(l.type); });
+}
+
+std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t window) {
+  auto p = std::make_unique<Program>();
+  Graph& g = p->graph;
+  p->kv.decode = decode;
+  p->kv.context = context_;
+  p->kv.window = decode ? 0 : window;
+  if (decode) {
+    p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
+    p->kv.write = g.input("kv/write", {batch_, 1, context_, 1});
+    p->kv.keep = g.input("kv/keep", {batch_, 1, context_, 1});
+    p->kv.attend = g.input("kv/attend", {batch_, 1, 1, context_});
+  }
+  Model::Traced traced = model_.trace(g, batch_, /*training=*/false, store_, seed_, &p->kv);
+  p->tokens = traced.inputs[0];
+  p->scores = traced.output;
+  std::vector<ValueId> outputs{p->scores};
+  for (const auto& a : p->kv.attention) {
+    outputs.push_back(a.keys);
+    outputs.push_back(a.values);
+  }
+  p->runner = host_.runner(TracedStep{g, outputs, p->tokens, -1, traced.variables, traced.variables, traced.layer_outputs});
+  for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
+  if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
+  return p;
+}
+
+KvDecoder::Program& KvDecoder::prefill_program(std::int64_t window) {
+  std::int64_t length = 8;  // a power of two: few programs, at most twice the work
+  while (length < window) length *= 2;
+  length = std::min(length, context_);
+  auto& slot = prefills_[length];
+  if (!slot) slot = trace(false, length);
+  return *slot;
+}
+
+KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed)
+    : model_(model), store_(store), host_(host), seed_(seed), batch_(batch), length_(static_cast<std::size_t>(batch), 0) {
+  context_ = model.inputs().at(0).shape[0];
+  decode_ = trace(true, 0);
+  if (!decode_->kv.causal)
+    throw UnsupportedError("incremental decoding needs causal attention: a position must not see later ones");
+  vocabulary_ = decode_->graph.shape(decode_->scores)[2];
+  scores_.resize(static_cast<std::size_t>(batch_ * vocabulary_));
+
+  tokens_ = Tensor::empty({batch_, 1}, DType::i32);
+  positions_ = Tensor::empty({batch_, 1}, DType::i32);
+  write_ = Tensor::empty({batch_, 1, context_, 1}, DType::f32);
+  keep_ = Tensor::empty({batch_, 1, context_, 1}, DType::f32);
+  attend_ = Tensor::empty({batch_, 1, 1, context_}, DType::f32);
+  for (const auto& a : decode_->kv.attention) {
+    const Shape& shape = decode_->graph.shape(a.cached_keys);
+    caches_.emplace_back(Tensor::empty(shape, DType::f32), Tensor::empty(shape, DType::f32));
+    zero(caches_.back().first);  // finite before anything is written: the update multiplies them by 0
+    zero(caches_.back().second);
+  }
+}
+
+// Inputs are bound before every run: a runner that stages them onto a GPU
+// copies them when bound (engine/graph/staged_runner.hpp); an executor on the
+// CPU only takes their address.
+void KvDecoder::bind_decode_inputs() {
+  StepRunner& r = *decode_->runner;
+  r.bind(decode_->tokens, tokens_);
+  r.bind(decode_->kv.positions, positions_);
+  r.bind(decode_->kv.write, write_);
+  r.bind(decode_->kv.keep, keep_);
+  r.bind(decode_->kv.attend, attend_);
+  for (std::size_t i = 0; i < caches_.size(); ++i) {
+    r.bind(decode_->kv.attention[i].cached_keys, caches_[i].first);
+    r.bind(decode_->kv.attention[i].cached_values, caches_[i].second);
+  }
+}
+
+KvDecoder::~KvDecoder() = default;
+
+void KvDecoder::keep_caches(const Program& p) {
+  // [B, H, T, K] into the caches' first T positions of [B, H, context, K]
+  // (all of them after a decode step, T = context).
+  for (std::size_t i = 0; i < caches_.size(); ++i) {
+    for (const auto& [from, to] : {std::pair{p.kv.attention[i].keys, caches_[i].first},
+                                   std::pair{p.kv.attention[i].values, caches_[i].second}}) {
+      const Tensor out = p.runner->output(from);
+      const Shape& s = out.shape();
+      const std::int64_t blocks = s[0] * s[1], run = s[2] * s[3], stride = context_ * s[3];
+      for (std::int64_t j = 0; j < blocks; ++j)
+        std::memcpy(to.data<float>() + j * stride, out.data<float>() + j * run, static_cast<std::size_t>(run) * sizeof(float));
+    }
+  }
+}
+
+std::span<const float> KvDecoder::prefill(const std::vector<std::vector<std::int32_t>>& windows) {
+  if (static_cast<std::int64_t>(windows.size()) != batch_)
+    throw Error("kv decoder: " + std::to_string(windows.size()) + " windows for a batch of " + std::to_string(batch_));
+  std::int64_t longest = 0;
+  for (const auto& w : windows) {
+    const auto n = static_cast<std::int64_t>(w.size());
+    if (n < 1 || n > context_)
+      throw Error("kv decoder: a window of " + std::to_string(n) + " tokens (1 to " + std::to_string(context_) + ")");
+    longest = std::max(longest, n);
+  }
+  Program& p = prefill_program(longest);
+  const std::int64_t window = p.window_tokens.shape()[1];
+  zero(p.window_tokens);  // after a window: causal attention never reads it
+  for (std::size_t b = 0; b < windows.size(); ++b) {
+    std::copy(windows[b].begin(), windows[b].end(), p.window_tokens.data<std::int32_t>() + static_cast<std::int64_t>(b) * window);
+    length_[b] = static_cast<std::int64_t>(windows[b].size());
+  }
+  p.runner->bind(p.tokens, p.window_tokens);
+  p.runner->run();
+  keep_caches(p);
+  const Tensor scores = p.runner->output(p.scores);  // [batch, window, vocabulary]
+  for (std::int64_t b = 0; b < batch_; ++b)
+    std::memcpy(scores_.data() + b * vocabulary_,
+                scores.data<float>() + (b * window + length_[static_cast<std::size_t>(b)] - 1) * vocabulary_,
+                static_cast<std::size_t>(vocabulary_) * sizeof(float));
+  return scores_;
+}
+
+bool KvDecoder::has_room() const {
+  return std::all_of(length_.begin(), length_.end(), [&](std::int64_t n) { return n < context_; });
+}
+
+std::span<const float> KvDecoder::decode(const std::vector<std::int32_t>& tokens) {
+  if (static_cast<std::int64_t>(tokens.size()) != batch_ || !has_room())
+    throw Error("kv decoder: decode needs one token per sequence and room in every cache");
+  float* write = write_.data<float>();
+  float* keep = keep_.data<float>();
+  float* attend = attend_.data<float>();
+  for (std::int64_t b = 0; b < batch_; ++b) {
+    const std::int64_t at = length_[static_cast<std::size_t>(b)];
+    tokens_.data<std::int32_t>()[b] = tokens[static_cast<std::size_t>(b)];
+    positions_.data<std::int32_t>()[b] = static_cast<std::int32_t>(at);
+    for (std::int64_t t = 0; t < context_; ++t) {
+      write[b * context_ + t] = t == at ? 1.0f : 0.0f;
+      keep[b * context_ + t] = t == at ? 0.0f : 1.0f;
+      attend[b * context_ + t] = t <= at ? 0.0f : -1e9f;  // the full forward pass's causal mask, one row
+    }
+  }
+  bind_decode_inputs();
+  decode_->runner->run();
+  keep_caches(*decode_);
+  const Tensor scores = decode_->runner->output(decode_->scores);  // [batch, 1, vocabulary]
+  std::memcpy(scores_.data(), scores.raw_data(), scores.nbytes());
+  for (auto& n : length_) ++n;
+  return scores_;
+}
+
+}  // namespace tessera
