@@ -8,6 +8,7 @@
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "distribution/collectives/process_group.hpp"
 #include "engine/run/kv_decoder.hpp"
 #include "engine/run/run_config.hpp"
 #include "engine/run/step_host.hpp"
@@ -129,7 +130,9 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
     not_language_model_ = e.what();
     return;
   }
-  if (!run_->distribution && decodes_incrementally(run_->model)) decoding_host_ = device_host(*store_, run_->device);
+  if (decodes_incrementally(run_->model))
+    decoding_host_ = run_->distribution ? mesh_host(*store_, *run_->distribution->distribution, job_processes())
+                                        : device_host(*store_, run_->device);
   incremental_ = decoding_host_ != nullptr;
 }
 

@@ -22,8 +22,11 @@
 // context the window slides: each sequence's last context_length() tokens
 // are read again for every token (a prefill per step), exactly what a full
 // forward pass over that window computes. On a mesh (a distribution:
-// section), or for a model with layers that could mix positions otherwise
-// than causally (kv_decoder.hpp), every token runs the whole window. Prompts
+// section) the same programs run partitioned like any other (heads split
+// under tensor parallelism), the caches being graph inputs without a layout
+// of their own: each device holds them whole (not yet split with the heads).
+// A model with layers that could mix positions otherwise than causally
+// (kv_decoder.hpp) runs the whole window for every token. Prompts
 // of a batch advance together, one token each per step.
 //
 // Threads: one object may be used by several threads at once and gives each

@@ -1,5 +1,5 @@
 // KvDecoder: incremental decoding of a causal language model with a KV
-// cache, for a fixed batch of sequences on one device.
+// cache, for a fixed batch of sequences, on the device or mesh of a StepHost.
 //
 // Programs traced and planned once (layers/layer.hpp's KvTrace):
 //   prefill  the model over each sequence's window (at most `context` tokens,
