@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <span>
 #include <thread>
@@ -490,8 +491,19 @@ void ShmCommunicator::run(const CommGroup& group, int rank, const Call& call) {
       phase_barrier(rv);  // every member has read the calls before any leaves
       raise(*failure);
     }
-    execute(Job{slots, me, ws}, stream_threshold_);
+    // A member whose kernels fail (a GPU's) still meets its peers at the
+    // closing barrier, which has no timeout: leaving would hang them there.
+    std::exception_ptr failed;
+    try {
+      execute(Job{slots, me, ws}, stream_threshold_);
+    } catch (...) {
+      failed = std::current_exception();
+    }
     phase_barrier(rv);  // every peer is done with this member's buffers
+    if (failed) {
+      abort(describe(call.kind, group) + ": rank " + std::to_string(rank) + "'s kernels failed");
+      std::rethrow_exception(failed);
+    }
   }
   accounting().record(rank, call.kind, group.axes, bus_bytes(call.kind, call.in ? static_cast<std::int64_t>(call.in->nbytes()) : 0,
                                call.out ? static_cast<std::int64_t>(call.out->nbytes()) : 0, group.size(), me == call.root),

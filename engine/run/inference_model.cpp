@@ -1,5 +1,6 @@
 #include "engine/run/inference_model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -124,6 +125,15 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
   }
   context_ = out[1];
   vocabulary_ = out[2];
+  // The tokens it reads must be the tokens it scores.
+  for (const auto& layer : run_->model.layer_graph())
+    if (layer.type == "Embedding" && std::find(layer.sources.begin(), layer.sources.end(), -1) != layer.sources.end())
+      if (const Variable* table = store_->find(layer.prefix + "embeddings");
+          table && table->value.shape()[0] != vocabulary_) {
+        not_language_model_ = "its token embedding '" + layer.name + "' reads " + std::to_string(table->value.shape()[0]) +
+                              " tokens but its output scores " + std::to_string(vocabulary_);
+        return;
+      }
   try {
     tokenizer_ = tokenizer_for(vocabulary_);
   } catch (const Error& e) {
@@ -224,14 +234,15 @@ Generation InferenceModel::generate(const std::vector<std::vector<std::int32_t>>
     if (!slot) {
       try {
         slot = std::make_unique<KvDecoder>(run_->model, *store_, *decoding_host_,
-                                           static_cast<std::int64_t>(prompts.size()), run_->training.seed);
+                                           static_cast<std::int64_t>(prompts.size()), run_->training.seed,
+                                           run_->training.precision);
       } catch (const UnsupportedError&) {
         incremental_ = false;  // attention that is not causal: every token runs the whole window
       }
     }
     decoder = slot.get();
   }
-  std::vector<float> uncached;  // [prompts, V] on a mesh
+  std::vector<float> uncached;  // [prompts, V] without a cache
   std::vector<std::int32_t> chosen(prompts.size());
   for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
     const auto start = Clock::now();

@@ -68,7 +68,8 @@ struct Generation {
   double later_tokens_seconds = 0;  // every later step
 };
 
-// Called for each new token as soon as it is chosen: the prompt's index, the token.
+// Called for each new token as soon as it is chosen: the prompt's index, the
+// token. It runs inside generate(), so it must not call the same model.
 using TokenCallback = std::function<void(std::size_t prompt, std::int32_t token)>;
 
 class InferenceModel {
@@ -87,7 +88,8 @@ class InferenceModel {
   // Outputs for inputs [N, ...] (the model's input shape after N), batch by batch.
   Tensor predict(const Tensor& inputs);
 
-  // Language models: one input of integer tokens [T], output scores [T, V].
+  // Language models: one input of integer tokens [T] (read by an Embedding of
+  // V rows, if any reads it directly), output scores [T, V].
   // Throws UnsupportedError for another model, naming what it has; DataError
   // for an empty prompt or a token outside the vocabulary.
   std::int64_t context_length() const;
@@ -107,7 +109,7 @@ class InferenceModel {
   std::unique_ptr<RunConfig> run_;
   std::unique_ptr<VariableStore> store_;
   std::unique_ptr<Trainer> trainer_;
-  std::unique_ptr<StepHost> decoding_host_;  // one device: where the decoders run; null on a mesh
+  std::unique_ptr<StepHost> decoding_host_;  // where the decoders run (the device, or the mesh)
   std::map<std::int64_t, std::unique_ptr<KvDecoder>> decoders_;  // by batch size
   bool incremental_ = false;  // generate decodes against a KV cache
   std::unique_ptr<Tokenizer> tokenizer_;  // null: not a language model

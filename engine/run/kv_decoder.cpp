@@ -38,6 +38,7 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   p->kv.decode = decode;
   p->kv.context = context_;
   p->kv.window = decode ? 0 : window;
+  g.set_matmul_dtype(matmul_dtype_);
   if (decode) {
     p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
     p->kv.write = g.input("kv/write", {batch_, 1, context_, 1});
@@ -52,7 +53,12 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
     outputs.push_back(a.keys);
     outputs.push_back(a.values);
   }
-  p->runner = host_.runner(TracedStep{g, outputs, p->tokens, -1, traced.variables, traced.variables, traced.layer_outputs});
+  // Layer outputs by their paths, as the Trainer's programs give them (a layout map's activation keys).
+  const std::vector<std::string> paths = model_.output_paths();
+  std::vector<std::pair<std::string, ValueId>> layer_outputs;
+  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
+    layer_outputs.emplace_back(paths[i], traced.layer_outputs[i].second);
+  p->runner = host_.runner(TracedStep{g, outputs, p->tokens, -1, traced.variables, traced.variables, layer_outputs});
   for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
   return p;
@@ -67,8 +73,10 @@ KvDecoder::Program& KvDecoder::prefill_program(std::int64_t window) {
   return *slot;
 }
 
-KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed)
-    : model_(model), store_(store), host_(host), seed_(seed), batch_(batch), length_(static_cast<std::size_t>(batch), 0) {
+KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed,
+                     DType matmul_dtype)
+    : model_(model), store_(store), host_(host), seed_(seed), matmul_dtype_(matmul_dtype), batch_(batch),
+      length_(static_cast<std::size_t>(batch), 0) {
   context_ = model.inputs().at(0).shape[0];
   decode_ = trace(true, 0);
   if (!decode_->kv.causal)
@@ -135,13 +143,12 @@ std::span<const float> KvDecoder::prefill(const std::vector<std::vector<std::int
   Program& p = prefill_program(longest);
   const std::int64_t window = p.window_tokens.shape()[1];
   zero(p.window_tokens);  // after a window: causal attention never reads it
-  for (std::size_t b = 0; b < windows.size(); ++b) {
+  for (std::size_t b = 0; b < windows.size(); ++b)
     std::copy(windows[b].begin(), windows[b].end(), p.window_tokens.data<std::int32_t>() + static_cast<std::int64_t>(b) * window);
-    length_[b] = static_cast<std::int64_t>(windows[b].size());
-  }
   p.runner->bind(p.tokens, p.window_tokens);
-  p.runner->run();
+  p.runner->run();  // may throw: nothing of this decoder changed yet
   keep_caches(p);
+  for (std::size_t b = 0; b < windows.size(); ++b) length_[b] = static_cast<std::int64_t>(windows[b].size());
   const Tensor scores = p.runner->output(p.scores);  // [batch, window, vocabulary]
   for (std::int64_t b = 0; b < batch_; ++b)
     std::memcpy(scores_.data() + b * vocabulary_,

@@ -49,12 +49,15 @@ class KvDecoder {
   // `model`: one input of tokens [context], output scores [context, vocabulary],
   // each position computed from those before it (decodes_incrementally()).
   // Throws UnsupportedError for attention that is not causal.
-  KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed);
+  // `matmul_dtype`: the run's precision (Graph::set_matmul_dtype), as its other programs.
+  KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed,
+            DType matmul_dtype = DType::f32);
   ~KvDecoder();
 
   std::int64_t batch() const { return batch_; }
   // Reads each sequence's window (1 to context tokens) into the cache; the
   // scores after its last token, row b for sequence b: [batch, vocabulary].
+  // When it throws, the caches and positions are those before the call.
   std::span<const float> prefill(const std::vector<std::vector<std::int32_t>>& windows);
   // Appends one token per sequence; the scores after it.
   std::span<const float> decode(const std::vector<std::int32_t>& tokens);
@@ -74,6 +77,7 @@ class KvDecoder {
   VariableStore& store_;
   StepHost& host_;
   std::uint64_t seed_;
+  DType matmul_dtype_;
   std::int64_t batch_, context_ = 0, vocabulary_ = 0;
   std::map<std::int64_t, std::unique_ptr<Program>> prefills_;  // by window length
   std::unique_ptr<Program> decode_;

@@ -132,6 +132,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
       throw ConfigError(run.root.location() + ": " + std::to_string(where.processes) +
                         " processes were started, but the config has no distribution: section to share the "
                         "work (each would train its own copy)");
+    if (run.device.kind == DeviceKind::cuda) use_devices({run.device});  // cuda:N is GPU N, not a logical device
     return std::make_unique<Trainer>(run.model, run.training, store, run.device);
   }
   DistributionConfig& config = *run.distribution;

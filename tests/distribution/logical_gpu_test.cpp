@@ -207,6 +207,38 @@ TEST_CASE("a shared-memory communicator names the memory its kernels reach when 
                        doctest::Contains("this shared-memory communicator needs tensors of GPU 0"), DeviceError);
 }
 
+TEST_CASE("a member whose kernels fail ends the collective without leaving its peers waiting") {
+  // Rank 0's copies fail, as a GPU's can: rank 1 must not wait for ever at the closing barrier.
+  class Failing final : public SharedMemoryKernels {
+   public:
+    explicit Failing(bool fail) : fail_(fail) {}
+    bool reaches(Device device) const override { return device.kind == DeviceKind::cpu; }
+    std::string memory_name() const override { return "host tensors"; }
+    void reduce(std::span<const void* const> s, std::span<void* const> d, std::int64_t n, DType t, ReduceOp op,
+                bool stream) override {
+      if (fail_) throw Error("a kernel failed");
+      host_.reduce(s, d, n, t, op, stream);
+    }
+    void copy(const void* src, std::span<void* const> d, std::size_t bytes, bool stream) override {
+      host_.copy(src, d, bytes, stream);
+    }
+    void after_writes(bool streamed) override { host_.after_writes(streamed); }
+
+   private:
+    bool fail_;
+    ShmKernels host_;
+  };
+  ShmCommunicator comm(2, [](int rank) { return std::make_unique<Failing>(rank == 0); });
+  CommGroup group{{0, 1}, "batch"};
+  std::vector<Tensor> x{test::random_tensor({64}, 1), test::random_tensor({64}, 2)};
+  auto errors = on_ranks(2, [&](int r) { comm.all_reduce(group, r, x[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)]); });
+  CHECK(errors[0].find("a kernel failed") != std::string::npos);
+  CHECK(errors[1].empty());  // its own slice was reduced; it left the collective
+  // The communicator is aborted: the next collective fails at once on every rank.
+  errors = on_ranks(2, [&](int r) { comm.barrier(group, r); });
+  for (const auto& e : errors) CHECK(e.find("kernels failed") != std::string::npos);
+}
+
 #if TESSERA_HAVE_CUDA
 TEST_CASE("logical devices of GPU 0: all_gather and all_reduce, and a 2x2 mesh trains to one device's losses and weights" *
           doctest::test_suite("gpu") * test::skip_without_gpu()) {

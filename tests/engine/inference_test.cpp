@@ -415,3 +415,40 @@ TEST_CASE("a checkpoint saved sharded by two processes loads on one device and g
   CHECK(from_export.generate(prompts, greedy).tokens == tokens);
   CHECK(from_shards.next_token_scores(prompts[0]) == original.next_token_scores(prompts[0]));
 }
+
+TEST_CASE("cached decoding multiplies in the run's precision, as the full forward pass does") {
+  TinyGpt gpt;
+  InferenceModel bf16(gpt.config, gpt.checkpoint, {"training.precision=bf16"}), f32(gpt.config, gpt.checkpoint);
+  RunConfig run = load_run_config(gpt.config, {"training.precision=bf16"});
+  VariableStore store;
+  run.model.build(store, 0);
+  load_model_weights(gpt.checkpoint, store);
+  auto host = device_host(store, Device::cpu());
+  KvDecoder decoder(run.model, store, *host, 1, 0, run.training.precision);
+  const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5};
+  const auto cached = decoder.prefill({prompt});
+  const auto full = bf16.next_token_scores(prompt), exact = f32.next_token_scores(prompt);
+  float to_full = 0, to_f32 = 0;
+  for (std::size_t v = 0; v < 256; ++v) {
+    to_full = std::max(to_full, std::abs(cached[v] - full[v]));
+    to_f32 = std::max(to_f32, std::abs(cached[v] - exact[v]));
+  }
+  INFO("largest difference to the bf16 full pass " << to_full << ", to f32 " << to_f32);
+  CHECK(to_full <= 1e-4f);  // the same casts around the same products
+  CHECK(to_f32 > 1e-4f);    // and not f32's
+}
+
+TEST_CASE("a model whose token embedding reads other tokens than it scores does not generate text") {
+  test::TempDir dir;
+  std::string config = kTinyGpt;
+  config.replace(config.find("input_dim: 256"), 14, "input_dim: 100");
+  std::ofstream(dir / "mismatch.yaml") << config;
+  RunConfig run = load_run_config(dir / "mismatch.yaml");
+  VariableStore store;
+  run.model.build(store, 2);
+  save_checkpoint(dir / "ckpt", store, TrainingState{}, run.root.dump());
+  InferenceModel model(dir / "mismatch.yaml", dir / "ckpt");
+  CHECK_THROWS_WITH_AS(model.generate({{1}}, {}),
+                       doctest::Contains("its token embedding 'token_embedding' reads 100 tokens but its output scores 256"),
+                       UnsupportedError);
+}
