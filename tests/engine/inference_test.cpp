@@ -49,15 +49,28 @@ constexpr const char* kTinyGpt = R"(model:
 training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: {type: adam}, batch_size: 3, seed: 11}
 )";
 
-// The config, and its weights (drawn from `seed`) as a checkpoint and as one safetensors file.
+// A text edit of kTinyGpt: the first `from` becomes `to`.
+struct ConfigEdit {
+  std::string from, to;
+};
+
+// Writes kTinyGpt, edited, to `path` and loads it.
+RunConfig write_tiny_gpt(const std::filesystem::path& path, const ConfigEdit& edit) {
+  std::string text = kTinyGpt;
+  if (!edit.from.empty()) text.replace(text.find(edit.from), edit.from.size(), edit.to);
+  std::ofstream(path) << text;
+  return load_run_config(path);
+}
+
+// The config (kTinyGpt, edited), and its weights (drawn from `seed`) as a
+// checkpoint and as one safetensors file.
 struct TinyGpt {
   test::TempDir dir;
   std::filesystem::path config = dir / "tiny_gpt.yaml", checkpoint = dir / "checkpoint",
                         file = dir / "tiny_gpt.safetensors";
-  explicit TinyGpt(std::uint64_t seed = 5) {
-    std::ofstream(config) << kTinyGpt;
-    RunConfig run = load_run_config(config);
-    VariableStore store;
+  RunConfig run;
+  VariableStore store;
+  explicit TinyGpt(std::uint64_t seed = 5, const ConfigEdit& edit = {}) : run(write_tiny_gpt(config, edit)) {
     run.model.build(store, seed);
     save_checkpoint(checkpoint, store, TrainingState{}, run.root.dump());
     NamedTensors tensors;
@@ -343,18 +356,11 @@ TEST_CASE("cached decoding scores each token as a full forward pass over its win
 }
 
 TEST_CASE("a language model whose attention sees later positions generates without a cache, as a full forward pass does") {
-  test::TempDir dir;
-  std::string config = kTinyGpt;
-  config.replace(config.find("causal: true"), 12, "causal: false");
-  std::ofstream(dir / "bidirectional.yaml") << config;
-  RunConfig run = load_run_config(dir / "bidirectional.yaml");
-  VariableStore store;
-  run.model.build(store, 2);
-  save_checkpoint(dir / "ckpt", store, TrainingState{}, run.root.dump());
-  auto host = device_host(store, Device::cpu());
-  CHECK(decodes_incrementally(run.model));  // by its layers' types; the trace finds the attention's
-  CHECK_THROWS_WITH_AS(KvDecoder(run.model, store, *host, 1, 0), doctest::Contains("needs causal attention"),
-                       UnsupportedError);
+  TinyGpt bidirectional(2, {"causal: true", "causal: false"});
+  auto host = device_host(bidirectional.store, Device::cpu());
+  CHECK(decodes_incrementally(bidirectional.run.model));  // by its layers' types; the trace finds the attention's
+  CHECK_THROWS_WITH_AS(KvDecoder(bidirectional.run.model, bidirectional.store, *host, 1, 0),
+                       doctest::Contains("needs causal attention"), UnsupportedError);
   // A layer that could mix positions rules the cache out by its type.
   const Model mixing = Model::from_config(ConfigNode::parse(R"(model:
   inputs: [{name: tokens, shape: [4], dtype: i32}]
@@ -365,7 +371,7 @@ TEST_CASE("a language model whose attention sees later positions generates witho
     - {type: Reshape, target_shape: [4, 256]}
 )")["model"]);
   CHECK_FALSE(decodes_incrementally(mixing));
-  InferenceModel model(dir / "bidirectional.yaml", dir / "ckpt");
+  InferenceModel model(bidirectional.config, bidirectional.checkpoint);
   GenerationOptions greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = 5;
@@ -439,15 +445,8 @@ TEST_CASE("cached decoding multiplies in the run's precision, as the full forwar
 }
 
 TEST_CASE("a model whose token embedding reads other tokens than it scores does not generate text") {
-  test::TempDir dir;
-  std::string config = kTinyGpt;
-  config.replace(config.find("input_dim: 256"), 14, "input_dim: 100");
-  std::ofstream(dir / "mismatch.yaml") << config;
-  RunConfig run = load_run_config(dir / "mismatch.yaml");
-  VariableStore store;
-  run.model.build(store, 2);
-  save_checkpoint(dir / "ckpt", store, TrainingState{}, run.root.dump());
-  InferenceModel model(dir / "mismatch.yaml", dir / "ckpt");
+  TinyGpt mismatch(2, {"input_dim: 256", "input_dim: 100"});
+  InferenceModel model(mismatch.config, mismatch.checkpoint);
   CHECK_THROWS_WITH_AS(model.generate({{1}}, {}),
                        doctest::Contains("its token embedding 'token_embedding' reads 100 tokens but its output scores 256"),
                        UnsupportedError);
