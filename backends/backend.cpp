@@ -365,6 +365,19 @@ void Backend::moving_average(const Tensor& state, const Tensor& value, float mom
   run_moving_average(state, value, momentum);
 }
 
+void Backend::cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions) {
+  Check c(*this, "cache_write");
+  c.on_device({{"cache", &cache}, {"rows", &rows}, {"positions", &positions}});
+  c.same_dtype({{"cache", &cache}, {"rows", &rows}}).dtype(DType::i32, {{"positions", &positions}});
+  const Shape& s = cache.shape();
+  const Shape& r = rows.shape();
+  if (s.rank() != 4 || r.rank() != 4 || r[2] > s[2])
+    throw ShapeError("cache_write: rows " + rows.describe() + " must be [B, H, T, K] with T at most C of the cache " +
+                     cache.describe());
+  c.shape("rows", rows, Shape{s[0], s[1], r[2], s[3]}).shape("positions", positions, Shape{s[0], 1});
+  run_cache_write(cache, rows, positions);
+}
+
 void Backend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                          const SgdArgs& args) {
   Check c(*this, "sgd_update");
@@ -422,6 +435,7 @@ void Backend::run_random_uniform(const Tensor&, std::uint64_t, std::uint64_t, fl
 void Backend::run_random_normal(const Tensor&, std::uint64_t, std::uint64_t, float, float) { unsupported("random_normal"); }
 void Backend::run_dropout(const Tensor&, const Tensor&, float, std::uint64_t, std::uint64_t) { unsupported(tessera::name(OpKind::dropout)); }
 void Backend::run_moving_average(const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::moving_average)); }
+void Backend::run_cache_write(const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::cache_write)); }
 void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(tessera::name(OpKind::sgd_update)); }
 void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(tessera::name(OpKind::adam_update)); }
 

@@ -135,6 +135,13 @@ class Backend {
   // statistics of batch normalisation).
   void moving_average(const Tensor& state, const Tensor& value, float momentum);
 
+  // cache[b, :, positions[b] + t, :] = rows[b, :, t, :], in place: a KV
+  // cache [B, H, C, K] takes rows [B, H, T, K] at each sequence's position
+  // (positions i32 [B, 1]). A position whose rows would pass C is a ShapeError
+  // where the backend can read positions before it writes (the CPU); a GPU
+  // writes the rows that fit.
+  void cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions);
+
   // Fused optimizer updates, in place on param and its state.
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                   const SgdArgs& args);
@@ -187,6 +194,7 @@ class Backend {
   virtual void run_dropout(const Tensor& x, const Tensor& out, float rate, std::uint64_t seed,
                            std::uint64_t offset);
   virtual void run_moving_average(const Tensor& state, const Tensor& value, float momentum);
+  virtual void run_cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions);
   virtual void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                               const SgdArgs& args);
   virtual void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -46,6 +46,7 @@ const std::array<OpInfo, kOpKindCount> kOps = {{
     {.name = "sgd_update", .arity = 3, .side_effect = true, .writes = {0, 2}},
     {.name = "adam_update", .arity = 4, .side_effect = true, .writes = {0, 2, 3}},
     {.name = "moving_average", .arity = 2, .side_effect = true, .writes = {0}},
+    {.name = "cache_write", .arity = 3, .side_effect = true, .writes = {0}},
     {.name = "all_reduce", .arity = 1, .collective = true},
     {.name = "all_gather", .arity = 1, .collective = true},
     {.name = "reduce_scatter", .arity = 1, .collective = true},

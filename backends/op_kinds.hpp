@@ -70,6 +70,8 @@ enum class OpKind : std::uint8_t {
   sgd_update,         // (param, grad, velocity) -> (): updates param and velocity in place
   adam_update,        // (param, grad, m, v) -> (): updates in place; attrs.adam.step advances per run
   moving_average,     // (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
+  cache_write,        // (cache, rows, positions) -> (): cache[b, :, positions[b] + t, :] = rows[b, :, t, :], in place
+                      // (a KV cache [B, H, C, K] taking rows [B, H, T, K] at each sequence's position)
   // Collectives of a partitioned (per-device) graph, over the devices that
   // differ only along the mesh axes in attrs.mesh_axes (see distribution/partitioner.hpp).
   all_reduce,         // (x) -> attrs.reduce (sum, max) of x over the group
@@ -81,7 +83,7 @@ enum class OpKind : std::uint8_t {
   all_gather_into,    // (block, whole) -> (): whole = the group's blocks joined along dimension 0, in place
                       // (block is this device's block_view of whole); a side effect, like the updates
 };
-inline constexpr int kOpKindCount = 37;
+inline constexpr int kOpKindCount = 38;
 
 std::string_view name(OpKind kind);
 

@@ -33,6 +33,8 @@ class Partitioner {
   Partition run(const std::vector<ValueId>& outputs, std::map<ValueId, Sharding> leaves,
                 const std::map<ValueId, Sharding>& constraints) {
     follow_parameters(leaves);
+    for (NodeId n = 0; n < g_.node_count(); ++n)
+      if (g_.node(n).kind == OpKind::cache_write) cache_rows_.try_emplace(g_.node(n).inputs[0], g_.node(n).inputs[1]);
     for (NodeId n = 0; n < g_.node_count(); ++n) {
       const Node& node = g_.node(n);
       const bool leaf = op_info(node.kind).arity == 0;  // input, variable, fill
@@ -63,6 +65,8 @@ class Partitioner {
   }
 
  private:
+  std::map<ValueId, ValueId> cache_rows_;  // a cache_write's cache -> its rows (the first write's)
+
   std::int64_t axis_size(int axis) const { return mesh_.shape()[static_cast<std::size_t>(axis)]; }
   const Sharding& current(ValueId v) const { return p_.sharding[static_cast<std::size_t>(v)]; }
   Shape local_shape(ValueId v, const Sharding& s) const { return s.local_shape(g_.shape(v), mesh_); }
@@ -175,11 +179,23 @@ class Partitioner {
     p_.sharding[global_out] = s;
   }
 
+  // A KV cache without a layout of its own is split as the rows written into
+  // it (traced before it) are, its sequence dimension whole: the heads of a
+  // tensor-parallel attention keep their keys and values on their devices.
+  Sharding cache_sharding(ValueId rows) const {
+    Sharding s = current(rows);
+    s.partial = 0;
+    s.dims[2] = kNone;
+    return clean(s);
+  }
+
   void emit_leaf(const Node& node, const std::map<ValueId, Sharding>& leaves) {
     ValueId v = node.outputs[0];
     const Value& value = g_.value(v);
     Sharding s = Sharding::replicated(value.shape.rank());
     if (auto it = leaves.find(v); it != leaves.end() && node.kind != OpKind::fill) s = clean(it->second);
+    else if (auto rows = cache_rows_.find(v); rows != cache_rows_.end() && p_.local_of[rows->second] >= 0)
+      s = cache_sharding(rows->second);
     check_fits(v, s);
     Shape shape = local_shape(v, s);
     ValueId local;
@@ -337,8 +353,21 @@ class Partitioner {
         return reshape(node, std::move(operands));
       case ShardingRule::Form::rows:
         return rows(node, rule, std::move(operands));
-      case ShardingRule::Form::follow_first:
-        return Decision{std::vector<Sharding>(node.inputs.size(), current(node.inputs[0])), {}};
+      case ShardingRule::Form::follow_first: {
+        // Operands of another rank (a cache's positions) follow operand 0's rows only.
+        const Sharding& first = current(node.inputs[0]);
+        std::vector<Sharding> shardings;
+        for (ValueId in : node.inputs) {
+          if (g_.shape(in).rank() == first.rank()) {
+            shardings.push_back(first);
+            continue;
+          }
+          Sharding rows = Sharding::replicated(g_.shape(in).rank());
+          if (rows.rank() > 0 && first.rank() > 0) rows.dims[0] = first.dims[0];
+          shardings.push_back(rows);
+        }
+        return Decision{std::move(shardings), {}};
+      }
       case ShardingRule::Form::none:
         break;
     }

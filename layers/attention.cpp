@@ -45,18 +45,19 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
   ValueId q = project("query"), key = project("key"), v = project("value");
   KvTrace* kv = ctx.kv;
   if (kv && !a.causal) kv->causal = false;
-  if (kv && kv->decode) {  // the new token's key and value written into the cache at its position
-    const Shape cache{b, h, kv->context, k};
-    KvTrace::Attention cached{ctx.path_of(scope), g.input(ctx.path_of(scope + "cached_keys"), cache),
-                              g.input(ctx.path_of(scope + "cached_values"), cache)};
-    // Exact: the kept entries times 1 plus 0, the new one times 1 (the cache holds finite values).
-    cached.keys = g.add(g.mul(cached.cached_keys, kv->keep), g.mul(key, kv->write));
-    cached.values = g.add(g.mul(cached.cached_values, kv->keep), g.mul(v, kv->write));
-    kv->attention.push_back(cached);
-    key = cached.keys;
-    v = cached.values;
-  } else if (kv) {
-    kv->attention.push_back({ctx.path_of(scope), -1, -1, key, v});
+  if (kv) {  // this trace's keys and values written into the cache (variables) at each sequence's position
+    const Initializer zeros_init{.kind = InitializerKind::zeros};
+    const std::string cache = scope + "kv_cache/batch_" + std::to_string(b) + "/";
+    const ValueId cached_keys = ctx.variable(cache + "keys", {b, h, kv->context, k}, zeros_init, {"", "", "", ""}, false);
+    const ValueId cached_values = ctx.variable(cache + "values", {b, h, kv->context, k}, zeros_init, {"", "", "", ""}, false);
+    g.cache_write(cached_keys, key, kv->positions);
+    g.cache_write(cached_values, v, kv->positions);
+    kv->caches.push_back(ctx.path_of(cache + "keys"));
+    kv->caches.push_back(ctx.path_of(cache + "values"));
+    if (kv->decode) {  // the new token attends over the cache, its own key and value written in
+      key = cached_keys;
+      v = cached_values;
+    }
   }
   ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
   if (kv && kv->decode) scores = g.add(scores, kv->attend);  // nothing after the position: later cache rows are stale

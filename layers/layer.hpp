@@ -17,28 +17,25 @@
 
 namespace tessera {
 
-// A trace for incremental decoding (engine/run/kv_decoder.hpp). Prefill:
-// the ordinary forward pass over a window of `window` tokens (at most the
-// context), which also hands out each attention layer's keys and values
-// [B, H, window, K].
-// Decode: one new token per sequence ([B, 1] inputs), each attention layer
-// reading a cache of keys and values (graph inputs) with the new token's
-// written at its position, and handing out the updated caches.
+// A trace for incremental decoding (engine/run/kv_decoder.hpp). Every
+// attention layer writes its keys and values [B, H, T, K] into its cache,
+// two variables [B, H, context, K] of the store ("<layer>/<scope>kv_cache/
+// batch_<B>/keys", ".../values", zeros at first), at each sequence's position
+// (Graph::cache_write, in place).
+// Prefill: the ordinary forward pass over a window of `window` tokens (at
+// most the context), written at position 0.
+// Decode: one new token per sequence ([B, 1] inputs) at its position, each
+// attention layer attending over its cache with the new key and value in.
 struct KvTrace {
   bool decode = false;
   std::int64_t context = 0;
   // Prefill: the window's length when shorter than the model's input (0: the input's).
   std::int64_t window = 0;
-  // Decode's inputs: each sequence's position [B, 1] i32; `write` [B, 1, C, 1]
-  // f32 1 at it and 0 elsewhere, `keep` its complement; `attend` [B, 1, 1, C]
-  // 0 up to the position and -1e9 after (the causal mask of one row).
-  ValueId positions = -1, write = -1, keep = -1, attend = -1;
-  struct Attention {
-    std::string path;                         // "block_0/attention/"
-    ValueId cached_keys = -1, cached_values = -1;  // decode: the cache inputs
-    ValueId keys = -1, values = -1;           // what the cache holds after this trace
-  };
-  std::vector<Attention> attention;  // in trace order
+  // Inputs: each sequence's position [B, 1] i32 (prefill: 0); decode's
+  // `attend` [B, 1, 1, C] 0 up to the position and -1e9 after (the causal
+  // mask of one row).
+  ValueId positions = -1, attend = -1;
+  std::vector<std::string> caches;  // the cache variables' paths, in trace order
   bool causal = true;  // false once an attention layer that sees later positions was traced
 };
 

@@ -22,6 +22,7 @@ bool CpuBackend::supports(OpKind kind, DType dtype) const {
     case OpKind::concat:
     case OpKind::slice:
     case OpKind::shard_slice:
+    case OpKind::cache_write:
       return true;  // data movement: any element size
     case OpKind::matmul:
     case OpKind::binary:

@@ -1,5 +1,5 @@
 // Kernels that move elements without arithmetic: copy, fill, cast, broadcast,
-// transpose. Plain loops over element bytes, so every dtype works.
+// transpose, slice, a KV cache's write. Plain loops over element bytes, so every dtype works.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -176,6 +176,23 @@ void CpuBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::in
   std::size_t begin = x.shape()[axis] == 0 ? 0 : x_row / static_cast<std::size_t>(x.shape()[axis]) * static_cast<std::size_t>(start);
   copy_blocks(static_cast<const char*>(x.raw_data()) + begin, x_row, static_cast<char*>(out.raw_data()), out_row,
               out_row, rows);
+}
+
+void CpuBackend::run_cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions) {
+  const Shape& s = cache.shape();
+  const std::int64_t heads = s[1], capacity = s[2], length = rows.shape()[2];
+  const std::int32_t* at = positions.data<std::int32_t>();
+  for (std::int64_t b = 0; b < s[0]; ++b)  // every position first: an error writes nothing
+    if (at[b] < 0 || at[b] + length > capacity)
+      throw ShapeError("cache_write: sequence " + std::to_string(b) + " writes " + std::to_string(length) +
+                       " rows at position " + std::to_string(at[b]) + " of a cache of " + std::to_string(capacity));
+  const std::size_t row = static_cast<std::size_t>(s[3]) * dtype_size(cache.dtype());
+  const auto* from = static_cast<const char*>(rows.raw_data());
+  auto* to = static_cast<char*>(cache.raw_data());
+  for (std::int64_t b = 0; b < s[0]; ++b)
+    for (std::int64_t h = 0; h < heads; ++h)
+      std::memcpy(to + static_cast<std::size_t>((b * heads + h) * capacity + at[b]) * row,
+                  from + static_cast<std::size_t>((b * heads + h) * length) * row, static_cast<std::size_t>(length) * row);
 }
 
 void CpuBackend::run_broadcast_to(const Tensor& x, const Tensor& out) {

@@ -126,6 +126,7 @@ bool CudaBackend::supports(OpKind kind, DType dtype) const {
     case OpKind::slice:
     case OpKind::shard_slice:
     case OpKind::embedding:
+    case OpKind::cache_write:
       return true;  // data movement: any element size
     case OpKind::cast:
       return true;  // between any two of f32, bf16, i32, i64

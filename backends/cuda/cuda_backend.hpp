@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
                    std::uint64_t offset) override;
   // optimizer.cpp
   void run_moving_average(const Tensor& state, const Tensor& value, float momentum) override;
+  void run_cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions) override;
   void run_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                       const SgdArgs& args) override;
   void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

@@ -21,6 +21,14 @@ void CudaBackend::run_transpose(const Tensor& x, const Tensor& out, const std::v
                     stream_);
 }
 
+void CudaBackend::run_cache_write(const Tensor& cache, const Tensor& rows, const Tensor& positions) {
+  const Shape& s = cache.shape();
+  const CacheWrite write{.heads = s[1], .length = rows.shape()[2], .capacity = s[2], .width = s[3], .count = rows.numel()};
+  CudaDeviceGuard guard(gpu_);
+  cuda_cache_write(rows.raw_data(), positions.data<std::int32_t>(), cache.raw_data(),
+                   static_cast<int>(dtype_size(cache.dtype())), write, stream_);
+}
+
 void CudaBackend::run_slice(const Tensor& x, const Tensor& out, int axis, std::int64_t start) {
   const StridedCopy copy = make_slice_copy(x.shape().dims(), out.shape().dims(), axis, start);
   CudaDeviceGuard guard(gpu_);

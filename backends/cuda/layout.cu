@@ -22,7 +22,31 @@ void launch(const void* src, void* dst, const StridedCopy& copy, const LaunchCon
       static_cast<const Word*>(src), static_cast<Word*>(dst), copy);
 }
 
+template <typename Word>
+__global__ void cache_write_kernel(const Word* rows, const std::int32_t* positions, Word* cache, CacheWrite write) {
+  for (std::int64_t i = first_index(); i < write.count; i += grid_stride()) write(rows, positions, cache, i);
+}
+
+template <typename Word>
+void launch_cache_write(const void* rows, const std::int32_t* positions, void* cache, const CacheWrite& write,
+                        const LaunchConfig& cfg, cudaStream_t stream) {
+  cache_write_kernel<Word><<<cfg.blocks, cfg.threads, 0, stream>>>(static_cast<const Word*>(rows), positions,
+                                                                    static_cast<Word*>(cache), write);
+}
+
 }  // namespace
+
+void cuda_cache_write(const void* rows, const std::int32_t* positions, void* cache, int element_size,
+                      const CacheWrite& write, cudaStream_t stream) {
+  const LaunchConfig cfg = launch_config(write.count);
+  if (cfg.blocks == 0) return;
+  switch (element_size) {
+    case 2: launch_cache_write<std::uint16_t>(rows, positions, cache, write, cfg, stream); break;
+    case 4: launch_cache_write<std::uint32_t>(rows, positions, cache, write, cfg, stream); break;
+    default: launch_cache_write<std::uint64_t>(rows, positions, cache, write, cfg, stream); break;
+  }
+  cuda_check(cudaGetLastError(), "cache_write_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+}
 
 void cuda_strided_copy(const void* src, void* dst, int element_size, const StridedCopy& copy,
                        cudaStream_t stream) {

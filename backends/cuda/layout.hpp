@@ -24,6 +24,22 @@ struct StridedCopy {
   }
 };
 
+// cache[b, h, positions[b] + t, k] = rows[b, h, t, k], element i of rows
+// [B, H, T, K] into a KV cache [B, H, C, K]. A row past the cache is not
+// written: a kernel cannot throw (the CPU backend reports it).
+struct CacheWrite {
+  std::int64_t heads = 0, length = 0, capacity = 0, width = 0;  // H, T, C, K
+  std::int64_t count = 0;                                       // B * H * T * K
+
+  template <typename Word>
+  TESSERA_HOST_DEVICE void operator()(const Word* rows, const std::int32_t* positions, Word* cache,
+                                      std::int64_t i) const {
+    const std::int64_t k = i % width, t = i / width % length, sequence_head = i / (width * length);
+    const std::int64_t at = positions[sequence_head / heads] + t;
+    if (at >= 0 && at < capacity) cache[(sequence_head * capacity + at) * width + k] = rows[i];
+  }
+};
+
 // out = x broadcast to `out` (NumPy rules; the caller checked them).
 inline StridedCopy make_broadcast_copy(const std::vector<std::int64_t>& x,
                                        const std::vector<std::int64_t>& out) {

@@ -93,6 +93,10 @@ class Graph {
   // A side effect on a (non-trainable) variable, like the updates above.
   NodeId moving_average(ValueId state, ValueId value, float momentum);
   NodeId adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const AdamArgs& args);
+  // Writes rows [B, H, T, K] into the cache variable [B, H, C, K] at each
+  // sequence's positions [B, 1] (i32): cache[b, :, positions[b] + t, :] =
+  // rows[b, :, t, :]. Nodes traced after it read the written cache (a KV cache).
+  NodeId cache_write(ValueId cache, ValueId rows, ValueId positions);
 
   // Used by autodiff and tests: append a node whose outputs have the given types.
   NodeId add_node(OpKind kind, std::vector<ValueId> inputs, const OpAttrs& attrs,

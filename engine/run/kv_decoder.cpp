@@ -39,26 +39,21 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   p->kv.context = context_;
   p->kv.window = decode ? 0 : window;
   g.set_matmul_dtype(matmul_dtype_);
-  if (decode) {
-    p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
-    p->kv.write = g.input("kv/write", {batch_, 1, context_, 1});
-    p->kv.keep = g.input("kv/keep", {batch_, 1, context_, 1});
-    p->kv.attend = g.input("kv/attend", {batch_, 1, 1, context_});
-  }
+  p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
+  if (decode) p->kv.attend = g.input("kv/attend", {batch_, 1, 1, context_});
   Model::Traced traced = model_.trace(g, batch_, /*training=*/false, store_, seed_, &p->kv);
   p->tokens = traced.inputs[0];
   p->scores = traced.output;
-  std::vector<ValueId> outputs{p->scores};
-  for (const auto& a : p->kv.attention) {
-    outputs.push_back(a.keys);
-    outputs.push_back(a.values);
-  }
+  // The model's variables take the distribution's layouts; the caches are state, split as their rows.
+  std::vector<std::pair<std::string, ValueId>> model_variables;
+  for (const auto& v : traced.variables)
+    if (std::find(p->kv.caches.begin(), p->kv.caches.end(), v.first) == p->kv.caches.end()) model_variables.push_back(v);
   // Layer outputs by their paths, as the Trainer's programs give them (a layout map's activation keys).
   const std::vector<std::string> paths = model_.output_paths();
   std::vector<std::pair<std::string, ValueId>> layer_outputs;
   for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
     layer_outputs.emplace_back(paths[i], traced.layer_outputs[i].second);
-  p->runner = host_.runner(TracedStep{g, outputs, p->tokens, -1, traced.variables, traced.variables, layer_outputs});
+  p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, model_variables, traced.variables, layer_outputs});
   for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
   return p;
@@ -86,15 +81,9 @@ KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, s
 
   tokens_ = Tensor::empty({batch_, 1}, DType::i32);
   positions_ = Tensor::empty({batch_, 1}, DType::i32);
-  write_ = Tensor::empty({batch_, 1, context_, 1}, DType::f32);
-  keep_ = Tensor::empty({batch_, 1, context_, 1}, DType::f32);
   attend_ = Tensor::empty({batch_, 1, 1, context_}, DType::f32);
-  for (const auto& a : decode_->kv.attention) {
-    const Shape& shape = decode_->graph.shape(a.cached_keys);
-    caches_.emplace_back(Tensor::empty(shape, DType::f32), Tensor::empty(shape, DType::f32));
-    zero(caches_.back().first);  // finite before anything is written: the update multiplies them by 0
-    zero(caches_.back().second);
-  }
+  start_ = Tensor::empty({batch_, 1}, DType::i32);
+  zero(start_);
 }
 
 // Inputs are bound before every run: a runner that stages them onto a GPU
@@ -104,31 +93,10 @@ void KvDecoder::bind_decode_inputs() {
   StepRunner& r = *decode_->runner;
   r.bind(decode_->tokens, tokens_);
   r.bind(decode_->kv.positions, positions_);
-  r.bind(decode_->kv.write, write_);
-  r.bind(decode_->kv.keep, keep_);
   r.bind(decode_->kv.attend, attend_);
-  for (std::size_t i = 0; i < caches_.size(); ++i) {
-    r.bind(decode_->kv.attention[i].cached_keys, caches_[i].first);
-    r.bind(decode_->kv.attention[i].cached_values, caches_[i].second);
-  }
 }
 
 KvDecoder::~KvDecoder() = default;
-
-void KvDecoder::keep_caches(const Program& p) {
-  // [B, H, T, K] into the caches' first T positions of [B, H, context, K]
-  // (all of them after a decode step, T = context).
-  for (std::size_t i = 0; i < caches_.size(); ++i) {
-    for (const auto& [from, to] : {std::pair{p.kv.attention[i].keys, caches_[i].first},
-                                   std::pair{p.kv.attention[i].values, caches_[i].second}}) {
-      const Tensor out = p.runner->output(from);
-      const Shape& s = out.shape();
-      const std::int64_t blocks = s[0] * s[1], run = s[2] * s[3], stride = context_ * s[3];
-      for (std::int64_t j = 0; j < blocks; ++j)
-        std::memcpy(to.data<float>() + j * stride, out.data<float>() + j * run, static_cast<std::size_t>(run) * sizeof(float));
-    }
-  }
-}
 
 std::span<const float> KvDecoder::prefill(const std::vector<std::vector<std::int32_t>>& windows) {
   if (static_cast<std::int64_t>(windows.size()) != batch_)
@@ -146,8 +114,10 @@ std::span<const float> KvDecoder::prefill(const std::vector<std::vector<std::int
   for (std::size_t b = 0; b < windows.size(); ++b)
     std::copy(windows[b].begin(), windows[b].end(), p.window_tokens.data<std::int32_t>() + static_cast<std::int64_t>(b) * window);
   p.runner->bind(p.tokens, p.window_tokens);
-  p.runner->run();  // may throw: nothing of this decoder changed yet
-  keep_caches(p);
+  p.runner->bind(p.kv.positions, start_);
+  primed_ = false;  // until the caches hold these windows whole
+  p.runner->run();
+  primed_ = true;
   for (std::size_t b = 0; b < windows.size(); ++b) length_[b] = static_cast<std::int64_t>(windows[b].size());
   const Tensor scores = p.runner->output(p.scores);  // [batch, window, vocabulary]
   for (std::int64_t b = 0; b < batch_; ++b)
@@ -162,24 +132,20 @@ bool KvDecoder::has_room() const {
 }
 
 std::span<const float> KvDecoder::decode(const std::vector<std::int32_t>& tokens) {
-  if (static_cast<std::int64_t>(tokens.size()) != batch_ || !has_room())
-    throw Error("kv decoder: decode needs one token per sequence and room in every cache");
-  float* write = write_.data<float>();
-  float* keep = keep_.data<float>();
+  if (static_cast<std::int64_t>(tokens.size()) != batch_ || !has_room() || !primed_)
+    throw Error("kv decoder: decode needs one token per sequence, a prefill before and room in every cache");
   float* attend = attend_.data<float>();
   for (std::int64_t b = 0; b < batch_; ++b) {
     const std::int64_t at = length_[static_cast<std::size_t>(b)];
     tokens_.data<std::int32_t>()[b] = tokens[static_cast<std::size_t>(b)];
     positions_.data<std::int32_t>()[b] = static_cast<std::int32_t>(at);
-    for (std::int64_t t = 0; t < context_; ++t) {
-      write[b * context_ + t] = t == at ? 1.0f : 0.0f;
-      keep[b * context_ + t] = t == at ? 0.0f : 1.0f;
+    for (std::int64_t t = 0; t < context_; ++t)
       attend[b * context_ + t] = t <= at ? 0.0f : -1e9f;  // the full forward pass's causal mask, one row
-    }
   }
   bind_decode_inputs();
+  primed_ = false;  // a failed step leaves the caches part-written
   decode_->runner->run();
-  keep_caches(*decode_);
+  primed_ = true;
   const Tensor scores = decode_->runner->output(decode_->scores);  // [batch, 1, vocabulary]
   std::memcpy(scores_.data(), scores.raw_data(), scores.nbytes());
   for (auto& n : length_) ++n;

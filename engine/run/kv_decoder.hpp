@@ -4,20 +4,23 @@
 // Programs traced and planned once (layers/layer.hpp's KvTrace):
 //   prefill  the model over each sequence's window (at most `context` tokens,
 //            padded after to a power of two, 8 at least: one program per
-//            such length), keeping every attention layer's keys and values;
-//   decode   one new token per sequence at its next position, attending over
-//            the cache with the new key and value written in.
-// Between steps the caches are host-side tensors [B, H, context, K] per
-// layer, bound as the decode program's inputs and refreshed from its
-// outputs; on the CPU nothing is allocated per token. The cache update is
-// exact (the kept entries times 1 plus the new one times 0, and the new
-// one's times 1), so a decode step's scores differ from a full forward
+//            such length), writing every attention layer's keys and values
+//            into its cache from position 0;
+//   decode   one new token per sequence at its next position, its key and
+//            value written into the caches, attending over them.
+// The caches are variables of the store, [B, H, context, K] per attention
+// layer, bound to both programs like the weights and written in place
+// (Graph::cache_write): a step moves only the new token's rows, nothing is
+// copied between steps, and on a GPU they stay on the device. Nothing is
+// allocated per token. A decode step's scores differ from a full forward
 // pass's only by the rounding of matmuls of other shapes.
 //
-// What costs more than it should (a first version): each step reads and
-// writes every layer's whole cache to update it, attends over all of
-// `context` positions (masked past each sequence's), and copies the
-// caches back to the host; a GPU stages them both ways every step. A sequence whose window fills the
+// On a mesh the caches are split as the keys and values written into them
+// (distribution/partitioner.cpp): with the heads of a tensor-parallel
+// attention, with the sequences of a split batch.
+//
+// What costs more than it should: a step attends over all `context`
+// positions (masked past each sequence's). A sequence whose window fills the
 // context has no room left: the caller prefills again (see InferenceModel).
 #pragma once
 
@@ -44,6 +47,9 @@ class VariableStore;
 // pooling, Concatenate) rules incremental decoding out.
 bool decodes_incrementally(const Model& model);
 
+// The caches belong to the store, named by batch size: decoders of one batch
+// size over one store share them, so use one of them at a time (an
+// InferenceModel keeps one per batch size).
 class KvDecoder {
  public:
   // `model`: one input of tokens [context], output scores [context, vocabulary],
@@ -57,9 +63,10 @@ class KvDecoder {
   std::int64_t batch() const { return batch_; }
   // Reads each sequence's window (1 to context tokens) into the cache; the
   // scores after its last token, row b for sequence b: [batch, vocabulary].
-  // When it throws, the caches and positions are those before the call.
+  // When it throws, the next decode() throws until a prefill succeeds.
   std::span<const float> prefill(const std::vector<std::vector<std::int32_t>>& windows);
-  // Appends one token per sequence; the scores after it.
+  // Appends one token per sequence; the scores after it. Throws Error
+  // without a prefill before, or without room (has_room()).
   std::span<const float> decode(const std::vector<std::int32_t>& tokens);
   // Whether every sequence can take one more token without passing the context.
   bool has_room() const;
@@ -69,8 +76,6 @@ class KvDecoder {
   // decode, or a prefill of windows of `window` tokens.
   std::unique_ptr<Program> trace(bool decode, std::int64_t window);
   Program& prefill_program(std::int64_t window);
-  // Copies the program's updated caches into the cache tensors.
-  void keep_caches(const Program& p);
   void bind_decode_inputs();
 
   const Model& model_;
@@ -81,9 +86,10 @@ class KvDecoder {
   std::int64_t batch_, context_ = 0, vocabulary_ = 0;
   std::map<std::int64_t, std::unique_ptr<Program>> prefills_;  // by window length
   std::unique_ptr<Program> decode_;
-  std::vector<std::pair<Tensor, Tensor>> caches_;  // per attention layer: keys, values
-  Tensor tokens_, positions_, write_, keep_, attend_;  // the decode program's inputs
-  std::vector<std::int64_t> length_;  // tokens in each sequence's cache
+  Tensor tokens_, positions_, attend_;  // the decode program's inputs
+  Tensor start_;                        // a prefill's positions: zeros
+  std::vector<std::int64_t> length_;    // tokens in each sequence's cache
+  bool primed_ = false;                 // the caches hold a prefill's windows
   std::vector<float> scores_;         // [batch, vocabulary]
 };
 

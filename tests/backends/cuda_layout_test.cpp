@@ -1,7 +1,8 @@
 // The CUDA backend's data-movement kernel body (backends/cuda/strided_index.hpp
 // and layout.hpp), checked on the host: the StridedCopy of broadcast_to,
 // transpose, slice and concat, run over every element, gives the CPU
-// backend's bytes for odd sizes, ranks 1-6 and every element size. The cases
+// backend's bytes for odd sizes, ranks 1-6 and every element size; so does
+// the CacheWrite of a KV cache, against the element formula too. The cases
 // at the end (test suite "gpu", CUDA builds only) run the kernel.
 #include <doctest/doctest.h>
 
@@ -175,13 +176,58 @@ TEST_CASE("cuda concat copies match the CPU backend along every axis") {
       }
 }
 
+// A KV cache [2, 3, 6, 4] taking T rows at positions {1, 6 - T}: by the
+// element formula, the CPU backend and the CUDA body on the host.
+TEST_CASE("cache_write puts each sequence's rows at its position, on the CPU and in the cuda body") {
+  for (DType dtype : kDTypes)
+    for (std::int64_t length : {1, 2, 5}) {
+      CAPTURE(length);
+      const Shape cache_shape{2, 3, 6, 4};
+      const Tensor before = patterned(cache_shape, dtype, 3), rows = patterned({2, 3, length, 4}, dtype, 9);
+      const Tensor positions = Tensor::from_vector(std::vector<std::int32_t>{1, static_cast<std::int32_t>(6 - length)}, {2, 1});
+      Tensor want = Tensor::empty(cache_shape, dtype), cpu_cache = Tensor::empty(cache_shape, dtype),
+             body = Tensor::empty(cache_shape, dtype);
+      for (Tensor* t : {&want, &cpu_cache, &body}) std::memcpy(t->raw_data(), before.raw_data(), before.nbytes());
+      const std::size_t element = dtype_size(dtype);
+      for (std::int64_t b = 0; b < 2; ++b)
+        for (std::int64_t h = 0; h < 3; ++h)
+          for (std::int64_t t = 0; t < length; ++t)
+            for (std::int64_t k = 0; k < 4; ++k) {
+              const std::int64_t at = positions.data<std::int32_t>()[b] + t;
+              std::memcpy(static_cast<char*>(want.raw_data()) + static_cast<std::size_t>(((b * 3 + h) * 6 + at) * 4 + k) * element,
+                          static_cast<const char*>(rows.raw_data()) + static_cast<std::size_t>(((b * 3 + h) * length + t) * 4 + k) * element,
+                          element);
+            }
+      cpu().cache_write(cpu_cache, rows, positions);
+      CHECK(same_bytes(cpu_cache, want));
+      const CacheWrite write{.heads = 3, .length = length, .capacity = 6, .width = 4, .count = rows.numel()};
+      for (std::int64_t i = 0; i < write.count; ++i) {
+        if (element == 2) write(static_cast<const std::uint16_t*>(rows.raw_data()), positions.data<std::int32_t>(), static_cast<std::uint16_t*>(body.raw_data()), i);
+        else if (element == 4) write(static_cast<const std::uint32_t*>(rows.raw_data()), positions.data<std::int32_t>(), static_cast<std::uint32_t*>(body.raw_data()), i);
+        else write(static_cast<const std::uint64_t*>(rows.raw_data()), positions.data<std::int32_t>(), static_cast<std::uint64_t*>(body.raw_data()), i);
+      }
+      CHECK(same_bytes(body, want));
+    }
+}
+
+TEST_CASE("cache_write refuses rows past the cache on the CPU and writes nothing") {
+  const Tensor rows = patterned({2, 1, 3, 2}, DType::f32, 1);
+  Tensor cache = patterned({2, 1, 4, 2}, DType::f32, 2);
+  const Tensor before = patterned({2, 1, 4, 2}, DType::f32, 2);
+  CHECK_THROWS_WITH_AS(cpu().cache_write(cache, rows, Tensor::from_vector(std::vector<std::int32_t>{0, 2}, {2, 1})),
+                       "cache_write: sequence 1 writes 3 rows at position 2 of a cache of 4", ShapeError);
+  CHECK(same_bytes(cache, before));
+  CHECK_THROWS_AS(cpu().cache_write(cache, patterned({2, 2, 3, 2}, DType::f32, 1), Tensor::from_vector(std::vector<std::int32_t>{0, 0}, {2, 1})),
+                  ShapeError);
+}
+
 // --- the kernel on a GPU ---------------------------------------------------------
 
 #if TESSERA_HAVE_CUDA
 
 TEST_CASE("cuda backend supports the data-movement ops for every dtype" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  for (OpKind k : {OpKind::broadcast_to, OpKind::transpose, OpKind::slice, OpKind::concat})
+  for (OpKind k : {OpKind::broadcast_to, OpKind::transpose, OpKind::slice, OpKind::concat, OpKind::cache_write})
     for (DType dtype : {DType::f32, DType::bf16, DType::i32, DType::i64}) CHECK(gpu().supports(k, dtype));
 }
 
@@ -225,6 +271,17 @@ TEST_CASE("cuda layout kernels match the CPU backend: broadcast_to, transpose, s
         gpu().concat({gx, gx}, cgot, axis);
         CHECK(same_bytes(to_host(cgot), cwant));
       }
+  }
+}
+
+TEST_CASE("cuda cache_write matches the CPU backend" * doctest::test_suite("gpu") * skip_without_gpu()) {
+  for (DType dtype : kDTypes) {
+    const Tensor cache = patterned({3, 2, 9, 5}, dtype, 4), rows = patterned({3, 2, 2, 5}, dtype, 8);
+    const Tensor positions = Tensor::from_vector(std::vector<std::int32_t>{0, 7, 3}, {3, 1});
+    const Tensor on_gpu = to_gpu(cache);
+    cpu().cache_write(cache, rows, positions);
+    gpu().cache_write(on_gpu, to_gpu(rows), to_gpu(positions));
+    CHECK(same_bytes(to_host(on_gpu), cache));
   }
 }
 

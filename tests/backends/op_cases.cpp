@@ -146,6 +146,12 @@ std::vector<OpCase> op_cases() {
     b.updated = {state};
     return ValueId{-1};
   });
+  add("cache_write", kF32Bf16, false, [](Builder& b) {
+    ValueId cache = b.leaf("cache", {2, 3, 5, 4}, 1, -1.0f, 1.0f, true);
+    b.g.cache_write(cache, b.leaf("rows", {2, 3, 2, 4}, 2), b.ids("positions", {2, 1}, {1, 3}));
+    b.updated = {cache};
+    return ValueId{-1};
+  });
   return cases;
 }
 

@@ -309,3 +309,22 @@ model:
   CHECK(plan.layers[1].rule == "keeps the split");
   set_cpu_device_count(1);
 }
+
+TEST_CASE("a KV cache is split as the keys written into it: attending over it gathers nothing") {
+  set_cpu_device_count(2, 1);
+  Graph g;  // two sequences, one new token each, 2 heads of 3 over 4 features
+  ValueId x = g.input("x", {2, 1, 4}), w = g.variable("key/kernel", {4, 6});
+  ValueId keys = g.transpose(g.reshape(g.matmul(x, w), {2, 1, 2, 3}), {0, 2, 1, 3});  // [2, 2, 1, 3]
+  ValueId cache = g.variable("kv_cache/keys", {2, 2, 5, 3});
+  g.cache_write(cache, keys, g.input("positions", {2, 1}, DType::i32));
+  ValueId scores = g.matmul(keys, cache, {.transpose_b = true});  // [2, 2, 1, 5]
+  DeviceMesh mesh({2}, {"model"}, cpu_devices(2));
+  Sharding heads = Sharding::replicated(2);
+  heads.dims[1] = 0;  // the kernel column-parallel: each device computes its head's keys
+  const Partition p = partition(g, {scores}, mesh, {{w, heads}});
+  CHECK(p.sharding[static_cast<std::size_t>(cache)].dims == std::vector<int>{Sharding::kNone, 0, Sharding::kNone, Sharding::kNone});
+  std::vector<std::string> kinds;
+  for (const auto& c : p.collectives) kinds.emplace_back(name(c.kind));
+  CHECK(kinds == std::vector<std::string>{"all_gather"});  // the scores, replicated for the caller only
+  set_cpu_device_count(1);
+}

@@ -329,6 +329,7 @@ TEST_CASE("cached decoding scores each token as a full forward pass over its win
   load_model_weights(gpt.checkpoint, store);
   auto host = device_host(store, Device::cpu());
   KvDecoder decoder(run.model, store, *host, 2, 0);
+  CHECK_THROWS_WITH_AS(decoder.decode({1, 2}), doctest::Contains("a prefill before"), Error);
   std::vector<std::vector<std::int32_t>> sequences = {{5, 6, 7}, {9}};
   auto check_rows = [&](std::span<const float> scores, const std::string& when) {
     for (std::size_t b = 0; b < 2; ++b) {

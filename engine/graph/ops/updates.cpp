@@ -2,6 +2,7 @@
 //   sgd_update:     (param, grad, velocity) -> (): updates param and velocity in place
 //   adam_update:    (param, grad, m, v) -> (): updates in place; the step advances per run
 //   moving_average: (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
+//   cache_write:    (cache, rows, positions) -> (): rows written into a KV cache at each sequence's position
 // The executor's update step and learning rate (set_update_step) override the attributes'.
 #include "backends/backend.hpp"
 #include "engine/graph/op_rules.hpp"
@@ -23,6 +24,20 @@ NodeId Graph::moving_average(ValueId state, ValueId value, float momentum) {
   OpAttrs attrs;
   attrs.scalar = momentum;
   return add_node(OpKind::moving_average, {state, value}, attrs, {});
+}
+
+NodeId Graph::cache_write(ValueId cache, ValueId rows, ValueId positions) {
+  const Shape& c = shape(cache);
+  const Shape& r = shape(rows);
+  if (node(value(cache).producer).kind != OpKind::variable)
+    throw GraphError("cache_write: the cache " + describe(cache) + " must be a variable (it is written in place)");
+  if (c.rank() != 4 || r.rank() != 4 || r[0] != c[0] || r[1] != c[1] || r[3] != c[3] || r[2] > c[2])
+    throw ShapeError("cache_write: rows " + describe(rows) + " must be [B, H, T, K] with T at most C for the cache " +
+                     describe(cache) + " [B, H, C, K]");
+  if (dtype(rows) != dtype(cache)) throw DTypeError("cache_write: rows " + describe(rows) + " and the cache " + describe(cache) + " differ in dtype");
+  if (shape(positions) != Shape{c[0], 1} || dtype(positions) != DType::i32)
+    throw ShapeError("cache_write: positions " + describe(positions) + " must be i32[" + std::to_string(c[0]) + ", 1]");
+  return add_node(OpKind::cache_write, {cache, rows, positions}, OpAttrs{}, {});
 }
 
 NodeId Graph::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const AdamArgs& args) {
@@ -54,6 +69,10 @@ void ops::add_update_rules(OpRuleTable& t) {
                                    [](const Graph&, const Node&) { return follow_first_rule(2); }};
   entry(t, OpKind::moving_average) = {
       nullptr, [](NodeRun& r) { r.backend.moving_average(r.in(0), r.in(1), static_cast<float>(r.node.attrs.scalar)); },
+      [](const Graph&, const Node&) { return follow_first_rule(); }};
+  // Split as the cache is (its sequence dimension whole: the rows of a position go to its owner).
+  entry(t, OpKind::cache_write) = {
+      nullptr, [](NodeRun& r) { r.backend.cache_write(r.in(0), r.in(1), r.in(2)); },
       [](const Graph&, const Node&) { return follow_first_rule(); }};
 }
 
