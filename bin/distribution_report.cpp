@@ -30,6 +30,10 @@ std::string parameter_of_state(const std::string& path) {
 
 }  // namespace
 
+void print_key_match_differences(const LayoutMap& map, const std::vector<std::string>& paths) {
+  for (const auto& line : map.other_mode_differences(paths)) fmt::print("note: {}\n", line);
+}
+
 void print_auto_choice(const AutoChoice& choice, std::int64_t memory_limit) {
   fmt::print("\nAutomatic choice (the cost model's predicted step; memory per device{}):\n{:<8} {:<10} {:>14} {:>14}\n",
              memory_limit > 0 ? ", budget " + mib(memory_limit) : "", "mesh", "strategy", "predicted ms", "memory");
@@ -84,6 +88,12 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
   for (const auto& key : distribution.layout_map().keys())
     if (auto_tp == nullptr && !used_keys.contains(key))
       fmt::print("warning: layout-map key '{}' matches no variable and no layer output (check the paths above)\n", key);
+  if (auto_tp == nullptr) {
+    std::vector<std::string> paths = output_paths;
+    for (ValueId v : g.variables())
+      if (parameter_of_state(g.value(v).name).empty()) paths.push_back(g.value(v).name);  // state follows its parameter
+    print_key_match_differences(distribution.layout_map(), paths);
+  }
 
   // Gradients are as large as the parameters' blocks once reduced; the
   // workspace holds them with the activations and temporaries of one step.

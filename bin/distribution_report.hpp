@@ -19,6 +19,8 @@ namespace tessera {
 void print_auto_choice(const AutoChoice& choice, std::int64_t memory_limit);
 // AutoTP's rule for each layer, and why.
 void print_auto_tp(const AutoTpPlan& plan);
+// "note:" lines for the paths that layout_map_match's other rule would decide otherwise.
+void print_key_match_differences(const LayoutMap& map, const std::vector<std::string>& paths);
 // Per variable: layout, global and per-device shapes and bytes, the layout-map
 // key that decided (or "replicated, no key matched"); keys that matched
 // nothing; per-device memory of one training step; the step's collectives.

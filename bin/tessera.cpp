@@ -129,7 +129,13 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   }
   fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
              store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
-  if (run.distribution) fmt::print("Distribution: {}\n", run.distribution->distribution->str());
+  if (run.distribution) {
+    fmt::print("Distribution: {}\n", run.distribution->distribution->str());
+    std::vector<std::string> paths = run.model.output_paths();
+    for (const auto& v : store.variables())
+      if (!is_optimizer_state(v.path)) paths.push_back(v.path);  // optimizer state follows its parameter
+    print_key_match_differences(run.distribution->distribution->layout_map(), paths);
+  }
   if (checkpoint.off)
     fmt::print("Checkpoints: none (training.checkpoint: false)\n");
   else
@@ -369,7 +375,7 @@ int selfcheck(int cpu_devices) {
 // from a checkpoint of either form: the file other tools load.
 int export_checkpoint(const std::string& dir, const std::string& out) {
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"source", "tessera export of " + dir}};
-  auto is_model = [](const std::string& name) { return name.rfind("optimizer/", 0) != 0; };
+  auto is_model = [](const std::string& name) { return !is_optimizer_state(name); };
   if (std::filesystem::exists(std::filesystem::path(dir) / kShardIndexFile)) {
     export_consolidated(dir, out, metadata, is_model);
   } else {

@@ -17,6 +17,7 @@ Distribution::Distribution(Kind kind, DeviceMesh mesh, LayoutMap layout_map, std
 Distribution::VariableLayout Distribution::variable_layout(const std::string& path, const Shape& shape) const {
   auto match = layout_map_.match(path);
   if (!match) return {TensorLayout::replicated(shape.rank()), ""};
+  match->layout = match->layout.padded_to(shape.rank());
   try {
     match->layout.validate(path, shape, mesh_);
   } catch (const LayoutError& e) {
@@ -34,8 +35,9 @@ TensorLayout Distribution::data_layout(int rank) const {
 std::optional<TensorLayout> Distribution::tensor_layout(const std::string& path, const Shape& shape) const {
   auto match = layout_map_.match(path);
   if (!match) return std::nullopt;
-  match->layout.validate(path, shape, mesh_);
-  return match->layout;
+  const TensorLayout layout = match->layout.padded_to(shape.rank());
+  layout.validate(path, shape, mesh_);
+  return layout;
 }
 
 void Distribution::set_placement(ProcessPlacement placement) {

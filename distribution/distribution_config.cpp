@@ -73,7 +73,8 @@ TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
 }  // namespace
 
 DistributionConfig parse_distribution(ConfigNode node) {
-  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "collective_timeout_s", "memory_limit", "zero"});
+  node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "layout_map_match", "collective_timeout_s",
+                    "memory_limit", "zero"});
   DistributionConfig config;
   config.location = node.location() + ": " + node.path();
   const std::string type = node.get("type", "data_parallel");
@@ -135,7 +136,10 @@ DistributionConfig parse_distribution(ConfigNode node) {
     (mesh_node ? *mesh_node : node).fail(e.what());
   }
 
-  LayoutMap map;
+  const std::string match = node.get<std::string>("layout_map_match", "search");
+  if (match != "search" && match != "fullmatch")
+    node["layout_map_match"].fail_unknown("layout_map_match", match, {"search", "fullmatch"});
+  LayoutMap map(match == "search" ? KeyMatch::search : KeyMatch::fullmatch);
   if (auto layout_map = node.find("layout_map")) {
     config.map_location = layout_map->location() + ": " + layout_map->path();
     if (type != "model_parallel")

@@ -1,7 +1,17 @@
 // LayoutMap: variable paths to TensorLayouts, with Keras' lookup rules
 // (keras.distribution.LayoutMap): an exact key match first; otherwise every
-// key is a regular expression searched in the path (Python's re.search); two
-// matching keys are an error naming both; no match means replicated.
+// key is a regular expression matched against the path; two matching keys
+// are an error naming both; no match means replicated. How a key matches
+// changed in Keras 3.14 ("Refactors LayoutMap to use strict regex matching",
+// February 2026): up to 3.13, and in the distribution guide, a key is
+// searched anywhere in the path (re.search, KeyMatch::search, the default);
+// from 3.14 it must match the whole path (re.fullmatch, KeyMatch::fullmatch).
+// other_mode_differences() names the paths the two rules decide differently.
+//
+// Keys are ECMAScript regexes (std::regex), Keras' are Python's: a key using
+// Python syntax that ECMAScript rejects or reads otherwise ((?P<name>, inline
+// flags such as (?i), \A, \Z, lookbehind) is a LayoutError saying what to
+// write instead, never a key that silently matches nothing.
 //
 //   LayoutMap map;
 //   map.add("dense.*kernel", TensorLayout({std::nullopt, "model"}));
@@ -18,8 +28,15 @@
 
 namespace tessera {
 
+enum class KeyMatch { search, fullmatch };
+// "search" or "fullmatch", as the config's layout_map_match names them.
+const char* name(KeyMatch mode);
+
 class LayoutMap {
  public:
+  LayoutMap() = default;
+  explicit LayoutMap(KeyMatch mode) : mode_(mode) {}
+  KeyMatch key_match() const { return mode_; }
   // Throws LayoutError for a duplicate key or a key that is not a valid regex.
   void add(const std::string& key, TensorLayout layout);
   // The layout for `path`, or nullopt (replicated); throws LayoutError when two
@@ -30,7 +47,11 @@ class LayoutMap {
     std::string key;
     TensorLayout layout;
   };
-  std::optional<Match> match(const std::string& path) const;
+  std::optional<Match> match(const std::string& path) const { return match(path, mode_); }
+  std::optional<Match> match(const std::string& path, KeyMatch mode) const;
+  // For each of `paths` that the other KeyMatch would decide differently (another
+  // key, no key, or two keys), a line saying how each rule decides it.
+  std::vector<std::string> other_mode_differences(const std::vector<std::string>& paths) const;
   std::vector<std::string> keys() const;  // in insertion order
   std::size_t size() const { return entries_.size(); }
 
@@ -40,6 +61,10 @@ class LayoutMap {
     std::regex pattern;
     TensorLayout layout;
   };
+  // "key 'K'", "no key (replicated)" or the error of two matching keys.
+  std::string decision(const std::string& path, KeyMatch mode) const;
+
+  KeyMatch mode_ = KeyMatch::search;
   std::vector<Entry> entries_;
 };
 

@@ -73,7 +73,8 @@ void insert_block(const Tensor& block, const Tensor& global, const Sharding& sha
              expected, sharding.block_start(global.shape(), mesh, rank), dtype_size(global.dtype()), false);
 }
 
-std::vector<Tensor> distribute_tensor(const Tensor& global, const TensorLayout& layout, const DeviceMesh& mesh) {
+std::vector<Tensor> distribute_tensor(const Tensor& global, const TensorLayout& given, const DeviceMesh& mesh) {
+  const TensorLayout layout = given.padded_to(global.shape().rank());
   layout.validate("distribute_tensor", global.shape(), mesh);
   Sharding sharding = Sharding::from_layout(layout, mesh);
   std::vector<Tensor> blocks;

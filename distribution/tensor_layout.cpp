@@ -10,11 +10,18 @@ bool TensorLayout::is_replicated() const {
   return std::all_of(axes_.begin(), axes_.end(), [](const auto& a) { return !a.has_value(); });
 }
 
+TensorLayout TensorLayout::padded_to(int rank) const {
+  std::vector<std::optional<std::string>> axes = axes_;
+  if (static_cast<int>(axes.size()) < rank) axes.resize(static_cast<std::size_t>(rank));
+  return TensorLayout(std::move(axes));
+}
+
 void TensorLayout::validate(const std::string& path, const Shape& shape, const DeviceMesh& mesh) const {
   std::string where = "layout " + str() + " of '" + path + "' " + shape.str();
   if (rank() != shape.rank())
     throw LayoutError(where + ": the layout has " + std::to_string(rank()) + " entries for a tensor of rank " +
-                      std::to_string(shape.rank()));
+                      std::to_string(shape.rank()) +
+                      (rank() > shape.rank() ? " (a shorter layout is padded with None at the end, a longer one is an error)" : ""));
   for (int d = 0; d < rank(); ++d) {
     const auto& axis = axes_[static_cast<std::size_t>(d)];
     if (!axis) continue;

@@ -26,10 +26,14 @@ class TensorLayout {
   const std::vector<std::optional<std::string>>& axes() const { return axes_; }
   bool is_replicated() const;
 
+  // This layout for a tensor of `rank`: a shorter one padded with None at the
+  // end, as JAX reads a PartitionSpec (and so Keras' JAX backend); a longer
+  // one unchanged (validate() then names both ranks).
+  TensorLayout padded_to(int rank) const;
   // Checks that the layout fits tensor `path` of `shape` on `mesh`; throws
   // LayoutError for a rank mismatch, an axis the mesh lacks, a mesh axis used
   // twice, or a dimension not divisible by its mesh axis (naming the variable,
-  // the dimension, its size and the axis size).
+  // the dimension, its size and the axis size). Pad a shorter layout first.
   void validate(const std::string& path, const Shape& shape, const DeviceMesh& mesh) const;
   // The shape of one device's shard (validate first).
   Shape shard_shape(const Shape& shape, const DeviceMesh& mesh) const;

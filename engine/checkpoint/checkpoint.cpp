@@ -33,8 +33,6 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "training_state.json";
 constexpr const char* kFormat = "tessera-checkpoint";
 
-bool is_optimizer_state(const std::string& path) { return path.rfind("optimizer/", 0) == 0; }
-
 std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + t.shape().str(); }
 
 std::string errno_text(int error) { return std::generic_category().message(error); }

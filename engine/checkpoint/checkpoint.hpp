@@ -46,6 +46,9 @@ namespace tessera {
 // The version written into training_state.json; loading a newer one fails.
 inline constexpr int kCheckpointFormatVersion = 1;
 
+// Whether a store path is optimizer state ("optimizer/<param>/<slot>"), not a model variable.
+inline bool is_optimizer_state(const std::string& path) { return path.rfind("optimizer/", 0) == 0; }
+
 // Where a run stands. The batch position is BatchIterator::Position{epoch, batch}.
 struct TrainingState {
   std::int64_t step = 0;   // optimizer steps taken

@@ -22,8 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-bool is_optimizer_state(const std::string& name) { return name.rfind("optimizer/", 0) == 0; }
-
 std::string type_of(DType dtype, const std::vector<std::int64_t>& dims) { return std::string(dtype_name(dtype)) + Shape(dims).str(); }
 
 // Each of the store's variables from `tensors` (name -> dtype and shape, and a

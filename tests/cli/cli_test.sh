@@ -127,6 +127,13 @@ same_losses "$work/single.jsonl" "$work/auto.jsonl"
 grep -q '"all_reduce model"' "$work/auto.jsonl" || fail "AutoTP's log has no model-axis all-reduce"
 out=$("$tessera" inspect "$work/run.yaml" --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}")
 grep -q "dense_1 .*row-parallel" <<<"$out" || fail "inspect shows no AutoTP rule: $out"
+# A key that Keras 3.14's fullmatch would read otherwise is named; a Python-only regex is an error at its entry.
+tp='devices: cpu:2, type: model_parallel, mesh: {shape: [1, 2], axis_names: [batch, model]}'
+out=$("$tessera" inspect "$work/run.yaml" --set "distribution={$tp, layout_map: {dense/kernel: [null, model]}}")
+grep -q "note: 'tiny/dense/kernel' is decided by key 'dense/kernel' under layout_map_match: search, by no key (replicated) under fullmatch" \
+  <<<"$out" || fail "inspect does not name what fullmatch decides differently: $out"
+expect_fail 3 "key '(?i)kernel' uses an inline flag" -- \
+  "$tessera" inspect "$work/run.yaml" --set "distribution={$tp, layout_map: {'(?i)kernel': [null, model]}}"
 # type auto picks a mesh and strategy; training still gives one device's losses.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --log "$work/auto_mesh.jsonl" \
   --set "distribution={devices: cpu:4, type: auto}" > /dev/null

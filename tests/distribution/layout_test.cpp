@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include "backends/registry.hpp"
+#include "distribution/distribution.hpp"
+#include "distribution/distribution_config.hpp"
 #include "distribution/layout_map.hpp"
 #include "distribution/shard_copy.hpp"
+#include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 
 using namespace tessera;
@@ -93,6 +96,100 @@ TEST_CASE("layout map lookup follows Keras: exact key, then one regex match, els
   CHECK(contains(e, "'kernel'"));
   CHECK(contains(error_of([&] { map.add("kernel", TensorLayout()); }), "given twice"));
   CHECK(contains(error_of([&] { map.add("dense[", TensorLayout()); }), "not a valid regular expression"));
+}
+
+TEST_CASE("layout map keys match as Keras' LayoutMap: searched up to Keras 3.13, the whole path from 3.14") {
+  // Keras <= 3.13 (and the distribution guide): re.search; Keras >= 3.14: re.fullmatch.
+  for (KeyMatch mode : {KeyMatch::search, KeyMatch::fullmatch}) {
+    CAPTURE(name(mode));
+    LayoutMap map(mode);
+    map.add("dense.*kernel", TensorLayout({std::nullopt, "model"}));
+    map.add(".*/dense_2/bias", TensorLayout({"model"}));
+    CHECK(map.lookup("sequential/dense_1/kernel").has_value() == (mode == KeyMatch::search));
+    CHECK(map.lookup("dense_1/kernel").has_value());                  // the whole path either way
+    CHECK(map.lookup("sequential/dense_2/bias").has_value());         // the key reaches both ends
+    CHECK(map.lookup("sequential/dense_2/bias/extra").has_value() == (mode == KeyMatch::search));
+    // What the other rule decides differently, for inspect, plan and train to print.
+    const auto lines = map.other_mode_differences({"sequential/dense_1/kernel", "dense_1/kernel", "conv/kernel"});
+    REQUIRE(lines.size() == 1);
+    CHECK(contains(lines[0], "'sequential/dense_1/kernel'"));
+    CHECK(contains(lines[0], mode == KeyMatch::search ? "by key 'dense.*kernel' under layout_map_match: search"
+                                                        : "by no key (replicated) under layout_map_match: fullmatch"));
+  }
+  // Two keys that both match under one rule only: the other rule's error is named, not raised.
+  LayoutMap map;
+  map.add("kernel", TensorLayout({"model", std::nullopt}));
+  map.add("dense/kernel", TensorLayout({std::nullopt, "model"}));
+  CHECK(contains(error_of([&] { map.lookup("block/dense/kernel"); }), "matches two keys"));
+  const auto lines = map.other_mode_differences({"block/dense/kernel"});
+  REQUIRE(lines.size() == 1);
+  CHECK(contains(lines[0], "by two keys (an error) under layout_map_match: search, by no key (replicated) under fullmatch"));
+}
+
+TEST_CASE("a layout map key in Python regex syntax that ECMAScript reads otherwise is an error saying what to write") {
+  const std::vector<std::pair<std::string, std::string>> python_only = {
+      {"(?P<layer>dense)/kernel", "an unnamed group (...)"},
+      {"(dense)/(?P=layer)", "a numbered one, \\1"},
+      {"(?i)Dense/kernel", "the cases spelled out"},
+      {"(?<=dense)/kernel", "a lookbehind"},
+      {"\\Adense/kernel", "write ^ instead"},
+      {"dense/kernel\\Z", "write $ instead"},
+  };
+  for (const auto& [key, says] : python_only) {
+    CAPTURE(key);
+    LayoutMap map;
+    const std::string e = error_of([&] { map.add(key, TensorLayout({"model"})); });
+    CHECK(contains(e, "key '" + key + "'"));
+    CHECK(contains(e, "Python regex syntax"));
+    CHECK(contains(e, says));
+  }
+  // ECMAScript's own groups, and an escaped backslash before an A, are keys like any other.
+  LayoutMap map;
+  map.add("(?:dense|conv)/kernel", TensorLayout({"model"}));
+  map.add("(?=dense_1)dense_\\d/bias", TensorLayout({"model"}));
+  map.add("odd\\\\Apath", TensorLayout({"model"}));
+  CHECK(map.lookup("dense/kernel").has_value());
+  CHECK(map.lookup("dense_1/bias").has_value());
+  CHECK(map.lookup("odd\\Apath").has_value());
+}
+
+TEST_CASE("a layout shorter than its tensor is padded with None at the end, as JAX reads a PartitionSpec") {
+  DeviceMesh mesh({2, 2}, {"batch", "model"}, cpu_devices(4));
+  LayoutMap map;
+  map.add("dense/kernel", TensorLayout({"model"}));
+  map.add("dense/bias", TensorLayout({std::nullopt, "model", std::nullopt}));
+  ModelParallel distribution(mesh, map, "batch");
+  CHECK(distribution.variable_layout("dense/kernel", {8, 6}).layout == TensorLayout({"model", std::nullopt}));
+  const std::string e = error_of([&] { distribution.variable_layout("dense/bias", {6}); });
+  CHECK(contains(e, "'dense/bias'"));
+  CHECK(contains(e, "3 entries for a tensor of rank 1"));
+  CHECK(contains(e, "key 'dense/bias'"));
+  // distribute_tensor pads as well.
+  set_cpu_device_count(4);
+  const auto blocks = distribute_tensor(Tensor::empty({4, 3}, DType::f32), TensorLayout({"model"}), mesh);
+  CHECK(blocks[0].shape() == Shape{2, 3});
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("distribution config: layout_map_match chooses the rule, and names the two it knows") {
+  DistributionConfig fullmatch = parse_distribution(ConfigNode::parse(R"(distribution:
+  devices: cpu:2
+  mesh: {shape: [1, 2], axis_names: [batch, model]}
+  type: model_parallel
+  layout_map: {'dense.*kernel': [null, model]}
+  layout_map_match: fullmatch
+)")["distribution"]);
+  CHECK(fullmatch.distribution->layout_map().key_match() == KeyMatch::fullmatch);
+  CHECK_FALSE(fullmatch.distribution->layout_map().lookup("model/dense/kernel").has_value());
+  CHECK(parse_distribution(ConfigNode::parse("distribution: {devices: cpu:2}")["distribution"])
+            .distribution->layout_map().key_match() == KeyMatch::search);
+  const std::string e = error_of([] {
+    parse_distribution(ConfigNode::parse("distribution: {devices: cpu:2, layout_map_match: regex}")["distribution"]);
+  });
+  CHECK(contains(e, "layout_map_match"));
+  CHECK(contains(e, "'regex'"));
+  CHECK(contains(e, "search, fullmatch"));
+  CHECK(contains(e, "1:"));  // where, in the config
 }
 
 TEST_CASE("distribute_tensor gives each device its block, and insert_block puts it back") {
