@@ -10,7 +10,8 @@ namespace tessera {
 
 DeviceSet parse_device_set(std::string_view text) {
   const auto colon = text.find(':');
-  const std::string kind(text.substr(0, colon));
+  std::string kind(text.substr(0, colon));
+  if (kind == "gpu") kind = "cuda";  // as Keras names GPUs
   const std::string rest(colon == std::string_view::npos ? "" : text.substr(colon + 1));
   const std::string quoted = "'" + std::string(text) + "'";
   std::vector<Device> devices;

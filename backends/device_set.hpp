@@ -5,6 +5,7 @@
 //   cuda:I,J   those GPUs
 //   cuda:IxN   N logical devices of GPU I, cuda:0 .. cuda:N-1 (registry.hpp's
 //              set_cuda_logical_devices): every mesh of N devices on one GPU
+// gpu: is another name for cuda:, as Keras names GPUs ("gpu:0").
 // Parsing creates nothing and changes nothing; use_devices makes a set's
 // logical devices exist, when a run is about to use them.
 #pragma once

@@ -16,11 +16,11 @@ Device Device::parse(std::string_view text) {
   Device device;
   if (kind == "cpu") {
     device.kind = DeviceKind::cpu;
-  } else if (kind == "cuda") {
+  } else if (kind == "cuda" || kind == "gpu") {  // gpu:N as Keras names a GPU
     device.kind = DeviceKind::cuda;
   } else {
     throw DeviceError("unknown device '" + std::string(text) +
-                      "': expected cpu:N or cuda:N");
+                      "': expected cpu:N or cuda:N (or gpu:N)");
   }
   if (colon == std::string_view::npos) return device;
   std::string_view index = text.substr(colon + 1);

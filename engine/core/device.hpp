@@ -17,7 +17,7 @@ struct Device {
 
   static Device cpu(int index = 0) { return {DeviceKind::cpu, index}; }
   static Device cuda(int index = 0) { return {DeviceKind::cuda, index}; }
-  // Parses "cpu:3", "cuda:0", "cpu" (= cpu:0); throws DeviceError.
+  // Parses "cpu:3", "cuda:0" (or Keras' "gpu:0"), "cpu" (= cpu:0); throws DeviceError.
   static Device parse(std::string_view text);
 
   std::string str() const;

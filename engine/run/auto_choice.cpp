@@ -13,7 +13,7 @@ AutoChoice choose_auto(const Model& model, const TrainingSpec& spec, const std::
   const int threads = std::max(1, calibration.cores / static_cast<int>(n));
   AutoChoice choice;
   for (std::int64_t b = 1; b <= n; ++b) {
-    if (n % b != 0) continue;
+    if (n % b != 0 || spec.batch_size % b != 0) continue;  // every device an equal share of a batch
     DeviceMesh mesh({b, n / b}, {"batch", "model"}, devices);
     for (Strategy strategy : kStrategies) {
       VariableStore store;

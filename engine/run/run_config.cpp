@@ -175,6 +175,18 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
   } catch (const LayoutError& e) {
     throw ConfigError(config.location + ": " + e.what());
   }
+  // Each device of the batch axis takes an equal share of a batch, as in Keras.
+  const Distribution& strategy = *config.distribution;
+  const std::int64_t shares = strategy.mesh().axis_size(strategy.batch_dim_name());
+  if (run.training.batch_size % shares != 0) {
+    std::string where_size = config.location;
+    if (auto training = run.root.find("training"); training && training->has("batch_size"))
+      where_size = (*training)["batch_size"].location() + ": " + (*training)["batch_size"].path();
+    throw ConfigError(where_size + ": the batch size " + std::to_string(run.training.batch_size) +
+                      " does not divide over the batch axis '" + strategy.batch_dim_name() + "' of " +
+                      std::to_string(shares) + " devices (" + strategy.mesh().str() +
+                      "): each takes an equal share; choose a batch size that is a multiple of " + std::to_string(shares));
+  }
   // Every variable's layout is checked now, so that an error points at its layout-map entry.
   const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {

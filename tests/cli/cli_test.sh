@@ -134,6 +134,8 @@ grep -q "note: 'tiny/dense/kernel' is decided by key 'dense/kernel' under layout
   <<<"$out" || fail "inspect does not name what fullmatch decides differently: $out"
 expect_fail 3 "key '(?i)kernel' uses an inline flag" -- \
   "$tessera" inspect "$work/run.yaml" --set "distribution={$tp, layout_map: {'(?i)kernel': [null, model]}}"
+expect_fail 3 "training.batch_size: the batch size 10 does not divide over the batch axis 'batch' of 4 devices" -- \
+  "$tessera" train "$work/run.yaml" --set training.batch_size=10 --set "distribution={devices: cpu:4}"
 # type auto picks a mesh and strategy; training still gives one device's losses.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --log "$work/auto_mesh.jsonl" \
   --set "distribution={devices: cpu:4, type: auto}" > /dev/null

@@ -137,6 +137,10 @@ TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest wit
     for (Strategy s : kStrategies) all.emplace(b, 4 / b, s);
   CHECK(free.candidates.size() == all.size());
   CHECK(seen == all);
+  // A batch of 6 divides over 1 or 2 devices of the batch axis, not 4: 4x1 is no candidate.
+  spec.batch_size = 6;
+  for (const auto& c : choose_auto(model, spec, cpu_devices(4), calibration, 0).candidates) CHECK(c.batch_devices != 4);
+  spec.batch_size = 16;
   REQUIRE(free.chosen);
   for (const auto& c : free.candidates) CHECK(free.candidates[*free.chosen].predicted_seconds <= c.predicted_seconds);
   // Replicated strategies hold every parameter and its Adam moments (3 x 7.1 MiB): a budget

@@ -48,6 +48,7 @@ TEST_CASE("shape arithmetic and broadcasting") {
 TEST_CASE("device parsing and errors") {
   CHECK(Device::parse("cpu:3") == Device::cpu(3));
   CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("gpu:1") == Device::cuda(1));  // Keras' name for a GPU
   CHECK(Device::parse("cpu") == Device::cpu(0));
   CHECK_THROWS_AS(Device::parse("tpu:0"), DeviceError);
   CHECK_THROWS_AS(Device::parse("cpu:x"), DeviceError);
@@ -69,10 +70,13 @@ TEST_CASE("a device set is a count of CPU devices, a list of GPUs or logical dev
     CHECK_THROWS_WITH_AS(parse_device_set("cuda:all"), doctest::Contains("asks for GPUs, but"), DeviceError);
     CHECK_THROWS_WITH_AS(parse_device_set("cuda:0x4"), doctest::Contains("'cuda:0x4' asks for logical devices of GPU 0, but"),
                          DeviceError);
+    CHECK_THROWS_WITH_AS(parse_device_set("gpu:0x4"), doctest::Contains("'gpu:0x4' asks for logical devices of GPU 0, but"),
+                         DeviceError);
     CHECK_THROWS_WITH_AS(set_cuda_logical_devices(0, 4), doctest::Contains("asks for logical devices of GPU 0, but"),
                          DeviceError);
   } else {
     const DeviceSet set = parse_device_set("cuda:0x3");
+    CHECK(parse_device_set("gpu:0x3") == set);  // Keras' name for a GPU
     CHECK(set == DeviceSet{{Device::cuda(0), Device::cuda(1), Device::cuda(2)}, 0});
     CHECK(cuda_logical_device_count() == cuda_device_count());  // parsing made none
     use_devices(set.devices, set.shared_gpu);
