@@ -74,7 +74,7 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
     } else {
       auto match = distribution.layout_map().match(value.name);
       if (match) used_keys.insert(match->key);
-      decided = match ? "key '" + match->key + "'" : "replicated, no key matched";
+      decided = !match ? "replicated, no key matched" : match->pinned ? "its own layout (the model's layouts:)" : "key '" + match->key + "'";
       params += shard_bytes(value, s, mesh);
     }
     fmt::print("{:<44} {:<22} {:<16} {:<16} {:>12}  {}\n", value.name, s.str(mesh), value.shape.str(),

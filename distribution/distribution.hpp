@@ -28,6 +28,8 @@ class Distribution {
   Kind kind() const { return kind_; }
   const DeviceMesh& mesh() const { return mesh_; }
   const LayoutMap& layout_map() const { return layout_map_; }
+  // Gives variable `path` its own layout, ahead of the layout map's keys (a model's `layouts:`).
+  void pin_layout(const std::string& path, TensorLayout layout) { layout_map_.pin(path, std::move(layout)); }
   // The mesh axis that splits batches (Keras' batch_dim_name).
   const std::string& batch_dim_name() const { return batch_dim_name_; }
 

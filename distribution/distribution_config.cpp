@@ -50,6 +50,9 @@ DeviceSet parse_devices(const std::optional<ConfigNode>& node, std::int64_t mesh
   return devices;
 }
 
+
+}  // namespace
+
 TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
   if (!entry.is_sequence())
     entry.fail("a layout is a list with one entry per tensor dimension: a mesh axis name or null");
@@ -69,8 +72,6 @@ TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh) {
   }
   return TensorLayout(std::move(axes));
 }
-
-}  // namespace
 
 DistributionConfig parse_distribution(ConfigNode node) {
   node.expect_keys({"devices", "mesh", "type", "batch_dim_name", "layout_map", "layout_map_match", "collective_timeout_s",

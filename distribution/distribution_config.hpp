@@ -52,5 +52,9 @@ struct DistributionConfig {
 // Reads the section. It creates no device: make_trainer (engine/run/run_config.hpp)
 // makes the logical CPU devices the mesh names when the run starts.
 DistributionConfig parse_distribution(ConfigNode node);
+// A layout as a config writes it: one mesh axis name or null per dimension
+// ([null, model]); throws ConfigError at the entry for an axis `mesh` lacks
+// or one used twice.
+TensorLayout parse_layout(const ConfigNode& entry, const DeviceMesh& mesh);
 
 }  // namespace tessera

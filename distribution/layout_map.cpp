@@ -45,6 +45,12 @@ void LayoutMap::add(const std::string& key, TensorLayout layout) {
   }
 }
 
+void LayoutMap::pin(const std::string& path, TensorLayout layout) {
+  for (const auto& [pinned, _] : pinned_)
+    if (pinned == path) throw LayoutError("layout map: variable '" + path + "' is given a layout of its own twice");
+  pinned_.emplace_back(path, std::move(layout));
+}
+
 std::optional<TensorLayout> LayoutMap::lookup(const std::string& path) const {
   auto found = match(path);
   if (!found) return std::nullopt;
@@ -52,6 +58,8 @@ std::optional<TensorLayout> LayoutMap::lookup(const std::string& path) const {
 }
 
 std::optional<LayoutMap::Match> LayoutMap::match(const std::string& path, KeyMatch mode) const {
+  for (const auto& [pinned, layout] : pinned_)
+    if (pinned == path) return Match{path, layout, true};
   for (const auto& e : entries_)
     if (e.key == path) return Match{e.key, e.layout};
   const Entry* found = nullptr;
@@ -70,6 +78,7 @@ std::optional<LayoutMap::Match> LayoutMap::match(const std::string& path, KeyMat
 std::string LayoutMap::decision(const std::string& path, KeyMatch mode) const {
   try {
     auto found = match(path, mode);
+    if (found && found->pinned) return "its own layout";
     return found ? "key '" + found->key + "'" : "no key (replicated)";
   } catch (const LayoutError&) {
     return "two keys (an error)";

@@ -39,13 +39,17 @@ class LayoutMap {
   KeyMatch key_match() const { return mode_; }
   // Throws LayoutError for a duplicate key or a key that is not a valid regex.
   void add(const std::string& key, TensorLayout layout);
+  // The layout of variable `path` itself, ahead of every key (Keras: a
+  // variable's own _layout before the LayoutMap): a model's `layouts:`.
+  void pin(const std::string& path, TensorLayout layout);
   // The layout for `path`, or nullopt (replicated); throws LayoutError when two
   // keys match by regex and neither matches exactly.
   std::optional<TensorLayout> lookup(const std::string& path) const;
   // The key that decided, with its layout (lookup() without the key).
   struct Match {
-    std::string key;
+    std::string key;  // a pinned path: the path
     TensorLayout layout;
+    bool pinned = false;
   };
   std::optional<Match> match(const std::string& path) const { return match(path, mode_); }
   std::optional<Match> match(const std::string& path, KeyMatch mode) const;
@@ -66,6 +70,7 @@ class LayoutMap {
 
   KeyMatch mode_ = KeyMatch::search;
   std::vector<Entry> entries_;
+  std::vector<std::pair<std::string, TensorLayout>> pinned_;  // by variable path
 };
 
 // A key whose regex matches exactly `path` (anchored, metacharacters escaped),

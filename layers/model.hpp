@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.hpp"
 #include "engine/graph/graph.hpp"
 #include "engine/variable_store.hpp"
 #include "layers/layer.hpp"
@@ -80,6 +81,11 @@ class Model {
   // Keras-style summary: layer (type), output shape, parameters; then totals.
   std::string summary(VariableStore& store, std::uint64_t seed) const;
 
+  // `layouts:` of the model: variable path -> its own layout, as written
+  // ([null, model]); make_trainer reads them against the mesh, ahead of the
+  // distribution's layout map (Keras: a variable's _layout first).
+  const std::vector<std::pair<std::string, ConfigNode>>& declared_layouts() const { return layouts_; }
+
  private:
   Model() = default;
   struct Node {
@@ -91,6 +97,7 @@ class Model {
   bool sequential_ = true;
   std::vector<ModelInput> inputs_;
   std::vector<Node> nodes_;  // topologically ordered
+  std::vector<std::pair<std::string, ConfigNode>> layouts_;
   int output_ = -1;
 };
 

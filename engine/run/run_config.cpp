@@ -187,6 +187,19 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
                       std::to_string(shares) + " devices (" + strategy.mesh().str() +
                       "): each takes an equal share; choose a batch size that is a multiple of " + std::to_string(shares));
   }
+  // The model's own layouts, ahead of the layout map's keys.
+  for (const auto& [path, entry] : run.model.declared_layouts()) {
+    if (!config.auto_tp_axis.empty() || config.auto_mesh || config.distribution->kind() != Distribution::Kind::model_parallel)
+      entry.fail("the model gives variable '" + path + "' a layout of its own, which needs type: model_parallel (" +
+                 "the other types choose every variable's layout themselves)");
+    if (store.find(path) == nullptr) {
+      std::vector<std::string> known;
+      for (const auto& v : store.variables()) known.push_back(v.path);
+      entry.fail_unknown("variable", path, known);
+    }
+    config.distribution->pin_layout(path, parse_layout(entry, config.distribution->mesh()));
+    config.key_locations[path] = entry.location() + ": " + entry.path();
+  }
   // Every variable's layout is checked now, so that an error points at its layout-map entry.
   const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {

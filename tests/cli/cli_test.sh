@@ -120,6 +120,18 @@ YAML
 grep -q "all_reduce *model" "$work/sharded.txt" || fail "no model-axis all-reduce reported: $(cat "$work/sharded.txt")"
 same_losses "$work/single.jsonl" "$work/sharded.jsonl"
 grep -q '"all_reduce batch"' "$work/sharded.jsonl" || fail "the log has no batch-axis all-reduce"
+# The model's own layouts win over the layout map's keys (Keras: a variable's _layout first), and give the same losses.
+own="model.layouts={tiny/dense/kernel: [null, model], tiny/dense/bias: [model]}"
+"$tessera" train "$work/sharded.yaml" --set training.epochs=2 --set "$own" --set "distribution.layout_map={kernel: [model, null]}" \
+  --set training.checkpoint=false --log "$work/own.jsonl" > /dev/null
+same_losses "$work/single.jsonl" "$work/own.jsonl"
+out=$("$tessera" inspect "$work/sharded.yaml" --set "$own" --set "distribution.layout_map={kernel: [model, null]}")
+grep -q "tiny/dense/kernel  *\[None, model\] .*its own layout" <<<"$out" || fail "inspect does not show the model's own layout: $out"
+grep -q "tiny/dense_1/kernel  *\[model, None\] .*key 'kernel'" <<<"$out" || fail "inspect does not show the key's layout: $out"
+expect_fail 3 "unknown variable 'tiny/dense/kernal' (did you mean 'tiny/dense/kernel'?)" -- \
+  "$tessera" inspect "$work/sharded.yaml" --set "model.layouts={tiny/dense/kernal: [null, model]}"
+expect_fail 3 "a layout of its own, which needs type: model_parallel" -- \
+  "$tessera" inspect "$work/run.yaml" --set "$own" --set "distribution={devices: cpu:2}"
 # AutoTP chooses the same column/row pair by itself, and says so.
 "$tessera" train "$work/run.yaml" --set training.epochs=2 --log "$work/auto.jsonl" \
   --set "distribution={devices: cpu:4, type: auto_tp, mesh: {shape: [2, 2]}}" > /dev/null

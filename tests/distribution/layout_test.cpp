@@ -126,6 +126,22 @@ TEST_CASE("layout map keys match as Keras' LayoutMap: searched up to Keras 3.13,
   CHECK(contains(lines[0], "by two keys (an error) under layout_map_match: search, by no key (replicated) under fullmatch"));
 }
 
+TEST_CASE("a variable's own layout comes before every key of the map, as Keras reads a variable's _layout first") {
+  for (KeyMatch mode : {KeyMatch::search, KeyMatch::fullmatch}) {
+    LayoutMap map(mode);
+    map.add("mlp/dense/kernel", TensorLayout({"model", std::nullopt}));  // an exact key: first among the keys
+    map.add("kernel", TensorLayout({"model", std::nullopt}));
+    map.pin("mlp/dense/kernel", TensorLayout({std::nullopt, "model"}));
+    const auto found = map.match("mlp/dense/kernel");
+    REQUIRE(found);
+    CHECK(found->pinned);
+    CHECK(found->layout == TensorLayout({std::nullopt, "model"}));
+    CHECK_FALSE(map.match("mlp/dense_1/kernel", KeyMatch::search)->pinned);
+    CHECK(map.other_mode_differences({"mlp/dense/kernel"}).empty());  // its own layout under either rule
+    CHECK(contains(error_of([&] { map.pin("mlp/dense/kernel", TensorLayout()); }), "a layout of its own twice"));
+  }
+}
+
 TEST_CASE("a layout map key in Python regex syntax that ECMAScript reads otherwise is an error saying what to write") {
   const std::vector<std::pair<std::string, std::string>> python_only = {
       {"(?P<layer>dense)/kernel", "an unnamed group (...)"},
