@@ -66,9 +66,17 @@ int devices(int cpu_devices) {
   return kOk;
 }
 
+// The run config, with the warnings its reading found (as Keras warns) on stderr.
+RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides) {
+  RunConfig run = load_run_config(file, overrides);
+  if (run.distribution)
+    for (const auto& warning : run.distribution->warnings) fmt::print(stderr, "warning: {}\n", warning);
+  return run;
+}
+
 int inspect(const std::string& file, const std::vector<std::string>& overrides, bool resolved,
             const std::string& visualize) {
-  RunConfig run = load_run_config(file, overrides);
+  RunConfig run = load_config(file, overrides);
   VariableStore store;
   fmt::print("{}", run.model.summary(store, run.training.seed));
   fmt::print("\n{:<48} {:<16} {:<6} {:>12}\n", "Variable", "Shape", "DType", "Bytes");
@@ -98,7 +106,7 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
 
 int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
           const std::string& resume_dir, bool profile) {
-  RunConfig run = load_run_config(file, overrides);
+  RunConfig run = load_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
   // Training keeps what it trains: without a folder in the config, a resumed
@@ -204,7 +212,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
 int plan(const std::string& file, const std::vector<std::string>& overrides, bool recalibrate) {
   // Measured first when asked: type auto chooses with the cache too.
   const Calibration calibration = cached_calibration(recalibrate);
-  RunConfig run = load_run_config(file, overrides);
+  RunConfig run = load_config(file, overrides);
   if (!run.distribution) throw ConfigError(file + ": plan needs a distribution: section (or --set distribution=...)");
   VariableStore store;
   auto trainer = make_trainer(run, store);
@@ -239,7 +247,7 @@ std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& sto
 
 int eval(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
          const std::string& split) {
-  RunConfig run = load_run_config(file, overrides);
+  RunConfig run = load_config(file, overrides);
   auto data = split == "train" ? run.train_data : run.validation_data;
   if (!data) throw ConfigError(file + ": data." + split + " is required to evaluate on it");
   Dataset dataset = load_dataset(*data);
@@ -253,7 +261,7 @@ int eval(const std::string& file, const std::vector<std::string>& overrides, con
 // Inputs from .npy or IDX images; outputs to .npy or .csv (one row per sample).
 int predict(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
             const std::string& input, const std::string& output) {
-  RunConfig run = load_run_config(file, overrides);
+  RunConfig run = load_config(file, overrides);
   auto extension = [](const std::string& path) { return std::filesystem::path(path).extension().string(); };
   Tensor inputs;
   if (extension(input) == ".npy") {

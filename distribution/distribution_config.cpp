@@ -115,7 +115,10 @@ DistributionConfig parse_distribution(ConfigNode node) {
   if (mesh_node && !node.has("devices") && mesh_size > kMaxCpuDevices)
     (*mesh_node)["shape"].fail("the mesh has " + std::to_string(mesh_size) + " positions; without devices: it would make " +
                                "as many logical CPU devices, and at most " + std::to_string(kMaxCpuDevices) + " exist");
-  DeviceSet device_set = parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
+  // Without devices: or a mesh, data parallelism takes every device, as Keras' DataParallel(): the GPUs when there are any.
+  DeviceSet device_set = !mesh_node && !node.has("devices") && type == "data_parallel" && cuda_device_count() > 0 && TESSERA_HAVE_NCCL
+                             ? parse_device_set("cuda:all")
+                             : parse_devices(node.find("devices"), mesh_node ? mesh_size : cpu_device_count());
   const std::vector<Device>& devices = device_set.devices;
   config.shared_gpu = device_set.shared_gpu;
   if (!mesh_node) {  // data parallel over every device; auto_tp splits layers over them all
@@ -171,6 +174,9 @@ DistributionConfig parse_distribution(ConfigNode node) {
     if (config.auto_tp_axis.empty())
       (mesh_node ? *mesh_node : node).fail("auto_tp needs a mesh axis besides the batch axis '" + batch + "' to split layers over");
   }
+  if (type == "data_parallel" && mesh->rank() > 1)
+    config.warnings.push_back(mesh_node->location() + ": " + mesh_node->path() + ": data_parallel splits batches along the mesh's first axis '" +
+                              mesh->axis_names()[0] + "' and replicates along the others (Keras warns the same: its DataParallel expects a 1-D mesh)");
   if (type == "data_parallel") config.distribution = std::make_unique<DataParallel>(*mesh);
   else config.distribution = std::make_unique<ModelParallel>(*mesh, map, batch);
   const auto zero = node.get<std::int64_t>("zero", 0);

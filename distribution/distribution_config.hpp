@@ -47,6 +47,7 @@ struct DistributionConfig {
   std::int64_t memory_limit = 0;      // bytes per device; 0: none
   std::optional<AutoChoice> auto_choice;  // filled in by make_trainer
   int shared_gpu = -1;  // devices: cuda:IxN: I, whose logical devices the mesh names (make_trainer makes them)
+  std::vector<std::string> warnings;  // "file:line:column: path: ..." for the commands to print, as Keras warns
 };
 
 // Reads the section. It creates no device: make_trainer (engine/run/run_config.hpp)

@@ -187,6 +187,21 @@ TEST_CASE("a layout shorter than its tensor is padded with None at the end, as J
   set_cpu_device_count(1);
 }
 
+TEST_CASE("distribution config: data_parallel on a mesh of several axes warns, as Keras' DataParallel does") {
+  const DistributionConfig two_axes = parse_distribution(ConfigNode::parse(
+      "distribution: {devices: cpu:4, mesh: {shape: [2, 2], axis_names: [data, model]}}")["distribution"]);
+  REQUIRE(two_axes.warnings.size() == 1);
+  CHECK(contains(two_axes.warnings[0], "1:"));  // where, in the config
+  CHECK(contains(two_axes.warnings[0], "splits batches along the mesh's first axis 'data' and replicates along the others"));
+  CHECK(two_axes.distribution->batch_dim_name() == "data");
+  CHECK(parse_distribution(ConfigNode::parse("distribution: {devices: cpu:4, mesh: {shape: [4]}}")["distribution"])
+            .warnings.empty());
+  // Without devices: or a mesh, every device there is: the logical CPU devices here, the GPUs where there are any.
+  if (cuda_device_count() == 0)
+    CHECK(parse_distribution(ConfigNode::parse("distribution: {type: data_parallel}")["distribution"])
+              .distribution->mesh().devices() == cpu_devices(cpu_device_count()));
+}
+
 TEST_CASE("distribution config: layout_map_match chooses the rule, and names the two it knows") {
   DistributionConfig fullmatch = parse_distribution(ConfigNode::parse(R"(distribution:
   devices: cpu:2
