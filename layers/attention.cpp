@@ -139,7 +139,9 @@ class TransformerBlock final : public Layer {
     auto drop = [&](ValueId v, std::uint64_t site) {
       return ctx.training ? g.dropout(v, dropout_, ctx.layer_seed(site)) : v;
     };
-    x = g.add(x, drop(self_attention(ctx, "attention/", norm("norm_1", x), attention_), 1));
+    const ValueId attended = self_attention(ctx, "attention/", norm("norm_1", x), attention_);
+    ctx.nested_output("attention", attended);
+    x = g.add(x, drop(attended, 1));
     ValueId hidden = apply_activation(g, dense("ffn_in", norm("norm_2", x), d, ff_dim_), activation_);
     return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d), 2));
   }
@@ -148,6 +150,7 @@ class TransformerBlock final : public Layer {
                             "feed-forward column- then row-parallel", "feed-forward replicated: ff_dim"};
     return {TensorSplit::Kind::block, {attention_heads("attention/"), feed_forward}};
   }
+  std::vector<std::string> nested_layers() const override { return {"attention"}; }
 
  private:
   AttentionArgs attention_;

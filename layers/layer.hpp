@@ -60,6 +60,10 @@ class LayerContext {
   // trace binds the tensors listed by constants().
   ValueId constant(const std::string& name, const Tensor& value);
   const std::vector<std::pair<ValueId, Tensor>>& constants() const { return constants_; }
+  // The output of sublayer `name` of this layer (a block's attention), by its
+  // path "<layer path>/<name>/output": an activation a layout map can name.
+  void nested_output(const std::string& name, ValueId value) { nested_.emplace_back(path_of(name + "/output"), value); }
+  const std::vector<std::pair<std::string, ValueId>>& nested_outputs() const { return nested_; }
   // A seed for this layer's random ops (dropout), distinct per layer; a layer
   // with several random ops gives each its own `site`, so that their masks differ.
   std::uint64_t layer_seed(std::uint64_t site = 0) const;
@@ -74,6 +78,7 @@ class LayerContext {
   std::uint64_t seed_;
   std::vector<std::pair<std::string, ValueId>> traced_;
   std::vector<std::pair<ValueId, Tensor>> constants_;
+  std::vector<std::pair<std::string, ValueId>> nested_;
 };
 
 class Layer {
@@ -93,6 +98,8 @@ class Layer {
   virtual ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) = 0;
   // How its variables split for tensor parallelism (AutoTP reads this).
   virtual TensorSplit tensor_split() const { return {}; }
+  // The sublayers whose outputs `call` reports (LayerContext::nested_output).
+  virtual std::vector<std::string> nested_layers() const { return {}; }
 
  private:
   std::string type_;

@@ -205,6 +205,7 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
   traced.constants = ctx.constants();
+  traced.nested_outputs = ctx.nested_outputs();
   return traced;
 }
 
@@ -251,6 +252,9 @@ std::vector<Model::LayerNode> Model::layer_graph() const {
 std::vector<std::string> Model::output_paths() const {
   std::vector<std::string> paths;
   for (const auto& node : layer_graph()) paths.push_back(node.prefix + "output");
+  for (const auto& node : nodes_)
+    for (const auto& nested : node.layer->nested_layers())
+      paths.push_back((sequential_ ? name_ + "/" : "") + node.layer->name() + "/" + nested + "/output");
   return paths;
 }
 

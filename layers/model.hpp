@@ -48,6 +48,7 @@ class Model {
     ValueId output = -1;
     std::vector<std::pair<std::string, ValueId>> variables;  // path -> graph leaf
     std::vector<std::pair<std::string, ValueId>> layer_outputs;  // layer name -> value
+    std::vector<std::pair<std::string, ValueId>> nested_outputs;  // "<layer path>/<sublayer>/output" -> value
     std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
   };
   // Adds the forward pass for `batch` samples to `graph`, creating (and
@@ -74,7 +75,9 @@ class Model {
   };
   std::vector<LayerNode> layer_graph() const;
   // Keras' "<layer path>/output" of every layer ("sequential/dense_1/output"),
-  // the paths a layout map can give activation layouts by.
+  // in layer order, then those of the sublayers layers report
+  // ("block_0/attention/output"): the paths a layout map can give activation
+  // layouts by.
   std::vector<std::string> output_paths() const;
   // Creates (and initialises) every variable in `store`, as Keras' build().
   void build(VariableStore& store, std::uint64_t seed) const;

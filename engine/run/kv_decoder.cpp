@@ -53,6 +53,7 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   std::vector<std::pair<std::string, ValueId>> layer_outputs;
   for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
     layer_outputs.emplace_back(paths[i], traced.layer_outputs[i].second);
+  layer_outputs.insert(layer_outputs.end(), traced.nested_outputs.begin(), traced.nested_outputs.end());
   p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, model_variables, traced.variables, layer_outputs});
   for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);

@@ -328,3 +328,26 @@ TEST_CASE("a KV cache is split as the keys written into it: attending over it ga
   CHECK(kinds == std::vector<std::string>{"all_gather"});  // the scores, replicated for the caller only
   set_cpu_device_count(1);
 }
+
+TEST_CASE("an activation layout reaches a block's nested attention output, as block_0/attention/output") {
+  set_cpu_device_count(2, 1);
+  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/gpt.yaml")["model"]);
+  const auto paths = model.output_paths();
+  CHECK(std::find(paths.begin(), paths.end(), "block_0/attention/output") != paths.end());
+  TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 2}")["training"]);
+  DeviceMesh mesh({2, 1}, {"batch", "model"}, cpu_devices(2));
+  auto batch_gathers = [&](const LayoutMap& map) {
+    VariableStore store;
+    ModelParallel distribution(mesh, map, "batch");
+    Trainer trainer(model, spec, store, distribution);
+    int gathers = 0;
+    for (const auto& c : trainer.sharded_program(2)->collectives()) gathers += c.kind == OpKind::all_gather ? 1 : 0;
+    return gathers;
+  };
+  LayoutMap whole_attention;  // the attention's output of block 0 gathered over the batch, nothing else
+  whole_attention.add("block_0/attention/output", TensorLayout({none, none, none}));
+  CHECK(batch_gathers(LayoutMap{}) == 0);
+  CHECK(batch_gathers(whole_attention) >= 1);
+  set_cpu_device_count(1);
+}
