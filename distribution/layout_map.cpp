@@ -46,8 +46,12 @@ void LayoutMap::add(const std::string& key, TensorLayout layout) {
 }
 
 void LayoutMap::pin(const std::string& path, TensorLayout layout) {
-  for (const auto& [pinned, _] : pinned_)
-    if (pinned == path) throw LayoutError("layout map: variable '" + path + "' is given a layout of its own twice");
+  for (const auto& [pinned, given] : pinned_)
+    if (pinned == path) {
+      if (given == layout) return;  // the same again (a run config read twice)
+      throw LayoutError("layout map: variable '" + path + "' is given two layouts of its own, " + given.str() + " and " +
+                        layout.str());
+    }
   pinned_.emplace_back(path, std::move(layout));
 }
 

@@ -107,7 +107,7 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
     : run_(std::make_unique<RunConfig>(load_run_config(config, overrides))), store_(std::make_unique<VariableStore>()) {
   run_->model.build(*store_, run_->training.seed);
   load_model_weights(weights, *store_);
-  trainer_ = make_trainer(*run_, *store_);
+  trainer_ = make_trainer(*run_, *store_, job_processes(), TrainerUse::inference);
 
   // A language model: one input of integer tokens [T], scores [T, V] out.
   const auto& inputs = run_->model.inputs();
@@ -138,9 +138,13 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
     not_language_model_ = e.what();
     return;
   }
-  if (decodes_incrementally(run_->model))
-    decoding_host_ = run_->distribution ? mesh_host(*store_, *run_->distribution->distribution, job_processes())
-                                        : device_host(*store_, run_->device);
+  if (decodes_incrementally(run_->model)) {
+    decoding_store_ = std::make_unique<VariableStore>();
+    decoding_store_->variables() = store_->variables();  // the same tensors: nothing copied
+    decoding_host_ = run_->distribution
+                         ? mesh_host(*decoding_store_, *run_->distribution->distribution, job_processes())
+                         : device_host(*decoding_store_, run_->device);
+  }
   incremental_ = decoding_host_ != nullptr;
 }
 
@@ -231,7 +235,7 @@ Generation InferenceModel::generate(const std::vector<std::vector<std::int32_t>>
     auto& slot = decoders_[static_cast<std::int64_t>(prompts.size())];
     if (!slot) {
       try {
-        slot = std::make_unique<KvDecoder>(run_->model, *store_, *decoding_host_,
+        slot = std::make_unique<KvDecoder>(run_->model, *decoding_store_, *decoding_host_,
                                            static_cast<std::int64_t>(prompts.size()), run_->training.seed,
                                            run_->training.precision);
       } catch (const UnsupportedError&) {

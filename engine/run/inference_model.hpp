@@ -23,8 +23,9 @@
 // are read again for every token (a prefill per step), exactly what a full
 // forward pass over that window computes. On a mesh (a distribution:
 // section) the same programs run partitioned like any other (heads split
-// under tensor parallelism), the caches being graph inputs without a layout
-// of their own: each device holds them whole (not yet split with the heads).
+// under tensor parallelism), each cache split as the keys and values written
+// into it (with the heads). A batch of prompts the batch axis does not
+// divide runs replicated.
 // A model with layers that could mix positions otherwise than causally
 // (kv_decoder.hpp) runs the whole window for every token. Prompts
 // of a batch advance together, one token each per step.
@@ -109,6 +110,9 @@ class InferenceModel {
   std::unique_ptr<RunConfig> run_;
   std::unique_ptr<VariableStore> store_;
   std::unique_ptr<Trainer> trainer_;
+  // The weights' own tensors (shared with store_) and the decoders' KV caches,
+  // so that store_ holds only the model's variables.
+  std::unique_ptr<VariableStore> decoding_store_;
   std::unique_ptr<StepHost> decoding_host_;  // where the decoders run (the device, or the mesh)
   std::map<std::int64_t, std::unique_ptr<KvDecoder>> decoders_;  // by batch size
   bool incremental_ = false;  // generate decodes against a KV cache

@@ -42,6 +42,8 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
   if (decode) p->kv.attend = g.input("kv/attend", {batch_, 1, 1, context_});
   Model::Traced traced = model_.trace(g, batch_, /*training=*/false, store_, seed_, &p->kv);
+  if (!p->kv.causal)  // before a runner holds (device copies of) anything
+    throw UnsupportedError("incremental decoding needs causal attention: a position must not see later ones");
   p->tokens = traced.inputs[0];
   p->scores = traced.output;
   // The model's variables take the distribution's layouts; the caches are state, split as their rows.
@@ -75,8 +77,6 @@ KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, s
       length_(static_cast<std::size_t>(batch), 0) {
   context_ = model.inputs().at(0).shape[0];
   decode_ = trace(true, 0);
-  if (!decode_->kv.causal)
-    throw UnsupportedError("incremental decoding needs causal attention: a position must not see later ones");
   vocabulary_ = decode_->graph.shape(decode_->scores)[2];
   scores_.resize(static_cast<std::size_t>(batch_ * vocabulary_));
 

@@ -49,7 +49,9 @@ bool decodes_incrementally(const Model& model);
 
 // The caches belong to the store, named by batch size: decoders of one batch
 // size over one store share them, so use one of them at a time (an
-// InferenceModel keeps one per batch size).
+// InferenceModel keeps one per batch size). A checkpoint saved from that
+// store would hold them too: an InferenceModel gives its decoders a store of
+// their own that shares the weights' tensors.
 class KvDecoder {
  public:
   // `model`: one input of tokens [context], output scores [context, vocabulary],

@@ -125,7 +125,7 @@ Dataset load_dataset(ConfigNode spec) {
   spec["type"].fail_unknown("data type", type, kDataTypes);
 }
 
-std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes) {
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes, TrainerUse use) {
   const ProcessPlacement where = processes.placement();
   if (!run.distribution) {
     if (where.multi_process())
@@ -178,7 +178,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
   // Each device of the batch axis takes an equal share of a batch, as in Keras.
   const Distribution& strategy = *config.distribution;
   const std::int64_t shares = strategy.mesh().axis_size(strategy.batch_dim_name());
-  if (run.training.batch_size % shares != 0) {
+  if (use == TrainerUse::training && run.training.batch_size % shares != 0) {
     std::string where_size = config.location;
     if (auto training = run.root.find("training"); training && training->has("batch_size"))
       where_size = (*training)["batch_size"].location() + ": " + (*training)["batch_size"].path();

@@ -46,7 +46,12 @@ struct RunConfig {
 // With type auto_tp the plan is made here, into run.distribution. The
 // logical CPU devices of the mesh are made here; `processes` (the job's by
 // default) share type auto's choice and the trainer's host-side exchanges.
-std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes = job_processes());
+// For training (`use`), a batch_size the batch axis does not divide is a
+// ConfigError naming both; inference takes batches of any size (those the
+// axis does not divide run replicated).
+enum class TrainerUse { training, inference };
+std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes = job_processes(),
+                                      TrainerUse use = TrainerUse::training);
 
 // Loads and validates a run config; `overrides` are "a.b=c" assignments.
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

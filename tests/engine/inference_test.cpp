@@ -320,6 +320,19 @@ TEST_CASE("generation on a tensor-parallel mesh gives one device's greedy tokens
   set_cpu_device_count(1);
 }
 
+TEST_CASE("generation on a data-parallel mesh takes any number of prompts, though training's batch would not divide") {
+  TinyGpt gpt;  // training.batch_size 3, which 2 devices of the batch axis do not divide: an error for training only
+  InferenceModel one(gpt.config, gpt.checkpoint);
+  InferenceModel split(gpt.config, gpt.checkpoint, {"distribution={devices: cpu:2}"});
+  GenerationOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 6;
+  for (const std::vector<std::vector<std::int32_t>>& prompts :
+       {std::vector<std::vector<std::int32_t>>{{84, 104}, {65}}, std::vector<std::vector<std::int32_t>>{{70}}})
+    CHECK(split.generate(prompts, greedy).tokens == one.generate(prompts, greedy).tokens);
+  set_cpu_device_count(1);
+}
+
 TEST_CASE("cached decoding scores each token as a full forward pass over its window does, and allocates nothing per token") {
   TinyGpt gpt;
   InferenceModel model(gpt.config, gpt.checkpoint);
