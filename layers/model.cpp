@@ -200,12 +200,12 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
     } catch (const GraphError& e) {
       layer_error(node.where, *node.layer, e);
     }
-    traced.layer_outputs.emplace_back(node.layer->name(), outputs.back());
+    traced.layer_outputs.emplace_back(ctx.path_of("output"), outputs.back());
   }
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
   traced.constants = ctx.constants();
-  traced.nested_outputs = ctx.nested_outputs();
+  traced.layer_outputs.insert(traced.layer_outputs.end(), ctx.nested_outputs().begin(), ctx.nested_outputs().end());
   return traced;
 }
 

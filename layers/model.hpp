@@ -47,8 +47,9 @@ class Model {
     std::vector<ValueId> inputs;  // one per ModelInput, with a batch axis
     ValueId output = -1;
     std::vector<std::pair<std::string, ValueId>> variables;  // path -> graph leaf
-    std::vector<std::pair<std::string, ValueId>> layer_outputs;  // layer name -> value
-    std::vector<std::pair<std::string, ValueId>> nested_outputs;  // "<layer path>/<sublayer>/output" -> value
+    // Every layer's output by its path, in layer order ("<layer path>/output",
+    // as output_paths() lists them), then the sublayers' ("block_0/attention/output").
+    std::vector<std::pair<std::string, ValueId>> layer_outputs;
     std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
   };
   // Adds the forward pass for `batch` samples to `graph`, creating (and

@@ -50,13 +50,8 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   std::vector<std::pair<std::string, ValueId>> model_variables;
   for (const auto& v : traced.variables)
     if (std::find(p->kv.caches.begin(), p->kv.caches.end(), v.first) == p->kv.caches.end()) model_variables.push_back(v);
-  // Layer outputs by their paths, as the Trainer's programs give them (a layout map's activation keys).
-  const std::vector<std::string> paths = model_.output_paths();
-  std::vector<std::pair<std::string, ValueId>> layer_outputs;
-  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
-    layer_outputs.emplace_back(paths[i], traced.layer_outputs[i].second);
-  layer_outputs.insert(layer_outputs.end(), traced.nested_outputs.begin(), traced.nested_outputs.end());
-  p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, model_variables, traced.variables, layer_outputs});
+  // Layer outputs by their paths (a layout map's activation keys), as the Trainer's programs give them.
+  p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, model_variables, traced.variables, traced.layer_outputs});
   for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
   return p;

@@ -167,10 +167,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
     auto grads = append_gradients(g, p->loss, wrt);
     append_updates(g, spec_.optimizer, params, grads, store_, step.variables);
   }
-  const std::vector<std::string> output_paths = model_.output_paths();
-  for (std::size_t i = 0; i < traced.layer_outputs.size(); ++i)
-    step.layer_outputs.emplace_back(output_paths[i], traced.layer_outputs[i].second);
-  step.layer_outputs.insert(step.layer_outputs.end(), traced.nested_outputs.begin(), traced.nested_outputs.end());
+  step.layer_outputs = traced.layer_outputs;
   p->runner = host_->runner(step);
   p->runner->enable_profiling(profile_);
   for (const auto& [id, value] : traced.constants) p->runner->bind(id, value);

@@ -334,6 +334,13 @@ TEST_CASE("an activation layout reaches a block's nested attention output, as bl
   Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/gpt.yaml")["model"]);
   const auto paths = model.output_paths();
   CHECK(std::find(paths.begin(), paths.end(), "block_0/attention/output") != paths.end());
+  {  // a trace hands out the same paths, each with its value
+    Graph g;
+    VariableStore store;
+    std::vector<std::string> traced;
+    for (const auto& [path, value] : model.trace(g, 1, false, store, 0).layer_outputs) traced.push_back(path);
+    CHECK(traced == paths);
+  }
   TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 2}")["training"]);
   DeviceMesh mesh({2, 1}, {"batch", "model"}, cpu_devices(2));
