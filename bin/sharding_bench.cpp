@@ -118,7 +118,7 @@ std::pair<Tensor, Tensor> synthetic_batch(const RunConfig& run, const VariableSt
   std::int64_t vocab = 2;
   for (const auto& v : store.variables())
     if (!v.axis_roles.empty() && v.axis_roles[0] == "vocab") {
-      vocab = v.value.shape()[0];
+      vocab = v.shape()[0];
       break;
     }
   auto random_ids = [&](const Shape& s, std::int64_t below) {

@@ -118,8 +118,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   Dataset train_data = load_dataset(*run.train_data);
   std::optional<Dataset> validation;
   if (run.validation_data) validation = load_dataset(*run.validation_data);
-  VariableStore store;
-  run.model.build(store, run.training.seed);
+  VariableStore store;  // make_trainer builds the model into it (deferred in a job of several processes)
   std::unique_ptr<Trainer> trainer_owner = make_trainer(run, store);
   Trainer& trainer = *trainer_owner;
   if (!resume_dir.empty()) {
@@ -238,7 +237,6 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
 // A trainer of `run` with the weights of checkpoint `dir` (checked before
 // use; a sharded trainer's devices read only their slices).
 std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& store, const std::string& dir) {
-  run.model.build(store, run.training.seed);
   std::unique_ptr<Trainer> trainer = make_trainer(run, store);
   TrainingState state = trainer->load(dir);
   fmt::print("Loaded '{}' (epoch {}, step {})\n", dir, state.epoch, state.step);

@@ -14,7 +14,7 @@ class Planner {
 
   AutoTpPlan plan(const Model& model) {
     for (const auto& v : store_.variables())
-      if (v.path.rfind("optimizer/", 0) != 0) plan_.variables[v.path] = TensorLayout::replicated(v.value.shape().rank());
+      if (v.path.rfind("optimizer/", 0) != 0) plan_.variables[v.path] = TensorLayout::replicated(v.shape().rank());
     const auto graph = model.layer_graph();
     split_.assign(graph.size(), false);
     for (std::size_t i = 0; i < graph.size(); ++i) visit(graph, i, i + 1 == graph.size());
@@ -36,8 +36,8 @@ class Planner {
     auto it = std::find(v->axis_roles.begin(), v->axis_roles.end(), role);
     if (it == v->axis_roles.end()) return false;
     auto d = static_cast<int>(it - v->axis_roles.begin());
-    if (v->value.shape()[d] % n_ != 0) return false;
-    std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(v->value.shape().rank()));
+    if (v->shape()[d] % n_ != 0) return false;
+    std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(v->shape().rank()));
     axes[static_cast<std::size_t>(d)] = axis_;
     plan_.variables[path] = TensorLayout(std::move(axes));
     return true;
@@ -46,7 +46,7 @@ class Planner {
     const Variable* v = find(path);
     if (v == nullptr) return 0;
     auto it = std::find(v->axis_roles.begin(), v->axis_roles.end(), role);
-    return it == v->axis_roles.end() ? 0 : v->value.shape()[static_cast<int>(it - v->axis_roles.begin())];
+    return it == v->axis_roles.end() ? 0 : v->shape()[static_cast<int>(it - v->axis_roles.begin())];
   }
 
   void rule(const Model::LayerNode& layer, std::string rule, std::string why) {

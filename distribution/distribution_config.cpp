@@ -109,8 +109,8 @@ DistributionConfig parse_distribution(ConfigNode node) {
   if (config.auto_mesh && mesh_node) (*mesh_node).fail("type auto chooses the mesh itself; remove mesh: or use another type");
   if (config.auto_mesh && !node.has("devices")) node.fail("type auto needs devices: (say cpu:8) to choose a mesh for");
   if (auto limit = node.find("memory_limit")) {
-    if (!config.auto_mesh) limit->fail("memory_limit is the budget type auto chooses within");
     config.memory_limit = parse_bytes(*limit);
+    config.memory_limit_location = limit->location();
   }
   if (mesh_node && !node.has("devices") && mesh_size > kMaxCpuDevices)
     (*mesh_node)["shape"].fail("the mesh has " + std::to_string(mesh_size) + " positions; without devices: it would make " +

@@ -4,7 +4,7 @@
 //     devices: cpu:8            # cpu:N (N logical CPU devices), cuda:all, cuda:0,1, cuda:0x4 (4 logical devices of GPU 0)
 //     mesh: {shape: [2, 4], axis_names: [batch, model]}
 //     type: model_parallel      # data_parallel | model_parallel | auto_tp | auto
-//     memory_limit: 512MiB      # auto: the per-device budget (bytes, or KiB/MiB/GiB)
+//     memory_limit: 512MiB      # per device (bytes, or KiB/MiB/GiB): auto chooses within it; any plan over it is an error
 //     batch_dim_name: batch     # default: the mesh's first axis
 //     layout_map:
 //       'dense.*kernel': [null, model]
@@ -45,6 +45,7 @@ struct DistributionConfig {
   std::optional<AutoTpPlan> auto_tp;  // filled in by make_trainer (engine/run/run_config.hpp)
   bool auto_mesh = false;             // type auto
   std::int64_t memory_limit = 0;      // bytes per device; 0: none
+  std::string memory_limit_location;  // of memory_limit, for the error of a plan over it
   std::optional<AutoChoice> auto_choice;  // filled in by make_trainer
   int shared_gpu = -1;  // devices: cuda:IxN: I, whose logical devices the mesh names (make_trainer makes them)
   std::vector<std::string> warnings;  // "file:line:column: path: ..." for the commands to print, as Keras warns

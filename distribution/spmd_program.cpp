@@ -120,9 +120,15 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   }
   for (int rank : local_ranks_) {
     try {
-      entry.host_blocks.push_back(extract_block(v->value, sharding, mesh_, rank, host_device(rank)));
+      if (v->deferred()) {  // each device draws its own block; the whole is never made
+        Tensor block = Tensor::empty(sharding.local_shape(v->shape(), mesh_), v->dtype(), host_device(rank));
+        v->init(block, sharding.block_start(v->shape(), mesh_, rank));
+        entry.host_blocks.push_back(block);
+      } else {
+        entry.host_blocks.push_back(extract_block(v->value, sharding, mesh_, rank, host_device(rank)));
+      }
     } catch (const OutOfMemoryError& e) {
-      throw OutOfMemoryError("variable '" + path + "' (its block " + sharding.local_shape(v->value.shape(), mesh_).str() +
+      throw OutOfMemoryError("variable '" + path + "' (its block " + sharding.local_shape(v->shape(), mesh_).str() +
                              " as " + sharding.str(mesh_) + "): " + e.what());
     }
   }
@@ -158,14 +164,13 @@ void ShardedVariables::download() {
 
 void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const {
   const Variable& v = *store_.find(path);
-  const Shape block = entry.sharding.local_shape(v.value.shape(), mesh_);
+  const Shape block = entry.sharding.local_shape(v.shape(), mesh_);
   const bool fresh = entry.host_blocks.empty();
   for (std::size_t i = 0; i < local_ranks_.size(); ++i) {
     const int rank = local_ranks_[i];
-    const ShardSlice slice{entry.sharding.block_start(v.value.shape(), mesh_, rank), block.dims()};
-    Tensor values = read_tensor_slice(source_, source_index_, path, slice);
-    if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.value.dtype(), host_device(rank)));
-    std::memcpy(entry.host_blocks[i].raw_data(), values.raw_data(), values.nbytes());
+    const ShardSlice slice{entry.sharding.block_start(v.shape(), mesh_, rank), block.dims()};
+    if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.dtype(), host_device(rank)));
+    read_tensor_slice_into(source_, source_index_, path, slice, entry.host_blocks[i]);
   }
   upload(entry);
 }
@@ -178,10 +183,11 @@ void ShardedVariables::read_from(const std::filesystem::path& dir) {
 
 void ShardedVariables::detach_source() {
   if (source_.empty()) return;
-  for (const Variable& v : store_.variables())
-    if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {
-      Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.value.shape().dims()));
-      std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
+  for (Variable& v : store_.variables())
+    if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {  // no program holds it: whole
+      Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.shape().dims()));
+      if (v.deferred()) v.value = values;  // nothing holds it: take the tensor read
+      else std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
     }
   // The store and the blocks hold everything now; the checkpoint may be replaced.
   source_.clear();
@@ -191,12 +197,19 @@ void ShardedVariables::detach_source() {
 void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::milliseconds timeout) {
   detach_source();
   download();
+  const bool merge = local_ranks_.size() != static_cast<std::size_t>(mesh_.size());
   for (const auto& [path, entry] : entries_) {
-    const Tensor& value = store_.find(path)->value;
+    Variable& v = *store_.find(path);
+    // A deferred variable of a job of several processes stays as the devices'
+    // blocks: making it whole is what deferring avoids (saves are sharded).
+    if (merge && v.deferred()) continue;
+    // One process holds every block, which together cover the whole: storage
+    // for them suffices, no initializer is drawn.
+    if (v.deferred()) v.value = Tensor::empty(v.shape(), v.dtype());
+    const Tensor& value = v.value;
     // Each block is written by exactly one device, the first of its copies.
     // With several processes each fills in its own blocks over zeros, and
     // OR-ing the processes' bytes merges them exactly.
-    const bool merge = local_ranks_.size() != static_cast<std::size_t>(mesh_.size());
     if (merge) std::memset(value.raw_data(), 0, value.nbytes());
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
       if (entry.sharding.is_first_copy(mesh_, local_ranks_[i]))
@@ -208,8 +221,10 @@ void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::millisec
 void ShardedVariables::reload() {
   source_.clear();  // the store is the source again
   for (auto& [path, entry] : entries_) {
+    const Variable& v = *store_.find(path);
+    if (v.deferred()) continue;  // nothing wrote a value: the blocks are current
     for (std::size_t i = 0; i < local_ranks_.size(); ++i)
-      extract_block_into(store_.find(path)->value, entry.sharding, mesh_, local_ranks_[i], entry.host_blocks[i]);
+      extract_block_into(v.value, entry.sharding, mesh_, local_ranks_[i], entry.host_blocks[i]);
     upload(entry);
   }
 }
@@ -221,12 +236,20 @@ ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) {
   save.writer = where.process;
   save.writers = where.processes;
   const std::int64_t size = mesh_.size();
-  for (const Variable& v : store_.variables()) {
-    const Shape& shape = v.value.shape();
+  for (Variable& v : store_.variables()) {
+    const Shape& shape = v.shape();
     auto it = entries_.find(v.path);
     if (it == entries_.end()) {  // never bound: the store's value is current
-      add_shard(save.index, v.path, v.value.dtype(), shape.dims(), 0, where.processes, ShardSlice::whole(shape.dims()));
-      if (where.process == 0) save.blocks.push_back({v.path, ShardSlice::whole(shape.dims()), v.value});
+      add_shard(save.index, v.path, v.dtype(), shape.dims(), 0, where.processes, ShardSlice::whole(shape.dims()));
+      if (where.process == 0) {
+        // Drawn for the file alone: the variable stays deferred in every process alike.
+        Tensor whole = v.value;
+        if (v.deferred()) {
+          whole = Tensor::empty(shape, v.dtype());
+          v.init(whole, std::vector<std::int64_t>(static_cast<std::size_t>(shape.rank()), 0));
+        }
+        save.blocks.push_back({v.path, ShardSlice::whole(shape.dims()), whole});
+      }
       continue;
     }
     const Sharding& sharding = it->second.sharding;
@@ -235,7 +258,7 @@ ShardedSave ShardedVariables::sharded_save(const ProcessPlacement& where) {
       if (!sharding.is_first_copy(mesh_, rank)) continue;
       const ShardSlice slice{sharding.block_start(shape, mesh_, rank), block.dims()};
       const int writer = where.owner(rank, size);
-      add_shard(save.index, v.path, v.value.dtype(), shape.dims(), writer, where.processes, slice);
+      add_shard(save.index, v.path, v.dtype(), shape.dims(), writer, where.processes, slice);
       if (writer == where.process)
         save.blocks.push_back({v.path, slice, it->second.host_blocks[static_cast<std::size_t>(rank - where.first_rank(size))]});
     }

@@ -82,14 +82,17 @@ class ShardedVariables {
   // Copies the blocks back into the store's tensors (for checkpoints, tests
   // and the end of fit). With several processes each fills in the blocks it
   // holds and the processes merge the rest, so every store ends up whole (a
-  // collective call of every process, which waits up to `timeout` for the others).
+  // collective call of every process, which waits up to `timeout` for the
+  // others); but a deferred variable (VariableStore::defer_values) stays as
+  // the devices' blocks there, which is what deferring is for.
   void write_back(ProcessGroup& processes, std::chrono::milliseconds timeout);
   // Copies the store's values into the blocks (after a checkpoint load).
   void reload();
   // Makes the checkpoint `dir` the source of every block, now and when made
   // later: each device reads only its block's slice, from only the files that
   // hold it (resharding whatever mesh and process count saved it). The
-  // store's values are stale until write_back(); variables no program holds
+  // store's values are stale until write_back() (deferred ones of several
+  // processes stay so); variables no program holds
   // are read whole at the first write_back() or sharded_save(), which then
   // forget the checkpoint (a save may replace it).
   void read_from(const std::filesystem::path& dir);
@@ -146,6 +149,8 @@ class SpmdProgram final : public StepRunner {
   // Bytes of device `rank`'s step workspace (activations, gradients,
   // temporaries: its memory plan's arena); `rank` must be this process's.
   std::int64_t workspace_bytes(int rank) const;
+  // The mesh ranks this process runs.
+  const std::vector<int>& local_ranks() const { return runtime_.local_ranks(); }
   const Sharding& sharding(ValueId global) const { return partition_.sharding[static_cast<std::size_t>(global)]; }
 
   // Binds a whole tensor to a global input or variable: each device gets its

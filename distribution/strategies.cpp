@@ -17,7 +17,7 @@ LayoutMap fsdp_layouts(const VariableStore& store, const DeviceMesh& mesh) {
   const std::int64_t n = mesh.axis_size("batch");
   if (n == 1) return map;
   for (const auto& v : store.variables()) {
-    const Shape& s = v.value.shape();
+    const Shape& s = v.shape();
     for (int d = 0; d < s.rank(); ++d)
       if (s[d] % n == 0) {
         std::vector<std::optional<std::string>> axes(static_cast<std::size_t>(s.rank()));
@@ -58,12 +58,14 @@ std::unique_ptr<Distribution> make_strategy(Strategy strategy, const DeviceMesh&
 }
 
 std::int64_t device_memory(const SpmdProgram& program) {
-  std::int64_t bytes = program.workspace_bytes(0);
+  std::int64_t blocks = 0;  // every device's blocks have the same shapes
   for (ValueId v : program.global().variables()) {
     const Value& value = program.global().value(v);
-    bytes += program.sharding(v).local_shape(value.shape, program.mesh()).numel() * static_cast<std::int64_t>(dtype_size(value.dtype));
+    blocks += program.sharding(v).local_shape(value.shape, program.mesh()).numel() * static_cast<std::int64_t>(dtype_size(value.dtype));
   }
-  return bytes;
+  std::int64_t workspace = 0;
+  for (int rank : program.local_ranks()) workspace = std::max(workspace, program.workspace_bytes(rank));
+  return blocks + workspace;
 }
 
 }  // namespace tessera

@@ -44,8 +44,9 @@ struct AutoChoice {
   std::optional<std::size_t> chosen;  // none when no candidate fits
 };
 
-// Per-device bytes of a partitioned program: variable blocks (with optimizer
-// state) plus device 0's step workspace.
+// Per-device bytes of a partitioned program, bound or not: variable blocks
+// (with optimizer state) plus the step workspace of the busiest of this
+// process's devices.
 std::int64_t device_memory(const SpmdProgram& program);
 
 }  // namespace tessera

@@ -2,19 +2,40 @@
 
 namespace tessera {
 
+Variable* VariableStore::existing(const std::string& path, const Shape& shape, DType dtype) {
+  Variable* v = find(path);
+  if (v != nullptr && (v->shape() != shape || v->dtype() != dtype))
+    throw ShapeError("variable '" + path + "' exists as " + std::string(dtype_name(v->dtype())) + v->shape().str() +
+                     " but is asked for as " + std::string(dtype_name(dtype)) + shape.str());
+  return v;
+}
+
 Variable& VariableStore::get_or_create(const std::string& path, const Shape& shape, DType dtype,
                                        bool trainable, std::vector<std::string> axis_roles,
                                        const std::function<void(const Tensor&)>& init) {
-  if (Variable* existing = find(path)) {
-    if (existing->value.shape() != shape || existing->value.dtype() != dtype)
-      throw ShapeError("variable '" + path + "' exists as " + existing->value.describe() +
-                       " but is asked for as " + std::string(dtype_name(dtype)) + shape.str());
-    return *existing;
-  }
+  if (Variable* v = existing(path, shape, dtype)) return *v;
   Tensor value = Tensor::empty(shape, dtype);
   init(value);
   variables_.push_back(Variable{path, value, trainable, std::move(axis_roles)});
   return variables_.back();
+}
+
+Variable& VariableStore::get_or_create(const std::string& path, const Shape& shape, DType dtype, bool trainable,
+                                       std::vector<std::string> axis_roles, BlockInit init) {
+  if (Variable* v = existing(path, shape, dtype)) return *v;
+  variables_.push_back(Variable{path, Tensor(), trainable, std::move(axis_roles), shape, dtype, std::move(init)});
+  if (!defer_) materialize(variables_.back());
+  return variables_.back();
+}
+
+const Tensor& VariableStore::materialize(Variable& v) {
+  if (v.deferred()) {
+    Tensor value = Tensor::empty(v.deferred_shape, v.deferred_dtype);
+    const std::vector<std::int64_t> origin(static_cast<std::size_t>(value.shape().rank()), 0);
+    v.init(value, origin);
+    v.value = value;
+  }
+  return v.value;
 }
 
 Variable* VariableStore::find(const std::string& path) {
@@ -26,7 +47,7 @@ Variable* VariableStore::find(const std::string& path) {
 std::int64_t VariableStore::parameter_count(bool trainable_only) const {
   std::int64_t n = 0;
   for (const auto& v : variables_)
-    if (v.trainable || !trainable_only) n += v.value.numel();
+    if (v.trainable || !trainable_only) n += v.shape().numel();
   return n;
 }
 

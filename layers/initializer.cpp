@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "backends/philox.hpp"
 #include "engine/config/config.hpp"
@@ -66,48 +67,72 @@ Initializer initializer_arg(ConfigNode args, const std::string& key, const std::
 std::string initializer_name(const Initializer& init) { return kNames[static_cast<int>(init.kind)]; }
 
 void initialize(const Initializer& init, const Tensor& out, std::uint64_t seed, std::uint64_t stream) {
-  float* p = out.data<float>();
-  std::int64_t n = out.numel();
-  Fans fans = compute_fans(out.shape());
+  const std::vector<std::int64_t> origin(static_cast<std::size_t>(out.shape().rank()), 0);
+  initialize_block(init, out.shape(), origin, out, seed, stream);
+}
+
+void initialize_block(const Initializer& init, const Shape& whole, std::span<const std::int64_t> start,
+                      const Tensor& block, std::uint64_t seed, std::uint64_t stream) {
+  const Shape& shape = block.shape();
+  if (shape.rank() != whole.rank() || static_cast<int>(start.size()) != whole.rank())
+    throw ShapeError("initialize_block: a block " + shape.str() + " at " + std::to_string(start.size()) +
+                     " offsets of a variable " + whole.str() + " (the ranks differ)");
+  for (int d = 0; d < whole.rank(); ++d)
+    if (start[d] < 0 || start[d] + shape[d] > whole[d])
+      throw ShapeError("initialize_block: a block " + shape.str() + " starting at index " + std::to_string(start[d]) +
+                       " of dimension " + std::to_string(d) + " lies outside the variable " + whole.str());
+  const Fans fans = compute_fans(whole);
+  // Fills the block from `value(i)`, the whole's element i: row by row of the
+  // block's last dimension, each row a run of consecutive elements of the whole.
+  auto fill = [&](auto value) {
+    float* out = block.data<float>();
+    const int rank = whole.rank();
+    const std::int64_t row = rank == 0 ? 1 : shape[rank - 1];
+    const std::int64_t rows = row == 0 ? 0 : block.numel() / row;
+    std::vector<std::int64_t> index(static_cast<std::size_t>(std::max(rank - 1, 0)), 0);  // the row's block index
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::int64_t first = 0;  // the row's first element in the whole, row-major
+      for (int d = 0; d < rank; ++d)
+        first = first * whole[d] + start[d] + (d + 1 < rank ? index[static_cast<std::size_t>(d)] : 0);
+      for (std::int64_t j = 0; j < row; ++j) out[r * row + j] = value(static_cast<std::uint64_t>(first + j));
+      for (int d = rank - 2; d >= 0; --d) {  // the next row
+        if (++index[static_cast<std::size_t>(d)] < shape[d]) break;
+        index[static_cast<std::size_t>(d)] = 0;
+      }
+    }
+  };
   auto uniform = [&](float limit) {
-    for (std::int64_t i = 0; i < n; ++i)
-      p[i] = limit * (2.0f * philox::uniform01(philox::bits(seed, position(stream, i))) - 1.0f);
+    fill([=](std::uint64_t i) { return limit * (2.0f * philox::uniform01(philox::bits(seed, position(stream, i))) - 1.0f); });
   };
   // Keras' variance-scaling normals are truncated at two standard deviations
   // (resampled), with the stddev corrected for the truncation (/ .87962566).
   auto truncated_normal = [&](float stddev) {
-    for (std::int64_t i = 0; i < n; ++i) {
+    fill([=](std::uint64_t i) {
       float z;
       std::uint64_t attempt = 0;
       do {
         z = philox::normal(seed, position(stream, i) + (attempt++ << 32));
       } while (std::abs(z) > 2.0f);
-      p[i] = stddev / 0.87962566f * z;
-    }
+      return stddev / 0.87962566f * z;
+    });
   };
   switch (init.kind) {
     case InitializerKind::zeros:
     case InitializerKind::ones:
     case InitializerKind::constant: {
       float v = init.kind == InitializerKind::zeros ? 0.0f : init.kind == InitializerKind::ones ? 1.0f : init.value;
-      for (std::int64_t i = 0; i < n; ++i) p[i] = v;
-      return;
+      return fill([v](std::uint64_t) { return v; });
     }
     case InitializerKind::random_normal:
-      for (std::int64_t i = 0; i < n; ++i) p[i] = init.mean + init.stddev * philox::normal(seed, position(stream, i));
-      return;
+      return fill([&](std::uint64_t i) { return init.mean + init.stddev * philox::normal(seed, position(stream, i)); });
     case InitializerKind::random_uniform:
-      for (std::int64_t i = 0; i < n; ++i)
-        p[i] = init.minval + (init.maxval - init.minval) * philox::uniform01(philox::bits(seed, position(stream, i)));
-      return;
-    case InitializerKind::glorot_uniform:
-      return uniform(static_cast<float>(std::sqrt(6.0 / (fans.in + fans.out))));
-    case InitializerKind::glorot_normal:
-      return truncated_normal(static_cast<float>(std::sqrt(2.0 / (fans.in + fans.out))));
-    case InitializerKind::he_normal:
-      return truncated_normal(static_cast<float>(std::sqrt(2.0 / fans.in)));
-    case InitializerKind::he_uniform:
-      return uniform(static_cast<float>(std::sqrt(6.0 / fans.in)));
+      return fill([&](std::uint64_t i) {
+        return init.minval + (init.maxval - init.minval) * philox::uniform01(philox::bits(seed, position(stream, i)));
+      });
+    case InitializerKind::glorot_uniform: return uniform(static_cast<float>(std::sqrt(6.0 / (fans.in + fans.out))));
+    case InitializerKind::glorot_normal: return truncated_normal(static_cast<float>(std::sqrt(2.0 / (fans.in + fans.out))));
+    case InitializerKind::he_normal: return truncated_normal(static_cast<float>(std::sqrt(2.0 / fans.in)));
+    case InitializerKind::he_uniform: return uniform(static_cast<float>(std::sqrt(6.0 / fans.in)));
   }
 }
 

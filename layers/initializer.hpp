@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "engine/core/tensor.hpp"
@@ -34,5 +35,13 @@ Initializer initializer_arg(ConfigNode args, const std::string& key, const std::
 // receptive field times the last two axes for a convolution kernel. The
 // numbers are a pure function of (seed, stream), from Philox.
 void initialize(const Initializer& init, const Tensor& out, std::uint64_t seed, std::uint64_t stream);
+
+// Fills `block` with its part of a variable of shape `whole` that starts at
+// `start` (one index per dimension): exactly the values initialize() gives
+// those elements of the whole, element i of the whole being drawn from Philox
+// position i of the stream. A device can so make its own block of a sharded
+// variable without any process holding the whole (fans come from `whole`).
+void initialize_block(const Initializer& init, const Shape& whole, std::span<const std::int64_t> start,
+                      const Tensor& block, std::uint64_t seed, std::uint64_t stream);
 
 }  // namespace tessera

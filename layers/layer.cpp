@@ -16,9 +16,12 @@ ValueId LayerContext::variable(const std::string& name, const Shape& shape, cons
                                std::vector<std::string> axis_roles, bool trainable) {
   std::string path = prefix_ + layer_ + "/" + name;
   std::uint64_t stream = store_.variables().size();  // creation order, as Keras seeds
-  Variable& v = store_.get_or_create(path, shape, DType::f32, trainable, std::move(axis_roles),
-                                     [&](const Tensor& t) { initialize(init, t, seed_, stream); });
-  ValueId id = graph.variable(path, shape, v.value.dtype());
+  // Any block of it, drawn alone, as a device of a mesh draws its own.
+  BlockInit init_block = [init, shape, seed = seed_, stream](const Tensor& block, std::span<const std::int64_t> start) {
+    initialize_block(init, shape, start, block, seed, stream);
+  };
+  Variable& v = store_.get_or_create(path, shape, DType::f32, trainable, std::move(axis_roles), std::move(init_block));
+  ValueId id = graph.variable(path, shape, v.dtype());
   traced_.emplace_back(path, id);
   return id;
 }

@@ -231,7 +231,7 @@ std::string Model::summary(VariableStore& store, std::uint64_t seed) const {
     std::int64_t params = 0;
     std::string prefix = (sequential_ ? name_ + "/" : "") + layer.name() + "/";
     for (const auto& v : store.variables())
-      if (v.path.rfind(prefix, 0) == 0) params += v.value.numel();
+      if (v.path.rfind(prefix, 0) == 0) params += v.shape().numel();
     total += params;
     std::snprintf(line, sizeof line, "%-36s %-24s %12lld\n", (layer.name() + " (" + layer.type() + ")").c_str(),
                   shape.c_str(), static_cast<long long>(params));

@@ -33,7 +33,7 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "training_state.json";
 constexpr const char* kFormat = "tessera-checkpoint";
 
-std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + t.shape().str(); }
+std::string describe(const Variable& v) { return std::string(dtype_name(v.dtype())) + v.shape().str(); }
 
 std::string errno_text(int error) { return std::generic_category().message(error); }
 
@@ -63,11 +63,35 @@ class ScratchDir {
   fs::path path_;
 };
 
-// The fingerprint of a file's tensors: [{"path", "shape", "dtype"}, ...] in order.
-Json fingerprint(const NamedTensors& tensors) {
+// A tensor a checkpoint lists: its value, where it was read.
+struct Listed {
+  std::string path;
+  Shape shape;
+  DType dtype;
+  Tensor value;  // undefined when the load reads no values
+};
+
+std::string describe(const Listed& t) { return std::string(dtype_name(t.dtype)) + t.shape.str(); }
+
+// A fingerprint lists a file's tensors in order: [{"path", "shape", "dtype"}, ...].
+Json fingerprint_entry(const std::string& path, const Shape& shape, DType dtype) {
+  return Json{{"path", path}, {"shape", shape.dims()}, {"dtype", dtype_name(dtype)}};
+}
+
+// The fingerprint of the tensors a checkpoint's file holds.
+Json fingerprint(const std::vector<Listed>& tensors) {
   Json list = Json::array();
-  for (const auto& [path, t] : tensors)
-    list.push_back(Json{{"path", path}, {"shape", t.shape().dims()}, {"dtype", dtype_name(t.dtype())}});
+  for (const Listed& t : tensors) list.push_back(fingerprint_entry(t.path, t.shape, t.dtype));
+  return list;
+}
+
+// The fingerprint of the store's model variables (or its optimizer state), in
+// store order, as either form of save writes them; from shapes, since a
+// deferred variable has no tensor.
+Json store_fingerprint(const VariableStore& store, bool optimizer_state) {
+  Json list = Json::array();
+  for (const Variable& v : store.variables())
+    if (is_optimizer_state(v.path) == optimizer_state) list.push_back(fingerprint_entry(v.path, v.shape(), v.dtype()));
   return list;
 }
 
@@ -148,7 +172,7 @@ StateFile read_state(const fs::path& file) {
 
 // The tensors of `file` must be what training_state.json lists for it: a
 // mismatch means files of different checkpoints were put together.
-void check_fingerprint(const Json& listed, const NamedTensors& tensors, const fs::path& file,
+void check_fingerprint(const Json& listed, const std::vector<Listed>& tensors, const fs::path& file,
                        const fs::path& state_file) {
   Json actual = fingerprint(tensors);
   if (listed == actual) return;
@@ -213,16 +237,16 @@ std::pair<NamedTensors, NamedTensors> split_store(const VariableStore& store, co
   return {std::move(model), std::move(optimizer)};
 }
 
-void write_state(const fs::path& folder, const TrainingState& state, const NamedTensors& model,
-                 const NamedTensors& optimizer, const std::string& resolved_config) {
+void write_state(const fs::path& folder, const TrainingState& state, const Json& model_variables,
+                 const Json& optimizer_variables, const std::string& resolved_config) {
   Json json{{"format", kFormat},
             {"format_version", kCheckpointFormatVersion},
             {"step", state.step},
             {"epoch", state.epoch},
             {"batch", state.batch},
             {"seed", state.seed},
-            {"model_variables", fingerprint(model)},
-            {"optimizer_variables", fingerprint(optimizer)},
+            {"model_variables", model_variables},
+            {"optimizer_variables", optimizer_variables},
             {"config", resolved_config}};
   std::string text;
   try {
@@ -287,30 +311,25 @@ void finish(const fs::path& scratch, const fs::path& dir) {
 
 // The tensors `listed` (a fingerprint of training_state.json), in that
 // order: read whole through `index` (whichever mesh and process count wrote
-// them), or with `read` false stand-ins of their shapes and dtypes, read from
-// nothing: the store's own tensor where it matches (no copy of the model is
-// made), else zeros.
-SafetensorsFile tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read,
-                           VariableStore& store) {
-  SafetensorsFile file;
+// them), or with `read` false their names, shapes and dtypes alone.
+std::vector<Listed> tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read) {
+  std::vector<Listed> out;
   for (const auto& entry : listed) {
     const std::string path = entry.contains("path") && entry["path"].is_string() ? entry["path"].get<std::string>() : "";
     auto it = index.tensors.find(path);
     if (it == index.tensors.end())
       throw CheckpointError("load_checkpoint: '" + dir.string() + "' has no tensor '" + path + "', which " +
                             kStateFile + " lists");
-    if (read) {
-      file.tensors.emplace_back(path, read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)));
-    } else if (const Variable* v = store.find(path);
-               v != nullptr && v->value.shape() == Shape(it->second.shape) && v->value.dtype() == it->second.dtype) {
-      file.tensors.emplace_back(path, v->value);
-    } else {
-      Tensor zeros = Tensor::empty(Shape(it->second.shape), it->second.dtype);
-      std::memset(zeros.raw_data(), 0, zeros.nbytes());
-      file.tensors.emplace_back(path, std::move(zeros));
-    }
+    Tensor value = read ? read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)) : Tensor();
+    out.push_back({path, Shape(it->second.shape), it->second.dtype, std::move(value)});
   }
-  return file;
+  return out;
+}
+
+std::vector<Listed> listed_of(SafetensorsFile file) {
+  std::vector<Listed> out;
+  for (auto& [path, t] : file.tensors) out.push_back({path, t.shape(), t.dtype(), t});
+  return out;
 }
 
 }  // namespace
@@ -340,7 +359,7 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
                      {{"format", "tessera"}, {"content", "model"}, {"step", step}});
     save_safetensors(scratch.path() / kOptimizerFile, optimizer,
                      {{"format", "tessera"}, {"content", "optimizer"}, {"step", step}});
-    write_state(scratch.path(), state, model, optimizer, resolved_config);
+    write_state(scratch.path(), state, store_fingerprint(store, false), store_fingerprint(store, true), resolved_config);
   } catch (const Error& e) {  // CheckpointError or DataError, naming the scratch file
     throw error(e.what());
   }
@@ -353,7 +372,6 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   auto error = [&](const std::string& message) {
     return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
   };
-  const auto [model, optimizer] = split_store(store, dir);
   // Every writer must find the same scratch folder: named by the step, made
   // afresh by writer 0 (a crashed save's leftover is replaced).
   const fs::path scratch_path = dir.parent_path() / (dir.filename().string() + ".tmp-step" + std::to_string(state.step));
@@ -375,7 +393,7 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   if (sharded.writer == 0) {
     try {
       save_shard_index(scratch_path, sharded.index);
-      write_state(scratch_path, state, model, optimizer, resolved_config);
+      write_state(scratch_path, state, store_fingerprint(store, false), store_fingerprint(store, true), resolved_config);
     } catch (const Error& e) {
       throw error(e.what());
     }
@@ -410,30 +428,29 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
   // Phase 1: read and check everything; the store is not touched.
   StateFile state_file = read_state(dir / kStateFile);
   const bool read = values == LoadValues::all;
-  SafetensorsFile model, optimizer;
+  std::vector<Listed> model, optimizer;
   if (sharded || !read) {
     const ShardIndex index = checkpoint_index(dir);
-    model = tensors_of(dir, index, state_file.model_variables, read, store);
-    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read, store);
+    model = tensors_of(dir, index, state_file.model_variables, read);
+    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read);
   } else {
-    model = load_safetensors(dir / kModelFile);
-    optimizer = load_safetensors(dir / kOptimizerFile);
+    model = listed_of(load_safetensors(dir / kModelFile));
+    optimizer = listed_of(load_safetensors(dir / kOptimizerFile));
   }
-  check_fingerprint(state_file.model_variables, model.tensors, dir / kModelFile, dir / kStateFile);
-  check_fingerprint(state_file.optimizer_variables, optimizer.tensors, dir / kOptimizerFile,
-                    dir / kStateFile);
-  for (const auto& [path, t] : model.tensors)
-    if (is_optimizer_state(path))
-      throw error(std::string(kModelFile) + " holds optimizer state '" + path + "'");
-  for (const auto& [path, t] : optimizer.tensors)
-    if (!is_optimizer_state(path))
-      throw error(std::string(kOptimizerFile) + " holds '" + path +
+  check_fingerprint(state_file.model_variables, model, dir / kModelFile, dir / kStateFile);
+  check_fingerprint(state_file.optimizer_variables, optimizer, dir / kOptimizerFile, dir / kStateFile);
+  for (const Listed& t : model)
+    if (is_optimizer_state(t.path))
+      throw error(std::string(kModelFile) + " holds optimizer state '" + t.path + "'");
+  for (const Listed& t : optimizer)
+    if (!is_optimizer_state(t.path))
+      throw error(std::string(kOptimizerFile) + " holds '" + t.path +
                   "', which is not optimizer state (\"optimizer/...\")");
 
-  std::unordered_map<std::string, const Tensor*> saved;
+  std::unordered_map<std::string, const Listed*> saved;
   for (const auto* file : {&model, &optimizer})
-    for (const auto& [path, t] : file->tensors) saved.emplace(path, &t);
-  std::vector<std::pair<std::size_t, const Tensor*>> copies;  // store index, checkpoint value
+    for (const Listed& t : *file) saved.emplace(t.path, &t);
+  std::vector<std::pair<std::size_t, const Listed*>> copies;  // store index, checkpoint value
   std::unordered_set<std::string> in_store;
   const auto& variables = store.variables();
   for (std::size_t i = 0; i < variables.size(); ++i) {
@@ -446,34 +463,46 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
         throw error("the store holds optimizer state '" + v.path +
                     "' that the checkpoint lacks (was it saved with another optimizer?)");
       throw error("the checkpoint is for another model: the model's variable '" + v.path + "' (" +
-                  describe(v.value) + ") is not in it");
+                  describe(v) + ") is not in it");
     }
-    if (!v.value.defined() || v.value.device().kind != DeviceKind::cpu)
+    // A deferred variable has no storage yet: a read allocates it.
+    if ((!v.value.defined() && !v.deferred()) || (v.value.defined() && v.value.device().kind != DeviceKind::cpu))
       throw error("variable '" + v.path + "' of the store is not a defined host tensor");
-    const Tensor& value = *found->second;
-    if (value.shape() != v.value.shape() || value.dtype() != v.value.dtype())
+    const Listed& value = *found->second;
+    if (value.shape != v.shape() || value.dtype != v.dtype())
       throw error(std::string(optimizer_state ? "optimizer state" : "the checkpoint is for another model: variable") +
-                  " '" + v.path + "' is " + describe(v.value) + " in the " +
+                  " '" + v.path + "' is " + describe(v) + " in the " +
                   (optimizer_state ? "store" : "model") + " but " + describe(value) +
                   " in the checkpoint");
     copies.emplace_back(i, &value);
   }
-  for (const auto& [path, t] : model.tensors)
-    if (!in_store.contains(path))
-      throw error("the checkpoint is for another model: its variable '" + path + "' (" +
+  for (const Listed& t : model)
+    if (!in_store.contains(t.path))
+      throw error("the checkpoint is for another model: its variable '" + t.path + "' (" +
                   describe(t) + ") is not in the model");
+
+  // Optimizer state the store lacks yet (a run resumed before its first
+  // step). Without values read, zeros that whoever loads the values replaces:
+  // a deferring store keeps them deferred, so no whole is made; else they are
+  // allocated here, before the store changes.
+  const BlockInit zeros = [](const Tensor& t, std::span<const std::int64_t>) { std::memset(t.raw_data(), 0, t.nbytes()); };
+  std::vector<Variable> additions;
+  for (Listed& t : optimizer) {
+    if (in_store.contains(t.path)) continue;
+    additions.push_back(Variable{t.path, t.value, /*trainable=*/false, {}, t.shape, t.dtype, zeros});
+    if (!store.defers_values()) VariableStore::materialize(additions.back());
+  }
 
   // Phase 2: nothing below throws once the store has room for the new state.
   auto& mutable_variables = store.variables();
-  std::size_t additions = 0;
-  for (const auto& [path, t] : optimizer.tensors) additions += !in_store.contains(path);
-  mutable_variables.reserve(mutable_variables.size() + additions);
-  for (const auto& [index, value] : copies)
-    if (read && value->nbytes() > 0)
-      std::memcpy(mutable_variables[index].value.raw_data(), value->raw_data(), value->nbytes());
-  for (auto& [path, t] : optimizer.tensors)
-    if (!in_store.contains(path))
-      mutable_variables.push_back(Variable{std::move(path), std::move(t), /*trainable=*/false, {}});
+  mutable_variables.reserve(mutable_variables.size() + additions.size());
+  for (const auto& [index, listed] : copies) {
+    Variable& v = mutable_variables[index];
+    if (!read) continue;
+    if (v.deferred()) v.value = listed->value;  // no program holds it yet: take the tensor read
+    else if (listed->value.nbytes() > 0) std::memcpy(v.value.raw_data(), listed->value.raw_data(), listed->value.nbytes());
+  }
+  for (Variable& added : additions) mutable_variables.push_back(std::move(added));
   return state_file.state;
 }
 

@@ -265,8 +265,32 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+// What save_safetensors can write of tensor `name`: a defined host tensor.
+void check_writable(const std::filesystem::path& path, const std::string& name, const Tensor& tensor) {
+  std::string problem;
+  if (!tensor.defined()) problem = "is undefined (it has no storage)";
+  else if (tensor.device().kind != DeviceKind::cpu)
+    problem = "is " + tensor.describe() + "; only host tensors are written (copy it to the CPU first)";
+  if (!problem.empty())
+    throw CheckpointError("save_safetensors: '" + path.string() + "': tensor '" + name + "' " + problem);
+}
+}  // namespace
+
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> entries;
+  entries.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    check_writable(path, name, tensor);  // every tensor before anything is written
+    entries.push_back({name, tensor.dtype(), tensor.shape()});
+  }
+  const auto whole = [&](std::size_t i, std::int64_t, std::int64_t) { return tensors[i].second; };
+  save_safetensors(path, entries, whole, std::numeric_limits<std::uint64_t>::max(), metadata);
+}
+
+void save_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& entries, const RowsOf& rows,
+                      std::uint64_t piece_bytes, const std::map<std::string, std::string>& metadata) {
   auto error = [&](const std::string& message) {
     return CheckpointError("save_safetensors: '" + path.string() + "': " + message);
   };
@@ -276,24 +300,15 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
     for (const auto& [key, value] : metadata) meta[key] = value;
     header["__metadata__"] = std::move(meta);
   }
-  std::vector<ByteRange> parts;
-  parts.reserve(tensors.size() + 2);
-  parts.push_back({nullptr, 0});  // the length and the header, filled in below
-  parts.push_back({nullptr, 0});
   std::unordered_set<std::string> names;
   std::uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    if (name == "__metadata__") throw error("'__metadata__' is reserved and cannot name a tensor");
-    if (!names.insert(name).second) throw error("tensor '" + name + "' appears twice");
-    if (!tensor.defined()) throw error("tensor '" + name + "' is undefined (it has no storage)");
-    if (tensor.device().kind != DeviceKind::cpu)
-      throw error("tensor '" + name + "' is " + tensor.describe() +
-                  "; only host tensors are written (copy it to the CPU first)");
-    const std::uint64_t bytes = tensor.nbytes();
-    header[name] = Json{{"dtype", safetensors_dtype_name(tensor.dtype())},
-                        {"shape", tensor.shape().dims()},
-                        {"data_offsets", {offset, offset + bytes}}};
-    parts.push_back({bytes > 0 ? tensor.raw_data() : nullptr, bytes});
+  for (const TensorSpec& entry : entries) {
+    if (entry.name == "__metadata__") throw error("'__metadata__' is reserved and cannot name a tensor");
+    if (!names.insert(entry.name).second) throw error("tensor '" + entry.name + "' appears twice");
+    const std::uint64_t bytes = static_cast<std::uint64_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+    header[entry.name] = Json{{"dtype", safetensors_dtype_name(entry.dtype)},
+                              {"shape", entry.shape.dims()},
+                              {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text;
@@ -305,10 +320,47 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(text.size() >> (8 * i));
-  parts[0] = {length, sizeof length};
-  parts[1] = {text.data(), text.size()};
+  // The length, the header, then each tensor's bytes, a piece of rows at a
+  // time, each made as it is written.
+  int headers_written = 0;
+  std::size_t entry_index = 0;
+  std::int64_t next_row = 0;  // of entries[entry_index]
+  Tensor current;
+  auto next = [&](ByteRange& out) {
+    if (headers_written < 2) {
+      out = headers_written++ == 0 ? ByteRange{length, sizeof length} : ByteRange{text.data(), text.size()};
+      return true;
+    }
+    if (entry_index == entries.size()) return false;
+    const TensorSpec& entry = entries[entry_index];
+    const std::int64_t row_count = entry.shape.rank() == 0 ? 1 : entry.shape[0];
+    const std::uint64_t row_bytes = row_count == 0 ? 0 : entry.shape.numel() / row_count * dtype_size(entry.dtype);
+    const auto fit = static_cast<std::int64_t>(
+        row_bytes == 0 ? row_count : std::min<std::uint64_t>(piece_bytes / row_bytes, static_cast<std::uint64_t>(row_count)));
+    const std::int64_t begin = next_row, end = std::min(row_count, begin + std::max<std::int64_t>(1, fit));
+    Shape piece = entry.shape;
+    if (entry.shape.rank() > 0) {
+      std::vector<std::int64_t> dims = entry.shape.dims();
+      dims[0] = end - begin;
+      piece = Shape(dims);
+    }
+    current = Tensor();  // the previous piece is written: release it first
+    current = rows(entry_index, begin, end);
+    check_writable(path, entry.name, current);
+    if (current.dtype() != entry.dtype || current.shape() != piece)
+      throw error("tensor '" + entry.name + "' rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") are " +
+                  current.describe() + ", not the " + std::string(dtype_name(entry.dtype)) + piece.str() +
+                  " its header entry " + std::string(dtype_name(entry.dtype)) + entry.shape.str() + " says");
+    out = {current.nbytes() > 0 ? current.raw_data() : nullptr, current.nbytes()};
+    next_row = end;
+    if (next_row >= row_count) {  // the entry is done (an empty one in one empty piece)
+      ++entry_index;
+      next_row = 0;
+    }
+    return true;
+  };
   try {
-    write_file_atomic(path, parts, "save_safetensors");
+    write_file_atomic(path, next, "save_safetensors");
   } catch (const DataError& e) {
     throw CheckpointError(e.what());
   }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -40,6 +41,22 @@ struct SafetensorsFile {
 // duplicate or reserved name ("__metadata__"), or a failed write.
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// The same for tensors made a piece at a time: `entries` gives each one's
+// name, dtype and shape (in this order), and `rows(i, begin, end)` makes the
+// host tensor of entry i's rows [begin, end) of its first dimension (the
+// whole of a scalar), just before they are written, released once they are.
+// Each piece is the most rows that fit in `piece_bytes` (at least one), so
+// neither the file nor any of its tensors is ever in memory whole (a
+// consolidated export of a model larger than memory).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+using RowsOf = std::function<Tensor(std::size_t i, std::int64_t begin, std::int64_t end)>;
+void save_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& entries, const RowsOf& rows,
+                      std::uint64_t piece_bytes, const std::map<std::string, std::string>& metadata = {});
 
 // Reads and validates a whole file into new host tensors. Everything is
 // checked before a tensor is read: the header length against the file size,

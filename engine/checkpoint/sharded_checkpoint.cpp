@@ -89,18 +89,19 @@ class SliceReader {
   explicit SliceReader(const fs::path& dir) : dir_(dir) {}
 
   Tensor read(const ShardIndex& index, const std::string& name, const ShardSlice& slice) {
-    auto error = [&](const std::string& message) {
-      return CheckpointError("read_tensor_slice: '" + dir_.string() + "': tensor '" + name + "': " +
-                             message);
-    };
-    const auto found = index.tensors.find(name);
-    if (found == index.tensors.end()) throw error("not in the index");
-    const ShardedTensorInfo& info = found->second;
-    if (std::string problem = slice_problem(slice, info.shape); !problem.empty())
-      throw error("the slice " + slice.str() + " asked for " + problem);
+    Tensor out = Tensor::empty(Shape(slice.shape), checked(index, name, slice).dtype);
+    read_into(index, name, slice, out);
+    return out;
+  }
 
-    Tensor out = Tensor::empty(Shape(slice.shape), info.dtype);
-    if (out.numel() == 0) return out;  // nothing to read, no file to open
+  void read_into(const ShardIndex& index, const std::string& name, const ShardSlice& slice, const Tensor& out) {
+    auto error = [&](const std::string& message) { return tensor_error(name, message); };
+    const ShardedTensorInfo& info = checked(index, name, slice);
+
+    if (out.dtype() != info.dtype || out.shape() != Shape(slice.shape) || out.device().kind != DeviceKind::cpu)
+      throw error("the slice " + slice.str() + " is read into " + out.describe() + ", not a host " +
+                  std::string(dtype_name(info.dtype)) + dims_text(slice.shape));
+    if (out.numel() == 0) return;  // nothing to read, no file to open
     for (const ShardEntry& block : info.shards) {
       if (!overlap(block.slice, slice)) continue;
       File& file = open(block.file, [&](const std::string& m) { return error(m); });
@@ -117,7 +118,6 @@ class SliceReader {
       copy_overlap(file, path, *entry, block.slice, slice, out,
                    [&](const std::string& m) { return error(m); });
     }
-    return out;
   }
 
  private:
@@ -125,6 +125,19 @@ class SliceReader {
     SafetensorsHeader header;
     std::ifstream in;
   };
+
+  CheckpointError tensor_error(const std::string& name, const std::string& message) const {
+    return CheckpointError("read_tensor_slice: '" + dir_.string() + "': tensor '" + name + "': " + message);
+  }
+
+  // The index's entry of `name`, which `slice` lies inside.
+  const ShardedTensorInfo& checked(const ShardIndex& index, const std::string& name, const ShardSlice& slice) const {
+    const auto found = index.tensors.find(name);
+    if (found == index.tensors.end()) throw tensor_error(name, "not in the index");
+    if (std::string problem = slice_problem(slice, found->second.shape); !problem.empty())
+      throw tensor_error(name, "the slice " + slice.str() + " asked for " + problem);
+    return found->second;
+  }
 
   template <typename MakeError>
   File& open(const std::string& name, const MakeError& error) {
@@ -433,17 +446,30 @@ Tensor read_tensor_slice(const fs::path& dir, const ShardIndex& index, const std
   return SliceReader(dir).read(index, name, slice);
 }
 
+void read_tensor_slice_into(const fs::path& dir, const ShardIndex& index, const std::string& name,
+                            const ShardSlice& slice, const Tensor& out) {
+  SliceReader(dir).read_into(index, name, slice, out);
+}
+
 void export_consolidated(const fs::path& dir, const fs::path& out, const std::map<std::string, std::string>& metadata,
-                         const std::function<bool(const std::string& tensor)>& include) {
+                         const std::function<bool(const std::string& tensor)>& include, std::uint64_t piece_bytes) {
   const ShardIndex index = load_shard_index(dir);
   SliceReader reader(dir);
-  NamedTensors tensors;
-  tensors.reserve(index.tensors.size());
+  std::vector<TensorSpec> entries;
   for (const auto& [name, info] : index.tensors)
-    if (!include || include(name)) tensors.emplace_back(name, reader.read(index, name, ShardSlice::whole(info.shape)));
+    if (!include || include(name)) entries.push_back({name, info.dtype, Shape(info.shape)});
   std::map<std::string, std::string> merged = index.metadata;
   for (const auto& [key, value] : metadata) merged[key] = value;
-  save_safetensors(out, tensors, merged);
+  // Pieces of rows of one tensor in memory at a time, each read as it is written.
+  const RowsOf rows = [&](std::size_t i, std::int64_t begin, std::int64_t end) {
+    ShardSlice slice = ShardSlice::whole(entries[i].shape.dims());
+    if (!slice.shape.empty()) {
+      slice.offset[0] = begin;
+      slice.shape[0] = end - begin;
+    }
+    return reader.read(index, entries[i].name, slice);
+  };
+  save_safetensors(out, entries, rows, piece_bytes, merged);
 }
 
 }  // namespace tessera

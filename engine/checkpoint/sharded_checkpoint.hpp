@@ -119,13 +119,18 @@ ShardIndex load_shard_index(const std::filesystem::path& dir);
 // index, a slice outside it, a missing or mismatched file.
 Tensor read_tensor_slice(const std::filesystem::path& dir, const ShardIndex& index,
                          const std::string& name, const ShardSlice& slice);
+// The same into `out`, a host tensor of the slice's shape and the tensor's
+// dtype (a device's block, read with no copy made on the way).
+void read_tensor_slice_into(const std::filesystem::path& dir, const ShardIndex& index, const std::string& name,
+                            const ShardSlice& slice, const Tensor& out);
 
 // Writes every tensor of the sharded checkpoint `dir`, whole, into one
 // safetensors file `out` (in name order), with the index's metadata updated
-// by `metadata`; with `include`, only the tensors it accepts. Holds them all
-// in memory at once.
+// by `metadata`; with `include`, only the tensors it accepts. Streams: at
+// most `piece_bytes` of one tensor's rows (or one row) is in memory at a time.
 void export_consolidated(const std::filesystem::path& dir, const std::filesystem::path& out,
                          const std::map<std::string, std::string>& metadata = {},
-                         const std::function<bool(const std::string& tensor)>& include = {});
+                         const std::function<bool(const std::string& tensor)>& include = {},
+                         std::uint64_t piece_bytes = 64ull << 20);
 
 }  // namespace tessera

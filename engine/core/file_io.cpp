@@ -52,6 +52,19 @@ DataError file_error(std::string_view what, const std::filesystem::path& path, c
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const ByteRange> parts,
                        std::string_view what) {
+  std::size_t i = 0;
+  write_file_atomic(
+      path,
+      [&](ByteRange& part) {
+        if (i == parts.size()) return false;
+        part = parts[i++];
+        return true;
+      },
+      what);
+}
+
+void write_file_atomic(const std::filesystem::path& path, const std::function<bool(ByteRange& part)>& next,
+                       std::string_view what) {
   // A name unique to this process and call, so concurrent writers never share one.
   static std::atomic<std::uint64_t> counter{0};
   auto temp_name = path.string() + ".tmp-" + std::to_string(::getpid()) + "-" +
@@ -59,7 +72,7 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const ByteRa
   TempFile temp(temp_name);
   if (temp.fd() < 0)
     throw file_error(what, path, "cannot create '" + temp_name + "': " + errno_text(errno));
-  for (const ByteRange& part : parts) {
+  for (ByteRange part{nullptr, 0}; next(part);) {
     const auto* p = static_cast<const char*>(part.data);
     std::size_t left = part.size;
     while (left > 0) {

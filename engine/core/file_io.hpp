@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -32,6 +33,11 @@ inline void write_file_atomic(const std::filesystem::path& path,
                               std::initializer_list<ByteRange> parts, std::string_view what) {
   write_file_atomic(path, std::span<const ByteRange>(parts.begin(), parts.size()), what);
 }
+// The same with the parts made one at a time: `next(part)` sets the next part
+// (its bytes valid until the following call) or returns false after the last,
+// so that a file need never be in memory whole.
+void write_file_atomic(const std::filesystem::path& path, const std::function<bool(ByteRange& part)>& next,
+                       std::string_view what);
 
 // fsync of a folder, making the renames and creations inside it durable. Best
 // effort: a failure loses no data already written, so it is not reported.

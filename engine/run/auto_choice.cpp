@@ -17,10 +17,12 @@ AutoChoice choose_auto(const Model& model, const TrainingSpec& spec, const std::
     DeviceMesh mesh({b, n / b}, {"batch", "model"}, devices);
     for (Strategy strategy : kStrategies) {
       VariableStore store;
+      store.defer_values(true);  // priced from shapes: no variable of a candidate is drawn
       model.build(store, spec.seed);
       auto distribution = make_strategy(strategy, mesh, model, store);
       Trainer trainer(model, spec, store, *distribution);
-      const SpmdProgram& program = *trainer.sharded_program(spec.batch_size);
+      const std::shared_ptr<const SpmdProgram> planned = trainer.planned_program(spec.batch_size);  // nothing allocated
+      const SpmdProgram& program = *planned;
       choice.candidates.push_back({b, n / b, strategy, predict_step(program, calibration, threads).seconds(), device_memory(program)});
     }
   }

@@ -49,7 +49,7 @@ class DeviceHost final : public StepHost {
   // own, or its device copy (made on first use: optimizer state joins the store
   // when a training step is first traced).
   const Tensor& variable(const std::string& path) {
-    const Tensor& stored = store_.find(path)->value;
+    const Tensor& stored = VariableStore::materialize(*store_.find(path));  // one device holds the whole
     if (!on_device_) return stored;
     auto [it, added] = resident_.try_emplace(path);
     if (added) {

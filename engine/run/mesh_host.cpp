@@ -19,32 +19,12 @@ class MeshHost final : public StepHost {
         blocks_(distribution_.mesh(), runtime_.local_ranks(), store, runtime_.keeps_copies()) {}
 
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
-    const Graph& g = step.graph;
-    const DeviceMesh& mesh = distribution_.mesh();
-    std::map<ValueId, Sharding> shardings, constraints;
-    for (const auto& [path, id] : step.model_variables)
-      shardings[id] = Sharding::from_layout(distribution_.variable_layout(path, g.shape(id)).layout, mesh);
-    // Batches split along the batch axis when it divides them (a last partial batch may not).
-    const bool split_batch = splits(g.shape(step.input)[0]);
-    for (ValueId data : {step.input, step.target}) {
-      if (data < 0 || !split_batch) continue;
-      shardings[data] = Sharding::from_layout(distribution_.data_layout(g.shape(data).rank()), mesh);
-    }
-    for (const auto& [path, value] : step.layer_outputs) {
-      try {
-        if (auto layout = distribution_.tensor_layout(path, g.shape(value)))
-          constraints[value] = Sharding::from_layout(*layout, mesh);
-      } catch (const LayoutError&) {
-        // A batch the batch axis does not divide runs replicated, activations too;
-        // with a divisible batch a layout that does not fit is the user's error.
-        if (split_batch) throw;
-      }
-    }
-    const int zero_axis = distribution_.zero() ? mesh.axis_index(distribution_.batch_dim_name()) : -1;
-    auto program = std::make_unique<SpmdProgram>(g, step.outputs, runtime_, shardings, constraints, zero_axis);
+    auto program = partitioned(step);
     for (const auto& [path, id] : step.variables) program->bind_blocks(id, blocks_.blocks(path, program->sharding(id)));
     return program;
   }
+
+  std::unique_ptr<StepRunner> unbound_runner(const TracedStep& step) override { return partitioned(step); }
 
   RowWindow row_window() const override {
     if (!distribution_.placement().multi_process()) return {};
@@ -77,6 +57,33 @@ class MeshHost final : public StepHost {
   Communicator* communicator() override { return &runtime_.comm(); }
 
  private:
+  // The step partitioned over the mesh: each variable, batch and layer output
+  // split as the distribution lays it out; nothing bound yet.
+  std::unique_ptr<SpmdProgram> partitioned(const TracedStep& step) {
+    const Graph& g = step.graph;
+    const DeviceMesh& mesh = distribution_.mesh();
+    std::map<ValueId, Sharding> shardings, constraints;
+    for (const auto& [path, id] : step.model_variables)
+      shardings[id] = Sharding::from_layout(distribution_.variable_layout(path, g.shape(id)).layout, mesh);
+    // Batches split along the batch axis when it divides them (a last partial batch may not).
+    const bool split_batch = splits(g.shape(step.input)[0]);
+    for (ValueId data : {step.input, step.target}) {
+      if (data < 0 || !split_batch) continue;
+      shardings[data] = Sharding::from_layout(distribution_.data_layout(g.shape(data).rank()), mesh);
+    }
+    for (const auto& [path, value] : step.layer_outputs) {
+      try {
+        if (auto layout = distribution_.tensor_layout(path, g.shape(value)))
+          constraints[value] = Sharding::from_layout(*layout, mesh);
+      } catch (const LayoutError&) {
+        // A batch the batch axis does not divide runs replicated, activations too;
+        // with a divisible batch a layout that does not fit is the user's error.
+        if (split_batch) throw;
+      }
+    }
+    const int zero_axis = distribution_.zero() ? mesh.axis_index(distribution_.batch_dim_name()) : -1;
+    return std::make_unique<SpmdProgram>(g, step.outputs, runtime_, shardings, constraints, zero_axis);
+  }
   // Whether a batch of `size` splits along the batch axis.
   bool splits(std::int64_t size) const {
     return size % distribution_.mesh().axis_size(distribution_.batch_dim_name()) == 0;

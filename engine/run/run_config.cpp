@@ -5,6 +5,8 @@
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/process_group.hpp"
 #include "distribution/distribution_config.hpp"
+#include "distribution/spmd_program.hpp"
+#include "distribution/strategies.hpp"
 
 #include <algorithm>
 
@@ -133,10 +135,15 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
                         " processes were started, but the config has no distribution: section to share the "
                         "work (each would train its own copy)");
     if (run.device.kind == DeviceKind::cuda) use_devices({run.device});  // cuda:N is GPU N, not a logical device
+    run.model.build(store, run.training.seed);
     return std::make_unique<Trainer>(run.model, run.training, store, run.device);
   }
   DistributionConfig& config = *run.distribution;
   use_devices(config.distribution->mesh().devices(), config.shared_gpu);  // the logical devices of the mesh
+  // In a job of several processes each device draws only its block of each
+  // variable: no process holds a whole sharded variable (VariableStore). Under
+  // a memory_limit nothing is drawn before the plan is checked against it.
+  if (where.multi_process() || config.memory_limit > 0) store.defer_values(true);
   run.model.build(store, run.training.seed);
   bool zero = config.distribution->zero();  // kept when the layouts are chosen below
   const std::vector<Device> devices = config.distribution->mesh().devices();
@@ -204,7 +211,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
   const Distribution& d = *config.distribution;
   for (const auto& v : store.variables()) {
     try {
-      d.variable_layout(v.path, v.value.shape());
+      d.variable_layout(v.path, v.shape());
     } catch (const LayoutError& e) {
       // At the entry that matched, or at the map when two entries match.
       std::string where = run.distribution->map_location;
@@ -217,6 +224,17 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
   }
   auto trainer = std::make_unique<Trainer>(run.model, run.training, store, *run.distribution->distribution, processes);
   trainer->set_collective_timeout(run.distribution->collective_timeout);
+  if (config.memory_limit > 0 && use == TrainerUse::training) {  // planned, before any variable or workspace exists
+    const std::int64_t planned = device_memory(*trainer->planned_program(run.training.batch_size));
+    if (planned > config.memory_limit) {
+      throw ConfigError(config.memory_limit_location + ": memory_limit: a training step of batch " +
+                        std::to_string(run.training.batch_size) + " needs " + std::to_string(planned) + " bytes" +
+                        (planned >= (1 << 20) ? " (" + std::to_string(planned >> 20) + " MiB)" : "") +
+                        " on a device of " + config.distribution->str() + ", over the budget of " +
+                        std::to_string(config.memory_limit) + " bytes: split the model over more devices, shard the " +
+                        "optimizer state (zero: 1), lower the batch size, or raise memory_limit");
+    }
+  }
   return trainer;
 }
 

@@ -42,7 +42,10 @@ struct RunConfig {
 
 // A trainer for the run: over the distribution's mesh when the config has one
 // (builds the model's variables in `store` and checks each against the layout
-// map: a ConfigError at the entry that does not fit).
+// map: a ConfigError at the entry that does not fit). In a job of several
+// processes the store defers its values (VariableStore::defer_values): each
+// device draws only its block of a variable, and no process holds the whole,
+// so leave `store` empty for make_trainer to build.
 // With type auto_tp the plan is made here, into run.distribution. The
 // logical CPU devices of the mesh are made here; `processes` (the job's by
 // default) share type auto's choice and the trainer's host-side exchanges.

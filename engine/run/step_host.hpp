@@ -47,6 +47,9 @@ class StepHost {
 
   // A runner for `step` with every variable bound; the step's graph must outlive it.
   virtual std::unique_ptr<StepRunner> runner(const TracedStep& step) = 0;
+  // A runner for `step` with nothing bound, to price or plan it, not to run
+  // it; null where the host has nothing to plan (one device).
+  virtual std::unique_ptr<StepRunner> unbound_runner(const TracedStep&) { return nullptr; }
   // The rows of each batch this process loads; empty: all of them.
   virtual RowWindow row_window() const = 0;
 

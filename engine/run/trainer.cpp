@@ -66,6 +66,9 @@ struct Trainer::Program {
   ValueId input = -1, target = -1, loss = -1, output = -1;
   std::vector<MetricCount> metrics;    // with a loss: one per spec.metrics entry
   std::unique_ptr<StepRunner> runner;  // an Executor on one device, an SpmdProgram on a mesh
+  TracedStep step{.graph = graph, .outputs = {}, .input = -1, .target = -1, .model_variables = {}, .variables = {},
+                  .layer_outputs = {}};  // what the host places
+  std::vector<std::pair<ValueId, Tensor>> constants;  // bound once the runner exists
 };
 
 struct Trainer::NonFiniteLoss : Error {
@@ -132,18 +135,37 @@ TrainingState Trainer::state() const {
   return TrainingState{.step = step_, .epoch = epochs_done_, .batch = batches_done_, .seed = spec_.seed, .config = {}};
 }
 
+std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) {
+  std::shared_ptr<Program> p = traced_program(batch, /*training=*/true, /*with_loss=*/true);
+  p->runner = host_->unbound_runner(p->step);
+  const auto* spmd = dynamic_cast<const SpmdProgram*>(p->runner.get());
+  if (spmd == nullptr) return nullptr;
+  return {p, spmd};  // keeps the traced graph the program refers to alive
+}
+
 Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss) {
   auto key = std::make_tuple(batch, training, with_loss);
   auto& slot = programs_[key];
   if (slot) return *slot;
+  std::unique_ptr<Program> p = traced_program(batch, training, with_loss);
+  p->runner = host_->runner(p->step);
+  p->runner->enable_profiling(profile_);
+  for (const auto& [id, value] : p->constants) p->runner->bind(id, value);
+  slot = std::move(p);
+  return *slot;
+}
+
+std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bool training, bool with_loss) {
   auto p = std::make_unique<Program>();
   Graph& g = p->graph;
   g.set_matmul_dtype(spec_.precision);
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;
-  TracedStep step{.graph = g, .outputs = {}, .input = p->input, .target = -1, .model_variables = traced.variables,
-                  .variables = traced.variables, .layer_outputs = {}};
+  p->constants = traced.constants;
+  TracedStep& step = p->step;
+  step.input = p->input;
+  step.model_variables = step.variables = traced.variables;
   // Training reads only the loss and the metrics: not asking for the model's
   // output spares a sharded run gathering it (a vocabulary-parallel head's logits).
   if (!with_loss) step.outputs.push_back(p->output);
@@ -168,11 +190,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
     append_updates(g, spec_.optimizer, params, grads, store_, step.variables);
   }
   step.layer_outputs = traced.layer_outputs;
-  p->runner = host_->runner(step);
-  p->runner->enable_profiling(profile_);
-  for (const auto& [id, value] : traced.constants) p->runner->bind(id, value);
-  slot = std::move(p);
-  return *slot;
+  return p;
 }
 
 Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {

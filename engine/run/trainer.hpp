@@ -108,7 +108,9 @@ class Trainer {
   ~Trainer();
 
   // Sharded and GPU runs keep the variables on the devices; this copies them
-  // into the store. fit() does so at its end and before each checkpoint.
+  // into the store. fit() does so at its end and before each checkpoint. A
+  // deferring store of a job of several processes keeps its variables as the
+  // devices' blocks (ShardedVariables::write_back).
   void sync_store();
   // The distribution's communicator (its accounting: bytes and time per
   // collective kind and mesh axis); null without a distribution.
@@ -118,6 +120,10 @@ class Trainer {
   // partitioned now if it was not yet, without running); null without a
   // distribution. For `tessera inspect`.
   const SpmdProgram* sharded_program(std::int64_t batch);
+  // The partitioned program of a training step of `batch` with nothing bound
+  // (no block drawn, no workspace allocated), to price or plan it
+  // (device_memory, predict_step); null on one device.
+  std::shared_ptr<const SpmdProgram> planned_program(std::int64_t batch);
   // How long a device waits for its peers in a collective before that is an error.
   void set_collective_timeout(std::chrono::milliseconds timeout);
 
@@ -172,6 +178,8 @@ class Trainer {
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
   Program& program(std::int64_t batch, bool training, bool with_loss);
+  // The step traced, with no runner made for it yet.
+  std::unique_ptr<Program> traced_program(std::int64_t batch, bool training, bool with_loss);
   Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
   // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.
   void check_dataset(const Dataset& data);

@@ -109,7 +109,7 @@ void append_updates(Graph& g, const OptimizerSpec& spec,
   auto slot = [&](const std::string& path, const std::string& name, const Shape& shape) {
     std::string state_path = "optimizer/" + path + "/" + name;
     store.get_or_create(state_path, shape, DType::f32, false, {},
-                        [](const Tensor& t) { std::memset(t.raw_data(), 0, t.nbytes()); });
+                        BlockInit([](const Tensor& t, std::span<const std::int64_t>) { std::memset(t.raw_data(), 0, t.nbytes()); }));
     ValueId leaf = g.variable(state_path, shape);
     state.emplace_back(state_path, leaf);
     return leaf;

@@ -82,9 +82,12 @@ TrainingSpec three_steps(std::int64_t batch, const std::string& optimizer) {
 const std::string kSgd = "{type: sgd, learning_rate: 0.1, momentum: 0.9}";
 const std::string kAdam = "{type: adam, learning_rate: 1.0e-3}";
 
+// With `defer`, the store defers its values, as a job of several processes's
+// does: every variable must still have no whole value after the three steps.
 RunResult train_model(const Model& model, const ModelCase& c, const Distribution* distribution,
-                      const std::string& optimizer = kSgd) {
+                      const std::string& optimizer = kSgd, bool defer = false) {
   VariableStore store;
+  store.defer_values(defer);
   std::unique_ptr<Trainer> trainer =
       distribution ? std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, *distribution)
                    : std::make_unique<Trainer>(model, three_steps(c.batch, optimizer), store, test::single_device());
@@ -95,6 +98,11 @@ RunResult train_model(const Model& model, const ModelCase& c, const Distribution
     result.losses.push_back(static_cast<float>(e.loss));
     result.metrics.push_back(e.metrics);
   }
+  if (defer)
+    for (const auto& v : store.variables()) {
+      INFO(v.path << " was made whole");
+      CHECK(v.deferred());
+    }
   trainer->sync_store();
   for (const auto& v : store.variables()) result.weights[v.path] = v.value.to_vector<float>();
   return result;
@@ -211,6 +219,30 @@ TEST_CASE("sharded training equals one device: CNN fully sharded") { check_matri
 TEST_CASE("sharded training equals one device: GPT data parallel") { check_matrix(gpt_case(), nullptr); }
 TEST_CASE("sharded training equals one device: GPT Megatron column/row parallel") { check_matrix(gpt_case(), gpt_megatron); }
 TEST_CASE("sharded training equals one device: GPT fully sharded") { check_matrix(gpt_case(), gpt_fsdp); }
+
+// Sharded initialisation: each device draws its own block of every variable
+// (and of the optimizer state), which equals the slice of the whole the eager
+// store would have made, so training is bit for bit the same.
+TEST_CASE("a deferring store: each device draws only its block, and trains as the eager store") {
+  const test::MeshDeviceScope scope;
+  struct Run {
+    ModelCase c;
+    Layouts layouts;
+    std::vector<std::int64_t> mesh;
+  };
+  for (const Run& run : {Run{mlp_case(), kMlpMegatron, {2, 2}}, Run{mlp_case(), kMlpFsdp, {2, 4}},
+                         Run{gpt_case(), gpt_megatron(2), {2, 2}}}) {
+    DeviceMesh mesh(run.mesh, {"batch", "model"}, test::mesh_devices(run.mesh[0] * run.mesh[1]));
+    LayoutMap map;
+    for (const auto& [key, axes] : run.layouts) map.add(key, TensorLayout(axes));
+    ModelParallel distribution(mesh, map, "batch");
+    const Model model = test::zoo_model(run.c.file);
+    const RunResult eager = train_model(model, run.c, &distribution, kAdam);
+    const RunResult deferred = train_model(model, run.c, &distribution, kAdam, /*defer=*/true);
+    check_same(eager, deferred, run.c.file + " deferred on " + distribution.str(), 0.0f);
+    CHECK(eager.losses == deferred.losses);
+  }
+}
 
 TEST_CASE("sharded training equals one device: Adam state split like its parameters") {
   const test::MeshDeviceScope scope;

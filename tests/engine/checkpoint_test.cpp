@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -348,6 +349,40 @@ TEST_CASE("checkpoint: save_safetensors rejects what it cannot write") {
   CHECK(contains(error_of({{"bad \xff name", zeros({1})}}), "cannot encode"));
   CHECK(contains(error_of({{"x", zeros({1})}}), "no error"));
   CHECK_THROWS_AS(save_safetensors(tmp / "missing-folder" / "x.safetensors", {{"x", zeros({1})}}), CheckpointError);
+}
+
+TEST_CASE("checkpoint: a streamed save holds one piece of rows at a time and writes the file a whole save writes") {
+  TempDir tmp;
+  const NamedTensors tensors = {{"a", random_tensor({5, 3}, 1)}, {"b", random_tensor({7}, 2)}, {"c", zeros({2, 2})},
+                                {"s", random_tensor({}, 3)}, {"e", zeros({0, 4})}};
+  std::vector<TensorSpec> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.dtype(), t.shape()});
+  std::weak_ptr<Buffer> previous;  // the piece made last
+  std::vector<std::string> pieces;
+  const RowsOf rows = [&](std::size_t i, std::int64_t begin, std::int64_t end) {
+    CHECK(previous.expired());  // written and released before the next is made
+    const Tensor& whole = tensors[i].second;
+    pieces.push_back(tensors[i].first + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]");
+    const Shape shape = whole.rank() == 0 ? whole.shape() : whole.rows(begin, end - begin).shape();
+    Tensor piece = Tensor::empty(shape, whole.dtype());
+    const std::size_t row_bytes = whole.rank() == 0 || whole.shape()[0] == 0 ? 0 : whole.nbytes() / static_cast<std::size_t>(whole.shape()[0]);
+    if (piece.nbytes() > 0)
+      std::memcpy(piece.raw_data(), static_cast<const char*>(whole.raw_data()) + static_cast<std::size_t>(begin) * row_bytes, piece.nbytes());
+    previous = piece.buffer();
+    return piece;
+  };
+  // 16 bytes a piece: one row of a [5, 3] f32 tensor fits, two do not; four rows of b do.
+  save_safetensors(tmp / "streamed.safetensors", entries, rows, 16, {{"k", "v"}});
+  CHECK(pieces == std::vector<std::string>{"a[0:1]", "a[1:2]", "a[2:3]", "a[3:4]", "a[4:5]", "b[0:4]", "b[4:7]",
+                                           "c[0:2]", "s[0:1]", "e[0:0]"});
+  save_safetensors(tmp / "whole.safetensors", tensors, {{"k", "v"}});
+  CHECK(read_bytes(tmp / "streamed.safetensors") == read_bytes(tmp / "whole.safetensors"));
+  // A piece that is not what its entry says is an error naming it, and no file is left.
+  const RowsOf wrong = [&](std::size_t i, std::int64_t, std::int64_t) { return i == 1 ? zeros({8}) : tensors[i].second; };
+  CHECK_THROWS_WITH_AS(save_safetensors(tmp / "bad.safetensors", entries, wrong, std::numeric_limits<std::uint64_t>::max()),
+                       doctest::Contains("tensor 'b' rows [0, 7) are f32[8] on cpu:0, not the f32[7]"), CheckpointError);
+  CHECK_FALSE(fs::exists(tmp / "bad.safetensors"));
+  CHECK(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator{}) == 2);  // no temporary file either
 }
 
 TEST_CASE("checkpoint: save and load restore the model, the optimizer state and the training state") {

@@ -520,6 +520,11 @@ TEST_CASE("sharded checkpoint: export_consolidated writes whole tensors") {
     REQUIRE(tensors.count(name) == 1);
     CHECK(same_bytes(value, tensors.at(name)));
   }
+  // In pieces of one row, each read from the shards that hold it: the same file.
+  const fs::path by_rows = dir / "export" / "by_rows.safetensors";
+  export_consolidated(dir.path(), by_rows, {{"source", "sharded"}}, {}, 1);
+  auto bytes = [](const fs::path& p) { std::ifstream in(p, std::ios::binary); return std::string(std::istreambuf_iterator<char>(in), {}); };
+  CHECK(bytes(by_rows) == bytes(out));
   // A missing shard file fails the export, naming it; no file is left behind.
   fs::remove(out);
   fs::remove(dir / "model-00002-of-00002.safetensors");

@@ -1,0 +1,62 @@
+// distribution.memory_limit on any mesh: the training step's plan (each
+// device's blocks of the variables and optimizer state, and its step
+// workspace) is checked against the budget before anything is allocated.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "distribution/spmd_program.hpp"
+#include "distribution/strategies.hpp"
+#include "engine/run/run_config.hpp"
+#include "engine/run/trainer.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace tessera;
+
+TEST_CASE("memory_limit: a plan over the budget is a ConfigError at the key, before anything is allocated") {
+  test::TempDir dir;
+  std::ofstream(dir / "run.yaml") << "model:\n"
+                                     "  name: tiny\n"
+                                     "  inputs: [{name: features, shape: [8]}]\n"
+                                     "  layers: [{type: Dense, units: 16, activation: relu}, {type: Dense, units: 3}]\n"
+                                     "training:\n"
+                                     "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
+                                     "  optimizer: {type: adam}\n"
+                                     "  batch_size: 32\n"
+                                     "data:\n"
+                                     "  train: {type: synthetic, samples: 64, shape: [8], classes: 3, seed: 1}\n"
+                                     "distribution:\n"
+                                     "  devices: cpu:4\n"
+                                     "  mesh: {shape: [2, 2], axis_names: [batch, model]}\n"
+                                     "  type: model_parallel\n"
+                                     "  layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}\n"
+                                     "  memory_limit: 1KiB\n";
+  // Under a generous budget: the plan equals what the bound program holds.
+  RunConfig generous = load_run_config(dir / "run.yaml", {"distribution.memory_limit=1GiB"});
+  VariableStore store;
+  std::unique_ptr<Trainer> trainer = make_trainer(generous, store);
+  const std::int64_t planned = device_memory(*trainer->planned_program(32));
+  // Each device's blocks: kernels [8, 8] and [8, 3], biases [8] and [3], each
+  // with Adam's two moments: 99 floats x 3; and the workspace of the program
+  // that actually runs on top.
+  const SpmdProgram& bound = *trainer->sharded_program(32);
+  CHECK(planned == 99 * 3 * 4 + bound.workspace_bytes(0));
+
+  // At the budget it runs; a byte under it, nothing is allocated and the error names the key.
+  RunConfig exact = load_run_config(dir / "run.yaml", {"distribution.memory_limit=" + std::to_string(planned)});
+  VariableStore exact_store;
+  CHECK_NOTHROW(make_trainer(exact, exact_store));
+  RunConfig tight = load_run_config(dir / "run.yaml", {"distribution.memory_limit=" + std::to_string(planned - 1)});
+  VariableStore tight_store;
+  const std::string expected = "memory_limit: a training step of batch 32 needs " + std::to_string(planned) + " bytes";
+  CHECK_THROWS_WITH_AS(make_trainer(tight, tight_store), doctest::Contains(expected.c_str()), ConfigError);
+  REQUIRE_FALSE(tight_store.variables().empty());
+  for (const Variable& v : tight_store.variables()) {
+    INFO(v.path);
+    CHECK(v.deferred());  // planned from shapes: no variable was drawn
+  }
+  // Written in the file, the error points at the key.
+  RunConfig file = load_run_config(dir / "run.yaml");
+  VariableStore file_store;
+  CHECK_THROWS_WITH_AS(make_trainer(file, file_store), doctest::Contains("run.yaml:16:17: memory_limit: "), ConfigError);
+}
