@@ -43,8 +43,8 @@ second=$(readme_block 2)
 [ -n "$first" ] && [ -n "$second" ] || { echo "bare-debian-check: README.md lacks its two \`\`\`sh blocks" >&2; exit 2; }
 
 root=$(mktemp -d /var/tmp/tessera-bare-debian.XXXXXX)
-unmount_all() {
-  for m in var/cache/apt/archives root/.cache/ccache dev sys proc; do umount -R -l "$root/$m" 2>/dev/null || true; done
+unmount_all() {  # ours, and the one `ip netns add` makes (the multi-host test's)
+  for m in var/cache/apt/archives root/.cache/ccache dev sys proc run/netns; do umount -R -l "$root/$m" 2>/dev/null || true; done
 }
 cleanup() {
   unmount_all

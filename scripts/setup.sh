@@ -18,6 +18,7 @@ packages=(
   dataset-fashion-mnist  # the default config's data: /usr/share/datasets/fashion-mnist
   bible-kjv         # the GPT's byte corpus, written to data/kjv.txt below
   python3 procps    # the test scripts: python3 checks outputs, pgrep finds mpirun's ranks
+  iproute2          # the multi-host test: hosts as network namespaces joined by veth links
 )
 
 missing=()

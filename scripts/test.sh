@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j 2
+# ctest shows nothing of a skipped test: say why each one skipped.
+grep -h "^skipped: " build/Testing/Temporary/LastTest.log 2>/dev/null | sort -u | sed 's/^/ctest: /' || true
 scripts/example.sh  # the installed package, used as a user project would (examples/)

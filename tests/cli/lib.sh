@@ -1,4 +1,4 @@
-# Helpers of the end-to-end tests (sourced by cli_test.sh and mpi_test.sh).
+# Helpers of the end-to-end tests (sourced by cli_test.sh, mpi_test.sh and multihost_test.sh).
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -76,5 +76,51 @@ assert len(rows[0]) == len(rows[1])
 for r, s in zip(*rows):
     for x, y in zip(r, s):
         assert abs(x - y) <= float(sys.argv[3]), (x, y)
+PY
+}
+
+# mesh BATCHxMODEL TYPE: a distribution override of tiny_synthetic.yaml over
+# cpu:BATCH*MODEL; model_parallel splits both dense layers over `model`.
+mesh_layouts="layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}"
+mesh() {
+  echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $mesh_layouts")}"
+}
+
+# stop_rank RANK SIGNAL NAME -- LAUNCHER...: starts a long data-parallel job
+# of $work/run.yaml on 4 devices with LAUNCHER (mpirun and its -np), sends
+# SIGNAL to the process of RANK once the job has logged its first epoch, and
+# waits for the job's end, which must be a failure within 10 s. The job's
+# output is in $work/NAME.out; the process it signalled is $victim.
+stop_rank() {
+  local rank=$1 signal=$2 name=$3 job start pid
+  shift 4
+  stage "rank $rank gets SIG$signal"
+  "$@" "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set "$(mesh 4x1 data_parallel)" \
+    --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
+  [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
+  victim=""
+  for pid in $(pgrep -f "$work/run.yaml"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+  done
+  [ -n "$victim" ] || fail "no process of rank $rank found"
+  start=$SECONDS
+  kill "-$signal" "$victim"
+  set +e; wait "$job"; rc=$?; set -e
+  [ "$rc" != 0 ] || fail "$name: the job succeeded"
+  [ $((SECONDS - start)) -le 10 ] || fail "$name: the job took $((SECONDS - start)) s to end"
+}
+
+sample_inputs() {  # sample_inputs PATH: 10 seeded inputs of tiny_synthetic.yaml (8 features) as a .npy file
+  python3 - "$1" <<'PY'
+import random, struct, sys
+random.seed(0)
+rows, cols = 10, 8
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack("<%df" % (rows * cols), *[random.gauss(0, 1) for _ in range(rows * cols)]))
 PY
 }

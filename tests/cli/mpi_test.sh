@@ -19,10 +19,6 @@ trap 'kill "$watchdog_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 # 96 samples in batches of 32: three optimizer steps.
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
 three_steps=(--set training.epochs=1 --set data.train.samples=96)
-layouts="layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}"
-mesh() {  # mesh BATCHxMODEL TYPE: a distribution override over cpu:BATCH*MODEL
-  echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $layouts")}"
-}
 
 stage "single-device references"
 # The single-device runs every sharded run must equal, for both step settings.
@@ -72,16 +68,7 @@ stage "a sharded checkpoint on other meshes"
 # A checkpoint saved sharded on mesh 2x2 by 2 processes loads on 1x4 in one
 # process and on one device: the same weights, the same predictions (up to
 # the order of the row-parallel sum, 1e-5).
-python3 - "$work/x.npy" <<'PY'
-import random, struct, sys
-random.seed(0)
-rows, cols = 10, 8
-header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
-header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
-with open(sys.argv[1], "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-    f.write(struct.pack("<%df" % (rows * cols), *[random.gauss(0, 1) for _ in range(rows * cols)]))
-PY
+sample_inputs "$work/x.npy"
 ckpt="$work/2x2-model_parallel-np2.mpi"
 "$tessera" predict "$work/run.yaml" --set "$(mesh 1x4 model_parallel)" --checkpoint "$ckpt" \
   --input "$work/x.npy" --output "$work/p14.csv" > /dev/null
@@ -160,27 +147,9 @@ expect_fail 3 "2 processes were started, but the config has no distribution" -- 
 # A process that dies or stops ends the job: the other one does not wait for
 # ever, and the job's error names it. A killed one is seen by mpirun, which
 # names its rank; a stopped one (alive, silent) by the collective timeout.
-stop_rank_1() {  # stop_rank_1 SIGNAL NAME: starts a long job, sends SIGNAL to rank 1, waits for the job's end
-  local signal=$1 name=$2 job victim="" start
-  stage "rank 1 gets SIG$signal"
-  "${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set "$(mesh 4x1 data_parallel)" \
-    --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
-  job=$!
-  for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
-  [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
-  for pid in $(pgrep -f "$work/run.yaml"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
-  done
-  [ -n "$victim" ] || fail "no process of rank 1 found"
-  start=$SECONDS
-  kill "-$signal" "$victim"
-  set +e; wait "$job"; rc=$?; set -e
-  [ "$rc" != 0 ] || fail "$name: the job succeeded"
-  [ $((SECONDS - start)) -le 10 ] || fail "$name: the job took $((SECONDS - start)) s to end"
-}
-stop_rank_1 KILL kill
+stop_rank 1 KILL kill -- "${mpirun[@]}" -np 2
 grep -q "process rank 1 .*exited on signal 9" "$work/kill.out" || fail "the error does not name rank 1: $(cat "$work/kill.out")"
-stop_rank_1 STOP stop
+stop_rank 1 STOP stop -- "${mpirun[@]}" -np 2
 grep -q "rank 0: collective error: .*waited 3.000 s for processes 1, which did not join" \
   "$work/stop.out" || fail "the timeout does not name process 1: $(cat "$work/stop.out")"
 echo "mpi_test: all checks passed"
