@@ -373,9 +373,11 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
     return CheckpointError("save_checkpoint: '" + dir.string() + "': " + message);
   };
   // Every writer must find the same scratch folder: named by the step, made
-  // afresh by writer 0 (a crashed save's leftover is replaced).
+  // afresh by writer 0 once all have arrived (a crashed save's leftover is
+  // replaced), so that waiting to arrive never waits on writer 0's I/O.
   const fs::path scratch_path = dir.parent_path() / (dir.filename().string() + ".tmp-step" + std::to_string(state.step));
   std::optional<ScratchDir> scratch;  // writer 0's: removed once installed (then it holds the old checkpoint)
+  sharded.meet();
   if (sharded.writer == 0) {
     std::error_code ec;
     fs::remove_all(scratch_path, ec);

@@ -77,7 +77,12 @@ struct ShardedSave {
   int writer = 0, writers = 1;     // this process, and how many write
   std::vector<ShardBlock> blocks;  // what this process writes
   ShardIndex index;                // every process's blocks (writer 0 writes it)
-  std::function<void()> barrier;   // returns once every writer has called it
+  // Both return once every writer has called them. `meet` is where the
+  // writers arrive from training: a writer that never comes (stopped, stuck)
+  // is caught as soon as a collective would catch it. `barrier` follows file
+  // I/O, which may take far longer.
+  std::function<void()> meet;
+  std::function<void()> barrier;
 };
 
 // The same, sharded: the store supplies only the variables' paths, shapes and

@@ -46,10 +46,13 @@ class MeshHost final : public StepHost {
       sync_store();
       return save_checkpoint(dir, store_, state, config);
     }
-    // Each process writes its devices' blocks: nothing is gathered. File I/O
-    // may take far longer than a collective: the barriers wait longer.
+    // Each process writes its devices' blocks: nothing is gathered. The
+    // processes arrive from training within a collective's timeout; file I/O
+    // may take far longer, so the barriers after it wait longer.
     ShardedSave save = blocks_.sharded_save(distribution_.placement());
-    const auto io_timeout = std::max<std::chrono::milliseconds>(runtime_.comm().timeout(), std::chrono::minutes(30));
+    const auto timeout = runtime_.comm().timeout();
+    const auto io_timeout = std::max<std::chrono::milliseconds>(timeout, std::chrono::minutes(30));
+    save.meet = [timeout, &processes = runtime_.processes()] { processes.barrier(timeout); };
     save.barrier = [io_timeout, &processes = runtime_.processes()] { processes.barrier(io_timeout); };
     save_checkpoint(dir, store_, state, config, save);
   }

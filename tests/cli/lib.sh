@@ -90,12 +90,15 @@ mesh() {
 # of $work/run.yaml on 4 devices with LAUNCHER (mpirun and its -np), sends
 # SIGNAL to the process of RANK once the job has logged its first epoch, and
 # waits for the job's end, which must be a failure within 10 s. The job's
-# output is in $work/NAME.out; the process it signalled is $victim.
+# output is in $work/NAME.out; the process it signalled is $victim. The job
+# saves no checkpoints: a process stopped while writing its shard is waited
+# for as long as file I/O may take (30 minutes), and with epochs of 3 steps
+# the signal would often land in a save.
 stop_rank() {
   local rank=$1 signal=$2 name=$3 job start pid
   shift 4
   stage "rank $rank gets SIG$signal"
-  "$@" "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set "$(mesh 4x1 data_parallel)" \
+  "$@" "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set training.checkpoint=false --set "$(mesh 4x1 data_parallel)" \
     --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
   job=$!
   for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done

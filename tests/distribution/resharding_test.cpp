@@ -50,7 +50,7 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
     mine.blocks("m/w", columns(2));
     mine.blocks("m/b", columns(1));
     ShardedSave part = mine.sharded_save(ProcessPlacement{process, 2});
-    part.barrier = [&] { meet.arrive_and_wait(); };
+    part.meet = part.barrier = [&] { meet.arrive_and_wait(); };
     save_checkpoint(checkpoint, saved, TrainingState{.step = 3, .epoch = 1, .batch = 0, .seed = 0, .config = {}},
                     "config", part);
   };

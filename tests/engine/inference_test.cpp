@@ -415,7 +415,7 @@ TEST_CASE("a checkpoint saved sharded by two processes loads on one device and g
     mine.blocks("block_0/ffn_in/kernel", columns);
     mine.blocks("head/kernel", columns);
     ShardedSave part = mine.sharded_save(ProcessPlacement{process, 2});
-    part.barrier = [&] { meet.arrive_and_wait(); };
+    part.meet = part.barrier = [&] { meet.arrive_and_wait(); };
     save_checkpoint(dir / "sharded", store, TrainingState{}, run.root.dump(), part);
   };
   std::thread other(save, 1);
