@@ -2,8 +2,10 @@
 #include "engine/checkpoint/json_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <regex>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,13 +40,57 @@ std::string describe(const Variable& v) { return std::string(dtype_name(v.dtype(
 
 std::string errno_text(int error) { return std::generic_category().message(error); }
 
-// A sibling of `dir` no other writer uses: "<dir><tag><pid>-<counter>-<clock>".
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+// A sibling of `dir` no other writer uses: "<dir><tag><host>-<pid>-<counter>-<clock>".
+// The host and pid say whose it is, for remove_stale_scratch.
 fs::path unique_sibling(const fs::path& dir, const char* tag) {
   static std::atomic<std::uint64_t> counter{0};
   const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
-  return dir.parent_path() / (dir.filename().string() + tag + std::to_string(::getpid()) + "-" +
-                              std::to_string(counter.fetch_add(1)) + "-" +
-                              std::to_string(clock & 0xffffff));
+  return dir.parent_path() / (dir.filename().string() + tag + host_name() + "-" + std::to_string(::getpid()) + "-" +
+                              std::to_string(counter.fetch_add(1)) + "-" + std::to_string(clock & 0xffffff));
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Whether a scratch folder's name suffix (after "<dir>.tmp-") names a save
+// that can no longer finish: "step<N>" (a sharded save's, called for only
+// once every writer of the job has arrived, so none of theirs is in use), or
+// "<host>-<pid>-<n>-<clock>" of a process of this host that no longer exists
+// (no host: an older save's name, made on this host). Another host's is left.
+bool stale_scratch(std::string_view suffix) {
+  if (suffix.starts_with("step")) return all_digits(suffix.substr(4));
+  std::vector<std::string_view> fields;  // from the right: clock, counter, pid, then the host
+  for (int i = 0; i < 3; ++i) {
+    const auto dash = suffix.rfind('-');
+    fields.push_back(suffix.substr(dash == std::string_view::npos ? 0 : dash + 1));
+    suffix = dash == std::string_view::npos ? std::string_view() : suffix.substr(0, dash);
+    if (!all_digits(fields.back())) return false;
+  }
+  if ((!suffix.empty() && suffix != host_name()) || fields[2].size() > 9) return false;  // a pid fits 9 digits
+  const long pid = std::stol(std::string(fields[2]));
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// Removes the scratch folders that killed saves into `dir` left beside it: a
+// job preempted again and again would otherwise fill its disk. Best effort:
+// a folder that cannot be removed only costs space.
+void remove_stale_scratch(const fs::path& dir) {
+  const std::string prefix = dir.filename().string() + ".tmp-";
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir.has_parent_path() ? dir.parent_path() : fs::path("."), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(prefix) && entry.is_directory(ec) && stale_scratch(std::string_view(name).substr(prefix.size())))
+      stale.push_back(entry.path());
+  }
+  for (const fs::path& path : stale) fs::remove_all(path, ec);
 }
 
 // A scratch directory, removed with its content when this goes out of scope.
@@ -349,6 +396,7 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   };
   const auto [model, optimizer] = split_store(store, dir);
   std::error_code ec;
+  remove_stale_scratch(dir);
   ScratchDir scratch(unique_sibling(dir, ".tmp-"));
   if (!fs::create_directory(scratch.path(), ec) || ec)
     throw error("cannot create '" + scratch.path().string() + "': " +
@@ -379,8 +427,8 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   std::optional<ScratchDir> scratch;  // writer 0's: removed once installed (then it holds the old checkpoint)
   sharded.meet();
   if (sharded.writer == 0) {
+    remove_stale_scratch(dir);  // this step's too: every writer is here, none writes yet
     std::error_code ec;
-    fs::remove_all(scratch_path, ec);
     if (!fs::create_directory(scratch_path, ec) || ec)
       throw error("cannot create '" + scratch_path.string() + "': " + (ec ? ec.message() : std::string("it exists")));
     scratch.emplace(scratch_path);

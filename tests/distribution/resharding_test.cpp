@@ -5,6 +5,7 @@
 
 #include <barrier>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "backends/registry.hpp"
@@ -43,6 +44,10 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
   TempDir dir;
   const auto checkpoint = dir / "ckpt";
 
+  // A killed job's scratch folder of another step: the save removes it.
+  std::filesystem::create_directories(dir / "ckpt.tmp-step99");
+  std::ofstream(dir / "ckpt.tmp-step99" / "model-00001-of-00002.safetensors") << "half written";
+
   // Two "processes" save at once, meeting at the save's barriers.
   std::barrier meet(2);
   auto save = [&](int process) {
@@ -60,6 +65,7 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
   for (const char* file : {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
                            "model-00002-of-00002.safetensors", "training_state.json"})
     CHECK(std::filesystem::exists(checkpoint / file));
+  CHECK(dir.entries() == std::vector<std::string>{"ckpt"});
 
   // A whole-tensor load (one device) gets the saved values back.
   VariableStore whole;

@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -610,6 +612,43 @@ TEST_CASE("checkpoint: a checkpoint directory is replaced atomically") {
     fs::remove(dir / "plots");
     check_intact();
   }
+}
+
+TEST_CASE("checkpoint: a save removes the scratch folders killed saves left, and only those") {
+  // Issue 18: a job killed during its saves again and again filled its disk
+  // with scratch folders. A pid that no longer exists: an exited child's.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  const std::string host = name, dead = std::to_string(child), alive = std::to_string(::getpid());
+
+  TempDir tmp;
+  const std::vector<std::string> stale = {
+      "ckpt.tmp-" + host + "-" + dead + "-0-123",  // a killed single-process save of this host
+      "ckpt.tmp-" + dead + "-1-456",               // the same, named before the host was recorded
+      "ckpt.tmp-step12",                           // a killed sharded save
+  };
+  const std::vector<std::string> kept = {
+      "ckpt.old-" + host + "-" + dead + "-0-7",        // may hold the only good checkpoint
+      "ckpt.tmp-" + host + "-" + alive + "-9-789",     // a save of a live process
+      "ckpt.tmp-otherhost-" + dead + "-0-1",           // another host's: its pids mean nothing here
+      "other.tmp-" + host + "-" + dead + "-0-1",       // another checkpoint's
+      "ckpt.tmp-notes",                                // not a scratch folder's name
+  };
+  for (const auto& folder : stale) {
+    fs::create_directories(tmp / folder);
+    write_bytes(tmp / folder / "model.safetensors", std::vector<std::uint8_t>(1 << 20, 7));
+  }
+  for (const auto& folder : kept) fs::create_directories(tmp / folder);
+  VariableStore store;
+  classifier().build(store, 1);
+  save_checkpoint(tmp / "ckpt", store, at(1), "first");
+  std::vector<std::string> expected = kept;
+  expected.push_back("ckpt");
+  std::sort(expected.begin(), expected.end());
+  CHECK(tmp.entries() == expected);
 }
 
 TEST_CASE("checkpoint: a link to a checkpoint directory saves into the directory it names") {
