@@ -1,6 +1,18 @@
 #include "engine/variable_store.hpp"
 
 namespace tessera {
+namespace {
+
+// A variable's storage: running out of memory names the variable.
+Tensor storage_for(const std::string& path, const Shape& shape, DType dtype) {
+  try {
+    return Tensor::empty(shape, dtype);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("variable '" + path + "' (" + std::string(dtype_name(dtype)) + shape.str() + "): " + e.what());
+  }
+}
+
+}  // namespace
 
 Variable* VariableStore::existing(const std::string& path, const Shape& shape, DType dtype) {
   Variable* v = find(path);
@@ -14,7 +26,7 @@ Variable& VariableStore::get_or_create(const std::string& path, const Shape& sha
                                        bool trainable, std::vector<std::string> axis_roles,
                                        const std::function<void(const Tensor&)>& init) {
   if (Variable* v = existing(path, shape, dtype)) return *v;
-  Tensor value = Tensor::empty(shape, dtype);
+  Tensor value = storage_for(path, shape, dtype);
   init(value);
   variables_.push_back(Variable{path, value, trainable, std::move(axis_roles)});
   return variables_.back();
@@ -23,14 +35,15 @@ Variable& VariableStore::get_or_create(const std::string& path, const Shape& sha
 Variable& VariableStore::get_or_create(const std::string& path, const Shape& shape, DType dtype, bool trainable,
                                        std::vector<std::string> axis_roles, BlockInit init) {
   if (Variable* v = existing(path, shape, dtype)) return *v;
-  variables_.push_back(Variable{path, Tensor(), trainable, std::move(axis_roles), shape, dtype, std::move(init)});
-  if (!defer_) materialize(variables_.back());
+  Variable v{path, Tensor(), trainable, std::move(axis_roles), shape, dtype, std::move(init)};
+  if (!defer_) materialize(v);  // before it is listed: a failure leaves the store as it was
+  variables_.push_back(std::move(v));
   return variables_.back();
 }
 
 const Tensor& VariableStore::materialize(Variable& v) {
   if (v.deferred()) {
-    Tensor value = Tensor::empty(v.deferred_shape, v.deferred_dtype);
+    Tensor value = storage_for(v.path, v.deferred_shape, v.deferred_dtype);
     const std::vector<std::int64_t> origin(static_cast<std::size_t>(value.shape().rank()), 0);
     v.init(value, origin);
     v.value = value;

@@ -199,6 +199,9 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
       layer_error(node.where, *node.layer, e);
     } catch (const GraphError& e) {
       layer_error(node.where, *node.layer, e);
+    } catch (const OutOfMemoryError& e) {  // a size from the config that no memory holds
+      throw OutOfMemoryError(node.where + ": layer '" + node.layer->name() + "' (" + node.layer->type() + "): " +
+                             e.what());
     }
     traced.layer_outputs.emplace_back(ctx.path_of("output"), outputs.back());
   }

@@ -1,5 +1,7 @@
 #include "engine/core/allocator.hpp"
 
+#include <sys/sysinfo.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -32,13 +34,34 @@ AllocatorStats Allocator::stats() const {
   return {allocations_.load(), frees_.load(), bytes_in_use_.load(), peak_bytes_.load()};
 }
 
+namespace {
+
+// RAM and swap together: no allocation larger than this can ever be met.
+std::size_t machine_memory_bytes() {
+  static const std::size_t bytes = [] {
+    struct sysinfo info {};
+    if (::sysinfo(&info) != 0) return SIZE_MAX;  // unknown: let the C library decide
+    return static_cast<std::size_t>(info.totalram + info.totalswap) * info.mem_unit;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
 void* CpuAllocator::raw_allocate(std::size_t bytes) {
   constexpr std::size_t kAlignment = 64;
-  if (bytes > SIZE_MAX - kAlignment) return nullptr;  // the rounding up would wrap: no such allocation
+  if (bytes > machine_memory_bytes() || bytes > SIZE_MAX - kAlignment) return nullptr;
   return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
 }
 
 void CpuAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
+
+std::string CpuAllocator::limit_note() const {
+  const std::size_t total = machine_memory_bytes();
+  if (total == SIZE_MAX) return "";
+  return "; this machine has " + std::to_string(total) + " bytes (" + std::to_string(total >> 20) +
+         " MiB) of RAM and swap in all";
+}
 
 namespace {
 

@@ -50,7 +50,10 @@ class Allocator {
 };
 
 // Host memory for the logical CPU devices, 64-byte aligned (a cache line, and
-// what AVX-512 loads like).
+// what AVX-512 loads like). A request larger than the machine's RAM and swap
+// together is refused without asking the C library: under overcommit it
+// would "succeed" and the process be killed when the pages are touched, and
+// under AddressSanitizer it aborts.
 class CpuAllocator final : public Allocator {
  public:
   explicit CpuAllocator(Device device) : Allocator(device) {}
@@ -58,6 +61,7 @@ class CpuAllocator final : public Allocator {
  protected:
   void* raw_allocate(std::size_t bytes) override;
   void raw_deallocate(void* ptr, std::size_t bytes) override;
+  std::string limit_note() const override;
 };
 
 // The allocator table: where Tensor::empty finds a device's allocator without

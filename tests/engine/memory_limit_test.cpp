@@ -60,3 +60,39 @@ TEST_CASE("memory_limit: a plan over the budget is a ConfigError at the key, bef
   VariableStore file_store;
   CHECK_THROWS_WITH_AS(make_trainer(file, file_store), doctest::Contains("run.yaml:16:17: memory_limit: "), ConfigError);
 }
+
+TEST_CASE("a layer size that no memory holds is an OutOfMemoryError at the layer, with nothing allocated") {
+  // Issue 18: `units: 10000000000` went straight to aligned_alloc (48 GB to
+  // 1.2 TB), which failed without the config's location or, under
+  // AddressSanitizer, aborted. A request over the machine's RAM and swap is
+  // refused before the C library sees it.
+  test::TempDir dir;
+  std::ofstream(dir / "run.yaml") << "model:\n"
+                                     "  name: huge\n"
+                                     "  inputs: [{name: features, shape: [8]}]\n"
+                                     "  layers:\n"
+                                     "    - {type: Dense, units: 16}\n"
+                                     "    - {type: Dense, units: 10000000000}\n"
+                                     "training:\n"
+                                     "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
+                                     "  optimizer: {type: adam}\n"
+                                     "  batch_size: 4\n"
+                                     "data:\n"
+                                     "  train: {type: synthetic, samples: 8, shape: [8], classes: 3, seed: 1}\n";
+  RunConfig run = load_run_config(dir / "run.yaml");
+  VariableStore store;
+  try {
+    run.model.build(store, run.training.seed);
+    FAIL("a 640 GB kernel was allocated");
+  } catch (const OutOfMemoryError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find("run.yaml:6:7: model.layers[1]: layer 'dense_1' (Dense): variable 'huge/dense_1/kernel' (f32[16, 10000000000])") !=
+          std::string::npos);
+    CHECK(message.find("640000000000 bytes requested") != std::string::npos);
+    CHECK(message.find("of RAM and swap in all") != std::string::npos);
+  }
+  // The layer before it was built; the one that failed left nothing behind.
+  CHECK(store.find("huge/dense/kernel") != nullptr);
+  CHECK(store.find("huge/dense_1/kernel") == nullptr);
+}
