@@ -57,7 +57,13 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   // errors in it then name that file.
   ConfigNode model = root["model"];
   if (model.is_scalar()) {
-    ConfigNode zoo = ConfigNode::load_file(root.resolve_path(model.as<std::string>()));
+    const std::filesystem::path zoo_file = root.resolve_path(model.as<std::string>());
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(zoo_file, ec))
+      model.fail("the model file '" + model.as<std::string>() + "' " +
+                 (std::filesystem::exists(zoo_file, ec) ? "is not a file" : "does not exist") + " (looked for '" +
+                 std::filesystem::absolute(zoo_file, ec).string() + "', relative to the config's folder)");
+    ConfigNode zoo = ConfigNode::load_file(zoo_file);
     zoo.expect_keys({"model"});
     model = zoo["model"];
   }

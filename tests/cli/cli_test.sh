@@ -83,6 +83,10 @@ sed 's/units: 16/unit: 16/' "$work/run.yaml" > "$work/typo.yaml"
 expect_fail 3 "typo.yaml:9:.*unknown key 'unit' (did you mean 'units'?)" -- "$tessera" inspect "$work/typo.yaml"
 expect_fail 3 "cannot open" -- "$tessera" train "$work/run.yaml" --set data.train="{type: idx, images: missing.gz, labels: missing.gz}"
 expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" --set training.optimizer=adamm
+# A zoo model file that is not there: the key's location, and where it was looked for.
+printf 'model: nothere.yaml\n' > "$work/zoo_ref.yaml"
+expect_fail 3 "zoo_ref.yaml:1:8: model: the model file 'nothere.yaml' does not exist (looked for '$work/nothere.yaml'" -- \
+  "$tessera" inspect "$work/zoo_ref.yaml"
 # --device: the config's device:, checked where a GPU is asked of a machine without one.
 "$tessera" eval "$work/run.yaml" --device cpu --checkpoint "$work/ckpt" --split train | grep -q "^train" || fail "eval --device cpu"
 if ! "$tessera" devices | grep -q "^cuda:0"; then
