@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -451,6 +452,59 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
     scratch.reset();  // removes the replaced checkpoint now, not while the others train on
   }
   sharded.barrier();
+}
+
+namespace {
+
+// How many of `t`'s values are NaN or infinite, and the first one's element.
+std::pair<std::int64_t, std::int64_t> count_non_finite(const Tensor& t) {
+  std::int64_t count = 0, first = -1;
+  auto scan = [&](const auto* bits, auto exponent) {
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      if ((bits[i] & exponent) == exponent && ++count == 1) first = i;
+  };
+  if (t.dtype() == DType::f32) scan(static_cast<const std::uint32_t*>(t.raw_data()), std::uint32_t{0x7f800000});
+  if (t.dtype() == DType::bf16) scan(static_cast<const std::uint16_t*>(t.raw_data()), std::uint16_t{0x7f80});
+  return {count, first};
+}
+
+}  // namespace
+
+CheckpointReport verify_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw CheckpointError("verify: '" + dir.string() + "': " + (fs::exists(dir, ec) ? "is not a directory" : "no such checkpoint directory"));
+  const StateFile state_file = read_state(dir / kStateFile);
+  const ShardIndex index = checkpoint_index(dir);
+  const std::vector<Listed> model = tensors_of(dir, index, state_file.model_variables, false);
+  const std::vector<Listed> optimizer = tensors_of(dir, index, state_file.optimizer_variables, false);
+  const bool sharded = fs::exists(dir / kShardIndexFile, ec);
+  check_fingerprint(state_file.model_variables, model, dir / (sharded ? kShardIndexFile : kModelFile), dir / kStateFile);
+  check_fingerprint(state_file.optimizer_variables, optimizer, dir / (sharded ? kShardIndexFile : kOptimizerFile),
+                    dir / kStateFile);
+
+  CheckpointReport report;
+  std::set<std::string> files;
+  for (const auto& [name, info] : index.tensors)
+    for (const ShardEntry& block : info.shards) files.insert(block.file);
+  for (const std::string& file : files) {
+    const SafetensorsHeader header = read_safetensors_header(dir / file);
+    ++report.files;
+    for (const SafetensorsEntry& entry : header.tensors) {
+      ++report.blocks;
+      if (entry.crc32) ++report.checksummed;
+    }
+  }
+  for (const auto* listed : {&model, &optimizer})
+    for (const Listed& t : *listed) {
+      const Tensor value = read_tensor_slice(dir, index, t.path, ShardSlice::whole(t.shape.dims()));  // checks checksums
+      ++report.tensors;
+      report.bytes += value.nbytes();
+      if (const auto [count, first] = count_non_finite(value); count > 0)
+        report.non_finite.push_back(t.path + ": " + std::to_string(count) + " of " + std::to_string(value.numel()) +
+                                    " values are NaN or infinite (the first at element " + std::to_string(first) + ")");
+    }
+  return report;
 }
 
 ShardIndex checkpoint_index(const fs::path& dir) {

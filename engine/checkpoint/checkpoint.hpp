@@ -113,6 +113,23 @@ enum class LoadValues { all, none };
 TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store,
                               LoadValues values = LoadValues::all);
 
+// What verify_checkpoint found in a checkpoint it could read whole.
+struct CheckpointReport {
+  std::size_t files = 0;        // safetensors files
+  std::size_t tensors = 0;      // variables and optimizer state
+  std::size_t blocks = 0;       // stored pieces of them (a tensor per block unless sharded)
+  std::size_t checksummed = 0;  // blocks whose CRC-32 was recorded, and matched
+  std::uint64_t bytes = 0;      // of tensor data
+  std::vector<std::string> non_finite;  // "path: N of M values are NaN or infinite (the first at element I)"
+};
+
+// `tessera verify`: checks the checkpoint `dir` of either form as a load
+// would (training_state.json, its fingerprints, the index and every file's
+// header), then reads every tensor whole, one at a time, checking every
+// recorded checksum. Throws CheckpointError naming the file and tensor at the
+// first damage; tensors holding NaN or infinities (which load) are listed.
+CheckpointReport verify_checkpoint(const std::filesystem::path& dir);
+
 // Where each tensor of the checkpoint `dir` lies, for either form: a sharded
 // checkpoint's index, or one whole block per tensor of model.safetensors and
 // optimizer.safetensors. Reads headers only.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "engine/core/byte_order.hpp"
 #include "engine/core/file_io.hpp"
@@ -87,6 +89,35 @@ struct Entry {
   std::vector<std::int64_t> dims;
   std::uint64_t begin = 0, end = 0;
 };
+
+constexpr const char* kChecksumKey = "tessera.crc32";
+
+std::string hex32(std::uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+// Reads the "tessera.crc32" metadata value into `tensors`.
+template <typename MakeError>
+void read_checksums(const std::string& text, std::vector<SafetensorsEntry>& tensors, const MakeError& error) {
+  Json checksums;
+  try {
+    checksums = Json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    throw error(std::string("metadata '") + kChecksumKey + "' is not a JSON object");
+  }
+  if (!checksums.is_object()) throw error(std::string("metadata '") + kChecksumKey + "' is not a JSON object");
+  for (SafetensorsEntry& entry : tensors) {
+    const auto it = checksums.find(entry.name);
+    if (it == checksums.end()) continue;
+    const std::string value = it->is_string() ? it->get<std::string>() : "";
+    if (value.size() != 8 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw error("tensor '" + entry.name + "': its checksum in metadata '" + kChecksumKey + "' is " + it->dump() +
+                  ", not 8 hex digits");
+    entry.crc32 = static_cast<std::uint32_t>(std::stoul(value, nullptr, 16));
+  }
+}
 
 // Reads and checks the header of the open file `fd` (at `path`); `what` names
 // the caller in messages.
@@ -235,7 +266,11 @@ SafetensorsHeader read_header(int fd, const std::filesystem::path& path, const c
   out.tensors.reserve(entries.size());
   for (Entry& entry : entries)
     out.tensors.push_back({std::move(entry.name), entry.dtype, std::move(entry.dims),
-                           data_start + entry.begin, entry.end - entry.begin});
+                           data_start + entry.begin, entry.end - entry.begin, std::nullopt});
+  if (auto found = out.metadata.find(kChecksumKey); found != out.metadata.end()) {
+    read_checksums(found->second, out.tensors, error);
+    out.metadata.erase(found);  // the format's, not the user's
+  }
   return out;
 }
 
@@ -265,6 +300,15 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc) {
+  return static_cast<std::uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), bytes));
+}
+
+std::string checksum_mismatch(std::uint32_t recorded, std::uint32_t found) {
+  return "its bytes do not match the checksum saved with them (CRC-32 " + hex32(recorded) + " saved, " + hex32(found) +
+         " read): the file is damaged";
+}
+
 namespace {
 // What save_safetensors can write of tensor `name`: a defined host tensor.
 void check_writable(const std::filesystem::path& path, const std::string& name, const Tensor& tensor) {
@@ -285,8 +329,19 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
     check_writable(path, name, tensor);  // every tensor before anything is written
     entries.push_back({name, tensor.dtype(), tensor.shape()});
   }
+  if (metadata.count(kChecksumKey))
+    throw CheckpointError("save_safetensors: '" + path.string() + "': metadata '" + kChecksumKey +
+                          "' is reserved (the writer computes it)");
+  Json checksums = Json::object();
+  for (const auto& [name, tensor] : tensors) checksums[name] = hex32(crc32_of(tensor.raw_data(), tensor.nbytes()));
+  std::map<std::string, std::string> with_checksums = metadata;
+  try {
+    with_checksums[kChecksumKey] = checksums.dump();
+  } catch (const nlohmann::json::exception& e) {  // names must be UTF-8
+    throw CheckpointError("save_safetensors: '" + path.string() + "': cannot encode the header: " + e.what());
+  }
   const auto whole = [&](std::size_t i, std::int64_t, std::int64_t) { return tensors[i].second; };
-  save_safetensors(path, entries, whole, std::numeric_limits<std::uint64_t>::max(), metadata);
+  save_safetensors(path, entries, whole, std::numeric_limits<std::uint64_t>::max(), with_checksums);
 }
 
 void save_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& entries, const RowsOf& rows,
@@ -390,6 +445,12 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
       throw CheckpointError(std::string(what) + ": '" + path.string() + "': tensor '" + entry.name +
                             "': cannot read its data: " +
                             (errno != 0 ? errno_text(errno) : std::string("the file ended early")));
+    if (entry.crc32) {
+      const std::uint32_t found = crc32_of(tensor.raw_data(), tensor.nbytes());
+      if (found != *entry.crc32)
+        throw CheckpointError(std::string(what) + ": '" + path.string() + "': tensor '" + entry.name + "': " +
+                              checksum_mismatch(*entry.crc32, found));
+    }
     out.tensors.emplace_back(std::move(entry.name), std::move(tensor));
   }
   return out;

@@ -11,6 +11,13 @@
 // Dtypes: F32, BF16, I32, I64 (Tessera's own); a file with another dtype is
 // rejected, not converted. Files written here load in the reference readers
 // (safetensors.torch/numpy) and vice versa for these dtypes.
+//
+// Integrity: a file written from whole tensors records each tensor's CRC-32
+// in its metadata, under "tessera.crc32" (a JSON object, name -> 8 hex
+// digits, as metadata values must be strings). Readers here check it wherever
+// they read a tensor whole; a mismatch is a CheckpointError naming the file
+// and the tensor. Files without it (other writers', streamed exports) load
+// unchecked.
 #pragma once
 
 #include <cstdint>
@@ -72,7 +79,13 @@ struct SafetensorsEntry {
   std::vector<std::int64_t> shape;
   std::uint64_t offset = 0;  // where its bytes start, counted from the start of the file
   std::uint64_t bytes = 0;   // numel x dtype size
+  std::optional<std::uint32_t> crc32;  // of its bytes, when the writer recorded it
 };
+
+// The CRC-32 (zlib's) of `bytes` at `data`, continuing from `crc` (0 to start).
+std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc = 0);
+// The error a tensor whose bytes do not match its recorded CRC-32 raises.
+std::string checksum_mismatch(std::uint32_t recorded, std::uint32_t found);
 
 struct SafetensorsHeader {
   std::vector<SafetensorsEntry> tensors;  // in data order

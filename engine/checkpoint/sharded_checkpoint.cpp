@@ -48,6 +48,13 @@ bool overlap(const ShardSlice& a, const ShardSlice& b) {
   return true;
 }
 
+// Whether box `a` lies wholly inside box `b`.
+bool inside(const ShardSlice& a, const ShardSlice& b) {
+  for (std::size_t d = 0; d < a.offset.size(); ++d)
+    if (a.offset[d] < b.offset[d] || a.offset[d] + a.shape[d] > b.offset[d] + b.shape[d]) return false;
+  return true;
+}
+
 // "" when `slice` is a box of rank dims.size() inside dims; else what is wrong.
 std::string slice_problem(const ShardSlice& slice, const std::vector<std::int64_t>& dims) {
   if (slice.offset.size() != dims.size() || slice.shape.size() != dims.size())
@@ -115,8 +122,15 @@ class SliceReader {
                     safetensors_dtype_name(entry->dtype) + dims_text(entry->shape) +
                     " but the index says its block " + block.slice.str() + " is " +
                     safetensors_dtype_name(info.dtype) + dims_text(block.slice.shape));
-      copy_overlap(file, path, *entry, block.slice, slice, out,
+      // A block read whole is checked against its CRC-32 as it is copied
+      // (a part of one cannot be: tessera verify reads those whole).
+      const bool check = entry->crc32.has_value() && inside(block.slice, slice);
+      std::uint32_t crc = 0;
+      copy_overlap(file, path, *entry, block.slice, slice, out, check ? &crc : nullptr,
                    [&](const std::string& m) { return error(m); });
+      if (check && crc != *entry->crc32)
+        throw error("its block " + block.slice.str() + " in '" + path.string() + "': " +
+                    checksum_mismatch(*entry->crc32, crc));
     }
   }
 
@@ -160,7 +174,7 @@ class SliceReader {
   // the ones outside it for as long as the overlap spans both boxes whole.
   template <typename MakeError>
   static void copy_overlap(File& file, const fs::path& path, const SafetensorsEntry& entry,
-                           const ShardSlice& block, const ShardSlice& slice, const Tensor& out,
+                           const ShardSlice& block, const ShardSlice& slice, const Tensor& out, std::uint32_t* crc,
                            const MakeError& error) {
     const std::size_t rank = slice.shape.size();
     std::vector<std::int64_t> begin(rank), extent(rank);
@@ -198,6 +212,9 @@ class SliceReader {
                     std::to_string(file_offset) + " of '" + path.string() +
                     "' (the file changed since its header was read?)");
       }
+      // Runs come in the block's order: with the block inside the slice,
+      // they are its bytes as the file holds them.
+      if (crc != nullptr) *crc = crc32_of(out_bytes + to * element, static_cast<std::size_t>(run * element), *crc);
       std::size_t d = outer;  // next outer position, last dimension fastest
       while (d > 0 && ++index[d - 1] == extent[d - 1]) index[--d] = 0;
       if (d == 0) break;

@@ -104,6 +104,20 @@ expect_fail 3 "cannot read the prompt file" -- \
 before=$(md5sum "$work/ckpt/model.safetensors")
 expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train
 [ "$before" = "$(md5sum "$work/ckpt/model.safetensors")" ] || fail "a failed load changed the checkpoint"
+# tessera verify: a good checkpoint passes; flipped bytes fail it, and a load,
+# naming the file and the tensor (issue 18: eval had printed loss 1.7e26).
+"$tessera" verify "$work/ckpt" | grep -q "^verify: ok" || fail "verify of a good checkpoint: $("$tessera" verify "$work/ckpt" 2>&1)"
+cp -r "$work/ckpt" "$work/damaged"
+python3 - "$work/damaged/model.safetensors" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+for i in range(len(data) - 40, len(data)):
+    data[i] ^= 0xFF
+open(sys.argv[1], "wb").write(data)
+PY
+expect_fail 3 "tensor 'tiny/.*model.safetensors': its bytes do not match the checksum" -- "$tessera" verify "$work/damaged"
+expect_fail 3 "its bytes do not match the checksum" -- \
+  "$tessera" eval "$work/run.yaml" --checkpoint "$work/damaged" --split train
 
 # Sharded training: a 2x2 mesh with column- then row-parallel layers reaches
 # the single-device losses, and its checkpoint loads on one device.

@@ -70,6 +70,7 @@ stage "a sharded checkpoint on other meshes"
 # the order of the row-parallel sum, 1e-5).
 sample_inputs "$work/x.npy"
 ckpt="$work/2x2-model_parallel-np2.mpi"
+"$tessera" verify "$ckpt" | grep -q "^verify: ok" || fail "verify of the sharded checkpoint: $("$tessera" verify "$ckpt" 2>&1)"
 "$tessera" predict "$work/run.yaml" --set "$(mesh 1x4 model_parallel)" --checkpoint "$ckpt" \
   --input "$work/x.npy" --output "$work/p14.csv" > /dev/null
 "$tessera" predict "$work/run.yaml" --set distribution=null --checkpoint "$ckpt" \

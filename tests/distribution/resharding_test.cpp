@@ -6,6 +6,7 @@
 #include <barrier>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "backends/registry.hpp"
@@ -73,6 +74,26 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
   load_checkpoint(checkpoint, whole);
   for (const auto& v : saved.variables())
     CHECK(whole.find(v.path)->value.to_vector<float>() == v.value.to_vector<float>());
+
+  // A damaged byte of a shard file fails the load, naming the file and the
+  // tensor (the blocks carry checksums, checked when a block is read whole).
+  {
+    const auto second = checkpoint / "model-00002-of-00002.safetensors";
+    std::string bytes;
+    {
+      std::ifstream in(second, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string good = bytes;
+    bytes.back() ^= 0x01;
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << bytes;
+    VariableStore damaged;
+    fill(damaged, false);
+    CHECK_THROWS_WITH_AS(load_checkpoint(checkpoint, damaged),
+                         doctest::Contains("model-00002-of-00002.safetensors': its bytes do not match the checksum"),
+                         CheckpointError);
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << good;
+  }
 
   // Device 0 needs only the first file: it loads with the second one gone.
   std::filesystem::remove(checkpoint / "model-00002-of-00002.safetensors");

@@ -168,7 +168,9 @@ TEST_CASE("checkpoint: a Tessera safetensors file parses with an independent rea
   std::string text(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   CHECK(text.front() == '{');
   nlohmann::json header = nlohmann::json::parse(text);
-  CHECK(header["__metadata__"] == nlohmann::json{{"format", "tessera"}});
+  CHECK(header["__metadata__"]["format"] == "tessera");
+  CHECK(header["__metadata__"].size() == 2);  // and the checksums (the Python reader below checks them)
+  CHECK(header["__metadata__"].contains("tessera.crc32"));
   CHECK(header.size() == tensors.size() + 1);
   const std::map<DType, std::string> names{{DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::i32, "I32"}, {DType::i64, "I64"}};
   std::uint64_t offset = 0;
@@ -205,6 +207,7 @@ TEST_CASE("checkpoint: a Tessera safetensors file reads in Python with only json
   REQUIRE(status == 0);
 
   std::map<std::string, std::vector<std::string>> rows;  // name -> dtype, shape, sum
+  int checksum_lines = 0;
   std::string line;
   std::istringstream lines(printed.str());
   while (std::getline(lines, line)) {
@@ -216,10 +219,16 @@ TEST_CASE("checkpoint: a Tessera safetensors file reads in Python with only json
       CHECK(fields[1] == "format=tessera");
       continue;
     }
+    if (fields[0] == "__checksums__") {  // zlib's CRC-32 of every tensor, as Tessera recorded it
+      CHECK(fields[1] == std::to_string(tensors.size()) + " matched");
+      checksum_lines++;
+      continue;
+    }
     REQUIRE(fields.size() == 4);
     rows[fields[0]] = {fields[1], fields[2], fields[3]};
   }
   REQUIRE(rows.size() == tensors.size());
+  CHECK(checksum_lines == 1);
   for (const auto& [name, t] : tensors) {
     CAPTURE(name);
     const auto& row = rows.at(name);
@@ -271,6 +280,17 @@ TEST_CASE("checkpoint: corrupt safetensors files are CheckpointErrors naming the
   SUBCASE("truncated in the data") {
     write_bytes(bad, {bytes.begin(), bytes.end() - 4});
     check_error("run past the end of the data", "b");
+  }
+  SUBCASE("a flipped data byte: the checksum saved with the tensor catches it") {
+    std::vector<std::uint8_t> flipped = bytes;
+    REQUIRE(flipped.size() > 8);
+    flipped[flipped.size() - 1] ^= 0x40;  // the last byte of 'b', a weight that still parses
+    write_bytes(bad, flipped);
+    check_error("its bytes do not match the checksum saved with them", "b");
+  }
+  SUBCASE("a checksum that is not one") {
+    write_safetensors_raw(bad, R"({"__metadata__": {"tessera.crc32": "{\"w\": 7}"}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+    check_error("not 8 hex digits", "w");
   }
   SUBCASE("truncated in the header length") {
     write_bytes(bad, {bytes.begin(), bytes.begin() + 5});
@@ -378,7 +398,20 @@ TEST_CASE("checkpoint: a streamed save holds one piece of rows at a time and wri
   CHECK(pieces == std::vector<std::string>{"a[0:1]", "a[1:2]", "a[2:3]", "a[3:4]", "a[4:5]", "b[0:4]", "b[4:7]",
                                            "c[0:2]", "s[0:1]", "e[0:0]"});
   save_safetensors(tmp / "whole.safetensors", tensors, {{"k", "v"}});
-  CHECK(read_bytes(tmp / "streamed.safetensors") == read_bytes(tmp / "whole.safetensors"));
+  // The same data bytes and tensors; only a whole save's header records
+  // checksums (a streamed one would need them before its pieces exist).
+  const std::vector<std::uint8_t> streamed_bytes = read_bytes(tmp / "streamed.safetensors");
+  const std::vector<std::uint8_t> whole_bytes = read_bytes(tmp / "whole.safetensors");
+  const std::size_t data_bytes = 108;  // 15 + 7 + 4 + 1 + 0 floats
+  REQUIRE(streamed_bytes.size() > data_bytes);
+  CHECK(std::equal(streamed_bytes.end() - data_bytes, streamed_bytes.end(), whole_bytes.end() - data_bytes));
+  const SafetensorsFile streamed = load_safetensors(tmp / "streamed.safetensors");
+  CHECK(streamed.metadata == std::map<std::string, std::string>{{"k", "v"}});
+  CHECK(load_safetensors(tmp / "whole.safetensors").metadata == streamed.metadata);  // the checksums are not the user's
+  for (const SafetensorsEntry& entry : read_safetensors_header(tmp / "streamed.safetensors").tensors)
+    CHECK_FALSE(entry.crc32.has_value());
+  for (const SafetensorsEntry& entry : read_safetensors_header(tmp / "whole.safetensors").tensors)
+    CHECK(entry.crc32.has_value());
   // A piece that is not what its entry says is an error naming it, and no file is left.
   const RowsOf wrong = [&](std::size_t i, std::int64_t, std::int64_t) { return i == 1 ? zeros({8}) : tensors[i].second; };
   CHECK_THROWS_WITH_AS(save_safetensors(tmp / "bad.safetensors", entries, wrong, std::numeric_limits<std::uint64_t>::max()),
@@ -612,6 +645,81 @@ TEST_CASE("checkpoint: a checkpoint directory is replaced atomically") {
     fs::remove(dir / "plots");
     check_intact();
   }
+}
+
+TEST_CASE("checkpoint: damaged weights are caught on load, naming the file and the tensor") {
+  // Issue 18: flipping the last 40 data bytes of model.safetensors gave an
+  // eval with loss 1.7e26 and exit 0, and a resume that trained on them.
+  TempDir tmp;
+  const fs::path dir = tmp / "ckpt";
+  VariableStore store;
+  classifier().build(store, 1);
+  save_checkpoint(dir, store, at(1), "first");
+  const fs::path model = dir / "model.safetensors";
+  const std::vector<std::uint8_t> good = read_bytes(model);
+  // The first tensor, in data order, that the damage reaches.
+  auto first_reached = [&](std::uint64_t damaged_bytes) {
+    for (const SafetensorsEntry& e : read_safetensors_header(model).tensors)
+      if (e.bytes > 0 && e.offset + e.bytes > good.size() - damaged_bytes) return e.name;
+    return std::string("none");
+  };
+  std::string expected;
+  auto load_message = [&] {
+    VariableStore target;
+    classifier().build(target, 2);
+    const std::vector<float> before = target.variables().front().value.to_vector<float>();
+    std::string message = "no error";
+    try {
+      load_checkpoint(dir, target);
+    } catch (const CheckpointError& e) {
+      message = e.what();
+    }
+    CHECK(target.variables().front().value.to_vector<float>() == before);  // nothing was written into the store
+    return message;
+  };
+  SUBCASE("the last 40 data bytes flipped") {
+    std::vector<std::uint8_t> bad = good;
+    for (std::size_t i = bad.size() - 40; i < bad.size(); ++i) bad[i] ^= 0xff;
+    expected = first_reached(40);
+    write_bytes(model, bad);
+  }
+  SUBCASE("a NaN written over a weight") {
+    std::vector<std::uint8_t> bad = good;
+    const std::uint8_t nan[4] = {0x00, 0x00, 0xc0, 0x7f};
+    std::copy(nan, nan + 4, bad.end() - 4);
+    expected = first_reached(4);
+    write_bytes(model, bad);
+  }
+  const std::string message = load_message();
+  INFO(message);
+  CHECK(contains(message, model.filename().string()));
+  CHECK(contains(message, "tensor '" + expected + "'"));
+  CHECK(contains(message, "do not match the checksum saved with them"));
+}
+
+TEST_CASE("checkpoint: verify reads every tensor against its checksum and lists those holding NaN or infinities") {
+  TempDir tmp;
+  VariableStore store;
+  classifier().build(store, 1);
+  save_checkpoint(tmp / "ok", store, at(1), "");
+  const CheckpointReport ok = verify_checkpoint(tmp / "ok");
+  CHECK(ok.tensors == store.variables().size());
+  CHECK(ok.blocks == ok.tensors);  // one block per tensor in a single-file checkpoint
+  CHECK(ok.checksummed == ok.blocks);
+  CHECK(ok.non_finite.empty());
+
+  Variable& first = store.variables().front();
+  auto* values = static_cast<float*>(first.value.raw_data());
+  values[3] = std::numeric_limits<float>::quiet_NaN();
+  values[5] = std::numeric_limits<float>::infinity();
+  save_checkpoint(tmp / "nan", store, at(1), "");
+  const CheckpointReport nan = verify_checkpoint(tmp / "nan");
+  REQUIRE(nan.non_finite.size() == 1);
+  CHECK(nan.non_finite[0] == first.path + ": 2 of " + std::to_string(first.value.numel()) +
+                                 " values are NaN or infinite (the first at element 3)");
+
+  CHECK_THROWS_WITH_AS(verify_checkpoint(tmp / "missing"), doctest::Contains("no such checkpoint directory"),
+                       CheckpointError);
 }
 
 TEST_CASE("checkpoint: a save removes the scratch folders killed saves left, and only those") {

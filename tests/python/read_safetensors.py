@@ -9,7 +9,10 @@ tiling the data after it) and prints one line per tensor, in data order:
     name<TAB>dtype<TAB>shape<TAB>sum
 
 with the sum exact for integers and math.fsum (correctly rounded) for floats,
-then one line "__metadata__<TAB>key=value" per metadata entry. The C++ test
+then one line "__metadata__<TAB>key=value" per metadata entry other than
+Tessera's checksums, which it checks with zlib's CRC-32 (metadata
+"tessera.crc32": a JSON object, tensor name -> 8 hex digits) and reports as
+"__checksums__<TAB>N matched". The C++ test
 "checkpoint: a Tessera safetensors file reads in Python" runs it on a file that
 Tessera wrote and compares the sums; exit status 1 and a message on stderr for
 a malformed file.
@@ -18,6 +21,7 @@ import json
 import math
 import struct
 import sys
+import zlib
 
 # dtype -> (struct format character, bytes per element)
 DTYPES = {"F32": ("f", 4), "BF16": ("H", 2), "I32": ("i", 4), "I64": ("q", 8)}
@@ -54,6 +58,8 @@ def main():
     header = json.loads(blob[8 : 8 + header_len].decode("utf-8"))
     data = blob[8 + header_len :]
     metadata = header.pop("__metadata__", {})
+    checksums = json.loads(metadata.pop("tessera.crc32", "{}"))
+    matched = 0
     entries = sorted(header.items(), key=lambda item: tuple(item[1]["data_offsets"]))
     covered = 0
     lines = []
@@ -68,6 +74,11 @@ def main():
             if begin != covered:
                 fail(path, f"tensor {name!r}: begins at {begin}, expected {covered}")
             covered = end
+        if name in checksums:
+            found = f"{zlib.crc32(data[begin:end]):08x}"
+            if found != checksums[name]:
+                fail(path, f"tensor {name!r}: CRC-32 {found}, but the header records {checksums[name]}")
+            matched += 1
         items = values(dtype, data[begin:end])
         total = sum(items) if dtype in ("I32", "I64") else math.fsum(items)
         lines.append(f"{name}\t{dtype}\t{json.dumps(shape)}\t{total!r}")
@@ -77,6 +88,8 @@ def main():
         print(line)
     for key, value in sorted(metadata.items()):
         print(f"__metadata__\t{key}={value}")
+    if checksums:
+        print(f"__checksums__\t{matched} matched")
     return 0
 
 
