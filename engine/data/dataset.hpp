@@ -16,6 +16,10 @@ struct Dataset {
   Tensor inputs;
   Tensor targets;
   std::string source;  // where the samples came from, for messages ("train.csv")
+  std::string where{};  // the config key that declared it ("run.yaml:10:3: data.train"), or ""
+
+  // "data 'train.csv'", after where it was declared: how messages name it.
+  std::string label() const { return (where.empty() ? "" : where + ": ") + "data '" + source + "'"; }
 
   // Number of samples (the leading extent); 0 for an empty Dataset.
   std::int64_t size() const {

@@ -83,7 +83,9 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   return run;
 }
 
-Dataset load_dataset(ConfigNode spec) {
+namespace {
+
+Dataset load_dataset_of_type(ConfigNode spec) {
   auto type = spec["type"].as<std::string>();
   if (type == "idx") {
     spec.expect_keys({"type", "images", "labels"});
@@ -131,6 +133,14 @@ Dataset load_dataset(ConfigNode spec) {
                                     static_cast<std::uint64_t>(spec.get<std::int64_t>("seed", 0)));
   }
   spec["type"].fail_unknown("data type", type, kDataTypes);
+}
+
+}  // namespace
+
+Dataset load_dataset(ConfigNode spec) {
+  Dataset d = load_dataset_of_type(spec);
+  d.where = spec.location() + ": " + spec.path();  // errors about its samples point at its key
+  return d;
 }
 
 std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, ProcessGroup& processes, TrainerUse use) {

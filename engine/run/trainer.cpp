@@ -193,16 +193,16 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
   return p;
 }
 
-Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) const {
+Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& label) const {
   const ModelInput& in = model_.inputs()[0];
   std::int64_t n = inputs.rank() > 0 ? inputs.shape()[0] : 0;
   if (inputs.dtype() != in.dtype)
-    throw DTypeError("data '" + source + "' has inputs " + inputs.describe() + " but model input '" +
+    throw DTypeError(label + " has inputs " + inputs.describe() + " but model input '" +
                      in.name + "' is " + std::string(dtype_name(in.dtype)));
   // Samples whose element count matches are viewed in the model's input shape
   // (28x28 IDX images feed a [784] input or a [28, 28, 1] one).
   if (n == 0 || inputs.numel() / n != in.shape.numel())
-    throw ShapeError("data '" + source + "' has samples of shape " + inputs.shape().str() +
+    throw ShapeError(label + " has samples of shape " + inputs.shape().str() +
                      " (batch first) but model input '" + in.name + "' takes " + in.shape.str());
   auto dims = in.shape.dims();
   dims.insert(dims.begin(), n);
@@ -210,7 +210,7 @@ Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& source) 
 }
 
 void Trainer::check_dataset(const Dataset& data) {
-  const Tensor inputs = as_model_input(data.inputs, data.source);
+  const Tensor inputs = as_model_input(data.inputs, data.label());
   const std::int64_t n = inputs.shape()[0];
   const Program& p = program(std::min(n, spec_.batch_size), /*training=*/false, /*with_loss=*/true);
   const Shape per_batch = p.graph.shape(p.target);
@@ -218,7 +218,7 @@ void Trainer::check_dataset(const Dataset& data) {
   dims[0] = n;
   const Tensor& t = data.targets;
   if (!t.defined() || t.dtype() != p.graph.dtype(p.target) || t.shape() != Shape(dims))
-    throw ShapeError("data '" + data.source + "' has targets " + (t.defined() ? t.describe() : std::string("none")) +
+    throw ShapeError(data.label() + " has targets " + (t.defined() ? t.describe() : std::string("none")) +
                      " for " + std::to_string(n) + " samples, but the loss " + spec_.loss.type + " takes " +
                      std::string(dtype_name(p.graph.dtype(p.target))) + Shape(dims).str());
 }
@@ -239,7 +239,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   // What would fail after the first epoch fails before it, losing no training.
   if (validation != nullptr) check_dataset(*validation);
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
-  Dataset data{as_model_input(train.inputs, train.source), train.targets, train.source};
+  Dataset data{as_model_input(train.inputs, train.label()), train.targets, train.source, train.where};
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, host_->row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
   total_steps_ = per_epoch * spec_.epochs;
@@ -303,7 +303,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
 }
 
 Evaluation Trainer::evaluate(const Dataset& dataset) {
-  Dataset data{as_model_input(dataset.inputs, dataset.source), dataset.targets, dataset.source};
+  Dataset data{as_model_input(dataset.inputs, dataset.label()), dataset.targets, dataset.source, dataset.where};
   BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, host_->row_window());
   batches.start_epoch(0);
   Evaluation total;
@@ -323,7 +323,7 @@ Evaluation Trainer::evaluate(const Dataset& dataset) {
 }
 
 Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) {
-  Tensor inputs = as_model_input(raw_inputs, "train_step inputs");
+  Tensor inputs = as_model_input(raw_inputs, "data 'train_step inputs'");
   return run_step(inputs, targets, inputs.shape()[0], 0);
 }
 
@@ -344,7 +344,7 @@ Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::i
 }
 
 Tensor Trainer::forward(const Tensor& raw_inputs) {
-  Tensor inputs = as_model_input(raw_inputs, "forward inputs");
+  Tensor inputs = as_model_input(raw_inputs, "data 'forward inputs'");
   Program& p = program(inputs.shape()[0], /*training=*/false, /*with_loss=*/false);
   p.runner->bind(p.input, inputs);
   p.runner->run();
@@ -352,7 +352,7 @@ Tensor Trainer::forward(const Tensor& raw_inputs) {
 }
 
 Tensor Trainer::predict(const Tensor& raw_inputs) {
-  Tensor inputs = as_model_input(raw_inputs, "predict inputs");
+  Tensor inputs = as_model_input(raw_inputs, "data 'predict inputs'");
   std::int64_t n = inputs.shape()[0];
   Tensor result;
   for (std::int64_t start = 0; start < n; start += spec_.batch_size) {

@@ -180,7 +180,7 @@ class Trainer {
   Program& program(std::int64_t batch, bool training, bool with_loss);
   // The step traced, with no runner made for it yet.
   std::unique_ptr<Program> traced_program(std::int64_t batch, bool training, bool with_loss);
-  Tensor as_model_input(const Tensor& inputs, const std::string& source) const;
+  Tensor as_model_input(const Tensor& inputs, const std::string& label) const;  // label: as Dataset::label()
   // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.
   void check_dataset(const Dataset& data);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).

@@ -83,6 +83,9 @@ sed 's/units: 16/unit: 16/' "$work/run.yaml" > "$work/typo.yaml"
 expect_fail 3 "typo.yaml:9:.*unknown key 'unit' (did you mean 'units'?)" -- "$tessera" inspect "$work/typo.yaml"
 expect_fail 3 "cannot open" -- "$tessera" train "$work/run.yaml" --set data.train="{type: idx, images: missing.gz, labels: missing.gz}"
 expect_fail 3 "unknown optimizer 'adamm'" -- "$tessera" train "$work/run.yaml" --set training.optimizer=adamm
+# Samples that do not fit the model's input: the data's key is named, with its line.
+expect_fail 3 "run.yaml:[0-9]*:[0-9]*: data.train: data 'synthetic classification .*' has samples of shape \[.*, 5\] (batch first) but model input" -- \
+  "$tessera" train "$work/run.yaml" --set "data.train.shape=[5]" --set training.checkpoint=false
 # A zoo model file that is not there: the key's location, and where it was looked for.
 printf 'model: nothere.yaml\n' > "$work/zoo_ref.yaml"
 expect_fail 3 "zoo_ref.yaml:1:8: model: the model file 'nothere.yaml' does not exist (looked for '$work/nothere.yaml'" -- \
