@@ -301,7 +301,7 @@ void add_shard(ShardIndex& index, const std::string& tensor, DType dtype,
 void check_shard_index(const ShardIndex& index, const std::string& where) {
   std::set<std::pair<std::string, std::string>> used;  // (file, key)
   for (const auto& [name, info] : index.tensors) {
-    auto error = [&](const std::string& message) {
+    auto error = [&, &name = name](const std::string& message) {  // (Clang 14 cannot capture a binding implicitly)
       return CheckpointError(where + ": tensor '" + name + "': " + message);
     };
     for (std::int64_t d : info.shape)
@@ -401,7 +401,7 @@ ShardIndex load_shard_index(const fs::path& dir) {
   if (!j.contains("tessera_shards") || !j["tessera_shards"].is_object())
     throw error("'tessera_shards' is missing or not a JSON object (an index not written by Tessera?)");
   for (const auto& [name, value] : j["tessera_shards"].items()) {
-    auto tensor_error = [&](const std::string& message) {
+    auto tensor_error = [&, &name = name](const std::string& message) {  // (as above)
       return error("tensor '" + name + "': " + message);
     };
     if (!value.is_object()) throw tensor_error("the entry is not a JSON object");
