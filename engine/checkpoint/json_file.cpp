@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "engine/core/error.hpp"
+#include "engine/core/printable.hpp"
 
 namespace tessera {
 
@@ -20,7 +21,7 @@ nlohmann::ordered_json read_json_object(const std::filesystem::path& path, const
   try {
     j = nlohmann::ordered_json::parse(text.str());
   } catch (const nlohmann::json::exception& e) {
-    throw error(std::string("not valid JSON: ") + e.what());
+    throw error("not valid JSON: " + printable(e.what()));
   }
   if (!j.is_object()) throw error("not a JSON object");
   return j;

@@ -21,6 +21,7 @@
 
 #include "engine/core/byte_order.hpp"
 #include "engine/core/file_io.hpp"
+#include "engine/core/printable.hpp"
 
 namespace tessera {
 namespace {
@@ -126,7 +127,7 @@ SafetensorsHeader read_header(int fd, const std::filesystem::path& path, const c
     return CheckpointError(std::string(what) + ": '" + path.string() + "': " + message);
   };
   auto tensor_error = [&](const std::string& name, const std::string& message) {
-    return error("tensor '" + name + "': " + message);
+    return error("tensor '" + printable(name) + "': " + message);
   };
 
   struct stat info {};
@@ -162,7 +163,7 @@ SafetensorsHeader read_header(int fd, const std::filesystem::path& path, const c
   try {
     header = Json::parse(text, note_keys);
   } catch (const nlohmann::json::exception& e) {
-    throw error(std::string("the header is not valid JSON: ") + e.what());
+    throw error("the header is not valid JSON: " + printable(e.what()));
   }
   if (!header.is_object()) throw error("the header is not a JSON object");
   if (!duplicate.empty()) throw error("the header names '" + duplicate + "' twice");

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/data/detail.hpp"
+#include "engine/core/printable.hpp"
 
 namespace tessera {
 
@@ -65,14 +66,14 @@ class HeaderParser {
         seen_descr = true;
       } else if (key == "fortran_order") {
         std::string value = identifier();
-        if (value != "True" && value != "False") fail("fortran_order is '" + value + "'");
+        if (value != "True" && value != "False") fail("fortran_order is '" + printable(value) + "'");
         h.fortran_order = value == "True";
         seen_order = true;
       } else if (key == "shape") {
         h.shape = shape_tuple();
         seen_shape = true;
       } else {
-        fail("unexpected key '" + key + "'");
+        fail("unexpected key '" + printable(key) + "'");
       }
       skip_space();
       if (eat(',')) continue;
@@ -197,7 +198,7 @@ Tensor parse_npy(const std::uint8_t* data, std::size_t size, std::string_view wh
   if (type == nullptr)
     throw file_error(
         what, source,
-        "dtype '" + header.descr + "' is not supported (known: " + known_descrs() + ")");
+        "dtype '" + printable(header.descr) + "' is not supported (known: " + known_descrs() + ")");
   if (header.fortran_order)
     throw file_error(what, source,
                      "fortran_order is True; only C-order arrays are supported "

@@ -288,6 +288,13 @@ TEST_CASE("checkpoint: corrupt safetensors files are CheckpointErrors naming the
     write_bytes(bad, flipped);
     check_error("its bytes do not match the checksum saved with them", "b");
   }
+  SUBCASE("damaged header bytes are echoed escaped, never raw") {
+    write_safetensors_raw(bad, "{\"w\xff\x01\": 1}", 0);
+    check_error("ill-formed UTF-8 byte; last read: '\"w\\xff'");
+    CHECK(load_error(bad).find('\xff') == std::string::npos);
+    write_safetensors_raw(bad, R"({"w\u0001": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", 8);
+    check_error("tensor 'w\\x01': dtype 'F64'");
+  }
   SUBCASE("a checksum that is not one") {
     write_safetensors_raw(bad, R"({"__metadata__": {"tessera.crc32": "{\"w\": 7}"}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
     check_error("not 8 hex digits", "w");

@@ -394,6 +394,13 @@ TEST_CASE("data_test: load_npy converts f64 and u8, and rejects what it cannot r
   write_file(dir / "nan.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f32_nan));
   CHECK(contains(data_error_of([&] { load_npy(dir / "nan.npy"); }), "element 2 is NaN"));
 
+  // A damaged header's bytes are echoed escaped, never raw (issue 18).
+  write_file(dir / "damaged.npy",
+             npy_bytes("{'descr': '<f\xff\x01', 'fortran_order': False, 'shape': (1,), }", Bytes{0, 0, 0, 0}));
+  message = data_error_of([&] { load_npy(dir / "damaged.npy"); });
+  CHECK(contains(message, "dtype '<f\\xff\\x01' is not supported"));
+  CHECK(message.find('\xff') == std::string::npos);
+
   write_text(dir / "text.npy", "not numpy at all");
   CHECK(contains(data_error_of([&] { load_npy(dir / "text.npy"); }), "not a .npy file"));
   CHECK(contains(data_error_of([&] { load_npy(dir / "missing.npy"); }), "missing.npy"));
