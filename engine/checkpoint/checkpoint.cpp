@@ -426,7 +426,7 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   // replaced), so that waiting to arrive never waits on writer 0's I/O.
   const fs::path scratch_path = dir.parent_path() / (dir.filename().string() + ".tmp-step" + std::to_string(state.step));
   std::optional<ScratchDir> scratch;  // writer 0's: removed once installed (then it holds the old checkpoint)
-  sharded.meet();
+  (sharded.meet ? sharded.meet : sharded.barrier)();  // a caller with one barrier uses it for both
   if (sharded.writer == 0) {
     remove_stale_scratch(dir);  // this step's too: every writer is here, none writes yet
     std::error_code ec;
@@ -495,15 +495,16 @@ CheckpointReport verify_checkpoint(const fs::path& dir) {
       if (entry.crc32) ++report.checksummed;
     }
   }
+  std::vector<std::string> names;
   for (const auto* listed : {&model, &optimizer})
-    for (const Listed& t : *listed) {
-      const Tensor value = read_tensor_slice(dir, index, t.path, ShardSlice::whole(t.shape.dims()));  // checks checksums
-      ++report.tensors;
-      report.bytes += value.nbytes();
-      if (const auto [count, first] = count_non_finite(value); count > 0)
-        report.non_finite.push_back(t.path + ": " + std::to_string(count) + " of " + std::to_string(value.numel()) +
-                                    " values are NaN or infinite (the first at element " + std::to_string(first) + ")");
-    }
+    for (const Listed& t : *listed) names.push_back(t.path);
+  for_each_whole_tensor(dir, index, names, [&](const std::string& path, const Tensor& value) {  // checks checksums
+    ++report.tensors;
+    report.bytes += value.nbytes();
+    if (const auto [count, first] = count_non_finite(value); count > 0)
+      report.non_finite.push_back(path + ": " + std::to_string(count) + " of " + std::to_string(value.numel()) +
+                                  " values are NaN or infinite (the first at element " + std::to_string(first) + ")");
+  });
   return report;
 }
 

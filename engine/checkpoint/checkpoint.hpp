@@ -80,7 +80,7 @@ struct ShardedSave {
   // Both return once every writer has called them. `meet` is where the
   // writers arrive from training: a writer that never comes (stopped, stuck)
   // is caught as soon as a collective would catch it. `barrier` follows file
-  // I/O, which may take far longer.
+  // I/O, which may take far longer. Without `meet`, `barrier` serves both.
   std::function<void()> meet;
   std::function<void()> barrier;
 };

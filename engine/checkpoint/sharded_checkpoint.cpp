@@ -468,6 +468,16 @@ void read_tensor_slice_into(const fs::path& dir, const ShardIndex& index, const 
   SliceReader(dir).read_into(index, name, slice, out);
 }
 
+void for_each_whole_tensor(const fs::path& dir, const ShardIndex& index, const std::vector<std::string>& names,
+                           const std::function<void(const std::string& name, const Tensor& value)>& use) {
+  SliceReader reader(dir);
+  for (const std::string& name : names) {
+    const auto found = index.tensors.find(name);
+    const std::vector<std::int64_t> dims = found == index.tensors.end() ? std::vector<std::int64_t>{} : found->second.shape;
+    use(name, reader.read(index, name, ShardSlice::whole(dims)));  // a name not in the index: its error
+  }
+}
+
 void export_consolidated(const fs::path& dir, const fs::path& out, const std::map<std::string, std::string>& metadata,
                          const std::function<bool(const std::string& tensor)>& include, std::uint64_t piece_bytes) {
   const ShardIndex index = load_shard_index(dir);

@@ -124,6 +124,14 @@ Tensor read_tensor_slice(const std::filesystem::path& dir, const ShardIndex& ind
 void read_tensor_slice_into(const std::filesystem::path& dir, const ShardIndex& index, const std::string& name,
                             const ShardSlice& slice, const Tensor& out);
 
+// Reads each of `names` whole, in order, handing it to `use` (one tensor in
+// memory at a time), opening and checking each file's header once for all of
+// them: what reads a whole checkpoint calls this, not read_tensor_slice per
+// tensor, which parses the headers again for each.
+void for_each_whole_tensor(const std::filesystem::path& dir, const ShardIndex& index,
+                           const std::vector<std::string>& names,
+                           const std::function<void(const std::string& name, const Tensor& value)>& use);
+
 // Writes every tensor of the sharded checkpoint `dir`, whole, into one
 // safetensors file `out` (in name order), with the index's metadata updated
 // by `metadata`; with `include`, only the tensors it accepts. Streams: at
