@@ -65,14 +65,14 @@ TEST_CASE("a layer size that no memory holds is an OutOfMemoryError at the layer
   // Issue 18: `units: 10000000000` went straight to aligned_alloc (48 GB to
   // 1.2 TB), which failed without the config's location or, under
   // AddressSanitizer, aborted. A request over the machine's RAM and swap is
-  // refused before the C library sees it.
+  // refused before the C library sees it; 640 TB is over any machine's.
   test::TempDir dir;
   std::ofstream(dir / "run.yaml") << "model:\n"
                                      "  name: huge\n"
                                      "  inputs: [{name: features, shape: [8]}]\n"
                                      "  layers:\n"
                                      "    - {type: Dense, units: 16}\n"
-                                     "    - {type: Dense, units: 10000000000}\n"
+                                     "    - {type: Dense, units: 10000000000000}\n"
                                      "training:\n"
                                      "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
                                      "  optimizer: {type: adam}\n"
@@ -83,13 +83,13 @@ TEST_CASE("a layer size that no memory holds is an OutOfMemoryError at the layer
   VariableStore store;
   try {
     run.model.build(store, run.training.seed);
-    FAIL("a 640 GB kernel was allocated");
+    FAIL("a 640 TB kernel was allocated");
   } catch (const OutOfMemoryError& e) {
     const std::string message = e.what();
     INFO(message);
-    CHECK(message.find("run.yaml:6:7: model.layers[1]: layer 'dense_1' (Dense): variable 'huge/dense_1/kernel' (f32[16, 10000000000])") !=
+    CHECK(message.find("run.yaml:6:7: model.layers[1]: layer 'dense_1' (Dense): variable 'huge/dense_1/kernel' (f32[16, 10000000000000])") !=
           std::string::npos);
-    CHECK(message.find("640000000000 bytes requested") != std::string::npos);
+    CHECK(message.find("640000000000000 bytes requested") != std::string::npos);
     CHECK(message.find("of RAM and swap in all") != std::string::npos);
   }
   // The layer before it was built; the one that failed left nothing behind.
