@@ -105,7 +105,7 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
 }
 
 int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
-          const std::string& resume_dir, bool profile) {
+          const std::string& resume_dir, NonFinite non_finite, bool profile) {
   RunConfig run = load_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
@@ -124,7 +124,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (!resume_dir.empty()) {
     // Everything is checked before the store changes: a checkpoint of another
     // model fails here, naming the variable.
-    TrainingState state = trainer.load(resume_dir);
+    TrainingState state = trainer.load(resume_dir, non_finite);
     trainer.resume(state);
     fmt::print("Resuming from '{}': {} epoch(s) and {} batch(es) done, step {}\n", resume_dir, state.epoch,
                state.batch, state.step);
@@ -236,21 +236,22 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
 
 // A trainer of `run` with the weights of checkpoint `dir` (checked before
 // use; a sharded trainer's devices read only their slices).
-std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& store, const std::string& dir) {
+std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& store, const std::string& dir,
+                                              NonFinite non_finite) {
   std::unique_ptr<Trainer> trainer = make_trainer(run, store);
-  TrainingState state = trainer->load(dir);
+  TrainingState state = trainer->load(dir, non_finite);
   fmt::print("Loaded '{}' (epoch {}, step {})\n", dir, state.epoch, state.step);
   return trainer;
 }
 
 int eval(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
-         const std::string& split) {
+         const std::string& split, NonFinite non_finite) {
   RunConfig run = load_config(file, overrides);
   auto data = split == "train" ? run.train_data : run.validation_data;
   if (!data) throw ConfigError(file + ": data." + split + " is required to evaluate on it");
   Dataset dataset = load_dataset(*data);
   VariableStore store;
-  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
+  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint, non_finite);
   Trainer& trainer = *trainer_owner;
   fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(trainer.evaluate(dataset)));
   return kOk;
@@ -258,7 +259,7 @@ int eval(const std::string& file, const std::vector<std::string>& overrides, con
 
 // Inputs from .npy or IDX images; outputs to .npy or .csv (one row per sample).
 int predict(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
-            const std::string& input, const std::string& output) {
+            const std::string& input, const std::string& output, NonFinite non_finite) {
   RunConfig run = load_config(file, overrides);
   auto extension = [](const std::string& path) { return std::filesystem::path(path).extension().string(); };
   Tensor inputs;
@@ -272,7 +273,7 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   if (extension(output) != ".npy" && extension(output) != ".csv")
     throw DataError("predict: cannot write '" + output + "': expected a .npy or .csv file name");
   VariableStore store;
-  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint);
+  std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint, non_finite);
   Trainer& trainer = *trainer_owner;
   Tensor outputs = trainer.predict(inputs);
   if (job_processes().placement().process != 0) return kOk;  // every process has them; one writes
@@ -296,7 +297,8 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
 // Text after each prompt: streamed as it comes for one prompt, each
 // completion in turn for several; a summary of the speeds on stderr.
 int generate(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
-             std::vector<std::string> prompts, const std::string& prompt_file, const GenerationOptions& options) {
+             std::vector<std::string> prompts, const std::string& prompt_file, const GenerationOptions& options,
+             NonFinite non_finite) {
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file);
     if (!in) throw DataError("generate: cannot read the prompt file '" + prompt_file + "'");
@@ -305,7 +307,7 @@ int generate(const std::string& file, const std::vector<std::string>& overrides,
   }
   if (prompts.empty()) throw ConfigError("generate: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
   check_sampling(options);
-  InferenceModel model(file, checkpoint, overrides);
+  InferenceModel model(file, checkpoint, overrides, non_finite);
   const Tokenizer& tokenizer = model.tokenizer();
   std::vector<std::vector<std::int32_t>> tokens;
   for (const auto& p : prompts) tokens.push_back(tokenizer.encode(p));
@@ -481,8 +483,12 @@ int main(int argc, char** argv) {
     cmd->add_option("--set", overrides, "Override a config key: --set training.epochs=2 (repeatable)");
   }
   std::string device;
-  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, generate_cmd})
+  bool allow_non_finite = false;
+  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, generate_cmd}) {
     cmd->add_option("--device", device, "Run on this device: cpu or cuda:N (the config's device:; no distribution:)");
+    cmd->add_flag("--allow-non-finite", allow_non_finite,
+                  "Load a checkpoint whose weights hold NaN or infinities (refused otherwise)");
+  }
   inspect_cmd->add_flag("--resolved", resolved, "Also print the config with every default filled in");
   std::string visualize;
   inspect_cmd->add_option("--visualize", visualize, "Draw which device holds which block of this variable (a path)");
@@ -510,10 +516,11 @@ int main(int argc, char** argv) {
     if (*check) return selfcheck(cpu_devices);
     if (*list) return devices(cpu_devices);
     if (*inspect_cmd) return inspect(config, overrides, resolved, visualize);
-    if (*eval_cmd) return eval(config, overrides, checkpoint, split);
-    if (*predict_cmd) return predict(config, overrides, checkpoint, input, output);
-    if (*generate_cmd) return generate(config, overrides, checkpoint, prompts, prompt_file, generation);
-    if (*train_cmd) return train(config, overrides, log_path, resume_dir, profile);
+    const NonFinite non_finite = allow_non_finite ? NonFinite::allow : NonFinite::refuse;
+    if (*eval_cmd) return eval(config, overrides, checkpoint, split, non_finite);
+    if (*predict_cmd) return predict(config, overrides, checkpoint, input, output, non_finite);
+    if (*generate_cmd) return generate(config, overrides, checkpoint, prompts, prompt_file, generation, non_finite);
+    if (*train_cmd) return train(config, overrides, log_path, resume_dir, non_finite, profile);
     if (*plan_cmd) return plan(config, overrides, recalibrate);
     if (*export_cmd) return export_checkpoint(checkpoint, export_out);
     if (*verify_cmd) return verify(checkpoint);

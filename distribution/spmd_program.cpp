@@ -171,13 +171,16 @@ void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const 
     const ShardSlice slice{entry.sharding.block_start(v.shape(), mesh_, rank), block.dims()};
     if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.dtype(), host_device(rank)));
     read_tensor_slice_into(source_, source_index_, path, slice, entry.host_blocks[i]);
+    check_finite(entry.host_blocks[i], "'" + source_.string() + "'", "block " + slice.str() + " of tensor '" + path + "'",
+                 source_non_finite_);
   }
   upload(entry);
 }
 
-void ShardedVariables::read_from(const std::filesystem::path& dir) {
+void ShardedVariables::read_from(const std::filesystem::path& dir, NonFinite non_finite) {
   source_index_ = checkpoint_index(dir);
   source_ = dir;
+  source_non_finite_ = non_finite;
   for (auto& [path, entry] : entries_) read_blocks(path, entry);
 }
 
@@ -186,6 +189,7 @@ void ShardedVariables::detach_source() {
   for (Variable& v : store_.variables())
     if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {  // no program holds it: whole
       Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.shape().dims()));
+      check_finite(values, "'" + source_.string() + "'", "tensor '" + v.path + "'", source_non_finite_);
       if (v.deferred()) v.value = values;  // nothing holds it: take the tensor read
       else std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
     }

@@ -94,8 +94,10 @@ class ShardedVariables {
   // store's values are stale until write_back() (deferred ones of several
   // processes stay so); variables no program holds
   // are read whole at the first write_back() or sharded_save(), which then
-  // forget the checkpoint (a save may replace it).
-  void read_from(const std::filesystem::path& dir);
+  // forget the checkpoint (a save may replace it). Each block read is
+  // refused (CheckpointError) when it holds NaN or infinities, unless
+  // `non_finite` allows them.
+  void read_from(const std::filesystem::path& dir, NonFinite non_finite = NonFinite::refuse);
   // This process's part of a sharded checkpoint: the blocks whose first copy
   // its devices hold (each block of the mesh is written once), whole store
   // variables that no program holds (by process 0), and every process's index.
@@ -122,6 +124,7 @@ class ShardedVariables {
 
   std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
   ShardIndex source_index_;
+  NonFinite source_non_finite_ = NonFinite::refuse;
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;
   VariableStore& store_;

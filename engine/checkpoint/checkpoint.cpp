@@ -1,4 +1,5 @@
 #include "engine/checkpoint/checkpoint.hpp"
+
 #include "engine/checkpoint/json_file.hpp"
 
 #include <fcntl.h>
@@ -454,22 +455,6 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   sharded.barrier();
 }
 
-namespace {
-
-// How many of `t`'s values are NaN or infinite, and the first one's element.
-std::pair<std::int64_t, std::int64_t> count_non_finite(const Tensor& t) {
-  std::int64_t count = 0, first = -1;
-  auto scan = [&](const auto* bits, auto exponent) {
-    for (std::int64_t i = 0; i < t.numel(); ++i)
-      if ((bits[i] & exponent) == exponent && ++count == 1) first = i;
-  };
-  if (t.dtype() == DType::f32) scan(static_cast<const std::uint32_t*>(t.raw_data()), std::uint32_t{0x7f800000});
-  if (t.dtype() == DType::bf16) scan(static_cast<const std::uint16_t*>(t.raw_data()), std::uint16_t{0x7f80});
-  return {count, first};
-}
-
-}  // namespace
-
 CheckpointReport verify_checkpoint(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -501,9 +486,8 @@ CheckpointReport verify_checkpoint(const fs::path& dir) {
   for_each_whole_tensor(dir, index, names, [&](const std::string& path, const Tensor& value) {  // checks checksums
     ++report.tensors;
     report.bytes += value.nbytes();
-    if (const auto [count, first] = count_non_finite(value); count > 0)
-      report.non_finite.push_back(path + ": " + std::to_string(count) + " of " + std::to_string(value.numel()) +
-                                  " values are NaN or infinite (the first at element " + std::to_string(first) + ")");
+    if (const NonFiniteCount found = count_non_finite(value); found.count > 0)
+      report.non_finite.push_back(path + ": " + describe_non_finite(found, value.numel()));
   });
   return report;
 }
@@ -518,7 +502,7 @@ ShardIndex checkpoint_index(const fs::path& dir) {
   return index;
 }
 
-TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadValues values) {
+TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadValues values, NonFinite non_finite) {
   auto error = [&](const std::string& message) {
     return CheckpointError("load_checkpoint: '" + dir.string() + "': " + message);
   };
@@ -544,6 +528,9 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
   }
   check_fingerprint(state_file.model_variables, model, dir / kModelFile, dir / kStateFile);
   check_fingerprint(state_file.optimizer_variables, optimizer, dir / kOptimizerFile, dir / kStateFile);
+  if (read)
+    for (const auto* file : {&model, &optimizer})
+      for (const Listed& t : *file) check_finite(t.value, "load_checkpoint: '" + dir.string() + "'", "tensor '" + t.path + "'", non_finite);
   for (const Listed& t : model)
     if (is_optimizer_state(t.path))
       throw error(std::string(kModelFile) + " holds optimizer state '" + t.path + "'");

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/non_finite.hpp"
 #include "engine/checkpoint/sharded_checkpoint.hpp"
 
 #include "engine/variable_store.hpp"
@@ -108,10 +109,14 @@ void save_checkpoint(const std::filesystem::path& dir, const VariableStore& stor
 // With LoadValues::none everything is checked but no value is read: the
 // store keeps its values (and optimizer state it lacked is added as zeros),
 // for a caller that then reads only the slices it needs (checkpoint_index,
-// read_tensor_slice), as a sharded trainer does.
+// read_tensor_slice), as a sharded trainer does, checking them with
+// check_finite itself.
+//
+// Values read that are NaN or infinite are refused (CheckpointError naming
+// the tensor and the first such element) unless `non_finite` allows them.
 enum class LoadValues { all, none };
 TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store,
-                              LoadValues values = LoadValues::all);
+                              LoadValues values = LoadValues::all, NonFinite non_finite = NonFinite::refuse);
 
 // What verify_checkpoint found in a checkpoint it could read whole.
 struct CheckpointReport {
@@ -127,7 +132,8 @@ struct CheckpointReport {
 // would (training_state.json, its fingerprints, the index and every file's
 // header), then reads every tensor whole, one at a time, checking every
 // recorded checksum. Throws CheckpointError naming the file and tensor at the
-// first damage; tensors holding NaN or infinities (which load) are listed.
+// first damage; tensors holding NaN or infinities (which loads refuse
+// unless asked) are listed.
 CheckpointReport verify_checkpoint(const std::filesystem::path& dir);
 
 // Where each tensor of the checkpoint `dir` lies, for either form: a sharded

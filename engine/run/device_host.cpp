@@ -26,8 +26,8 @@ class DeviceHost final : public StepHost {
   }
   RowWindow row_window() const override { return {}; }
 
-  TrainingState load(const std::filesystem::path& dir) override {
-    TrainingState state = load_checkpoint(dir, store_);
+  TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) override {
+    TrainingState state = load_checkpoint(dir, store_, LoadValues::all, non_finite);
     upload();
     return state;
   }

@@ -86,7 +86,7 @@ std::map<std::string, Tensor> read_file(const std::filesystem::path& file, const
 
 }  // namespace
 
-void load_model_weights(const std::filesystem::path& weights, VariableStore& store) {
+void load_model_weights(const std::filesystem::path& weights, VariableStore& store, NonFinite non_finite) {
   std::map<std::string, Tensor> values;
   if (std::filesystem::is_directory(weights)) {
     // A sharded checkpoint's index names the files of each tensor; a
@@ -99,14 +99,15 @@ void load_model_weights(const std::filesystem::path& weights, VariableStore& sto
     throw CheckpointError("'" + weights.string() + "' is neither a checkpoint directory (written by tessera train) nor "
                           "a .safetensors file (written by tessera export)");
   }
+  for (const auto& [path, value] : values) check_finite(value, "'" + weights.string() + "'", "tensor '" + path + "'", non_finite);
   for (auto& v : store.variables()) std::memcpy(v.value.raw_data(), values.at(v.path).raw_data(), v.value.nbytes());
 }
 
 InferenceModel::InferenceModel(const std::filesystem::path& config, const std::filesystem::path& weights,
-                               const std::vector<std::string>& overrides)
+                               const std::vector<std::string>& overrides, NonFinite non_finite)
     : run_(std::make_unique<RunConfig>(load_run_config(config, overrides))), store_(std::make_unique<VariableStore>()) {
   run_->model.build(*store_, run_->training.seed);
-  load_model_weights(weights, *store_);
+  load_model_weights(weights, *store_, non_finite);
   trainer_ = make_trainer(*run_, *store_, job_processes(), TrainerUse::inference);
 
   // A language model: one input of integer tokens [T], scores [T, V] out.

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/non_finite.hpp"
 #include "engine/core/tensor.hpp"
 #include "engine/run/sampler.hpp"
 #include "engine/run/tokenizer.hpp"
@@ -77,9 +78,10 @@ class InferenceModel {
  public:
   // `overrides` as tessera's --set ("device=cuda:0"). Throws ConfigError for
   // the config, CheckpointError naming the file and tensor when the weights
-  // are not this model's.
+  // are not this model's or hold NaN or infinities (unless `non_finite`
+  // allows them).
   InferenceModel(const std::filesystem::path& config, const std::filesystem::path& weights,
-                 const std::vector<std::string>& overrides = {});
+                 const std::vector<std::string>& overrides = {}, NonFinite non_finite = NonFinite::refuse);
   ~InferenceModel();
   InferenceModel(const InferenceModel&) = delete;
   InferenceModel& operator=(const InferenceModel&) = delete;
@@ -125,8 +127,9 @@ class InferenceModel {
 // Reads the model's variables of `store` from `weights` (a checkpoint
 // directory, either form, or a .safetensors file) into it: every variable
 // must be there with its shape and dtype, and nothing else but optimizer
-// state. Throws CheckpointError naming the file and tensor; on error the
-// store is unchanged.
-void load_model_weights(const std::filesystem::path& weights, VariableStore& store);
+// state, and no NaN or infinity unless `non_finite` allows them. Throws
+// CheckpointError naming the file and tensor; on error the store is unchanged.
+void load_model_weights(const std::filesystem::path& weights, VariableStore& store,
+                        NonFinite non_finite = NonFinite::refuse);
 
 }  // namespace tessera

@@ -31,9 +31,9 @@ class MeshHost final : public StepHost {
     return [this](std::int64_t size) { return process_rows(size); };
   }
 
-  TrainingState load(const std::filesystem::path& dir) override {
+  TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) override {
     TrainingState state = load_checkpoint(dir, store_, LoadValues::none);  // checked; nothing read yet
-    blocks_.read_from(dir);
+    blocks_.read_from(dir, non_finite);
     loaded_ = true;
     return state;
   }

@@ -54,8 +54,10 @@ class StepHost {
   virtual RowWindow row_window() const = 0;
 
   // Loads the checkpoint `dir` (either form, any mesh) and returns its state;
-  // on error nothing changed (see load_checkpoint).
-  virtual TrainingState load(const std::filesystem::path& dir) = 0;
+  // on error nothing changed (see load_checkpoint). NaN or infinite values
+  // are refused unless `non_finite` allows them; a sharded host checks each
+  // block as it reads it (blocks made later are read later).
+  virtual TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) = 0;
   // The store was given new values by someone else (load_checkpoint by hand):
   // the runners take them, unless load() already gave them a checkpoint's.
   virtual void store_changed() = 0;

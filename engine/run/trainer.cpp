@@ -129,7 +129,7 @@ void Trainer::resume(const TrainingState& state) {
   start_batch_ = batches_done_ = state.batch;
 }
 
-TrainingState Trainer::load(const std::filesystem::path& dir) { return host_->load(dir); }
+TrainingState Trainer::load(const std::filesystem::path& dir, NonFinite non_finite) { return host_->load(dir, non_finite); }
 
 TrainingState Trainer::state() const {
   return TrainingState{.step = step_, .epoch = epochs_done_, .batch = batches_done_, .seed = spec_.seed, .config = {}};

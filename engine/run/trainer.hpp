@@ -160,8 +160,9 @@ class Trainer {
   // Loads the checkpoint `dir` (either form, any mesh and process count) and
   // returns its state. One device reads it into the store; a sharded trainer
   // checks it against the store, then each device reads only its blocks'
-  // slices. Throws CheckpointError (see load_checkpoint); on error nothing changed.
-  TrainingState load(const std::filesystem::path& dir);
+  // slices. Throws CheckpointError (see load_checkpoint); on error nothing
+  // changed. NaN or infinite values are refused unless `non_finite` allows them.
+  TrainingState load(const std::filesystem::path& dir, NonFinite non_finite = NonFinite::refuse);
 
   // Makes the next fit() continue a run saved as `state` (the store must hold
   // the checkpoint's values, by load_checkpoint, or the trainer by load()): the step counter (Adam's bias

@@ -121,6 +121,30 @@ PY
 expect_fail 3 "tensor 'tiny/.*model.safetensors': its bytes do not match the checksum" -- "$tessera" verify "$work/damaged"
 expect_fail 3 "its bytes do not match the checksum" -- \
   "$tessera" eval "$work/run.yaml" --checkpoint "$work/damaged" --split train
+# A NaN weight whose checksum agrees (a file written so): verify lists it,
+# a load refuses it unless asked.
+cp -r "$work/ckpt" "$work/nan"
+python3 - "$work/nan/model.safetensors" <<'PY'
+import json, struct, sys, zlib
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+name = next(k for k in header if k.endswith("dense/kernel"))
+begin, end = (8 + n + o for o in header[name]["data_offsets"])
+data[begin:begin + 4] = struct.pack("<f", float("nan"))
+checksums = json.loads(header["__metadata__"]["tessera.crc32"])  # metadata values are strings
+checksums[name] = "%08x" % zlib.crc32(bytes(data[begin:end]))
+header["__metadata__"]["tessera.crc32"] = json.dumps(checksums)
+text = json.dumps(header).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+"$tessera" verify "$work/nan" > "$work/verify_nan.txt" && fail "verify passed a NaN weight"
+grep -q "^non-finite: tiny/dense/kernel: 1 of" "$work/verify_nan.txt" || fail "verify did not list the NaN: $(cat "$work/verify_nan.txt")"
+expect_fail 3 "tensor 'tiny/dense/kernel': 1 of .* values are NaN or infinite (the first at element 0); refused" -- \
+  "$tessera" eval "$work/run.yaml" --checkpoint "$work/nan" --split train
+"$tessera" eval "$work/run.yaml" --checkpoint "$work/nan" --split train --allow-non-finite > /dev/null ||
+  fail "eval --allow-non-finite did not load the NaN weight"
 
 # Sharded training: a 2x2 mesh with column- then row-parallel layers reaches
 # the single-device losses, and its checkpoint loads on one device.

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <barrier>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -23,12 +25,14 @@ using test::TempDir;
 // and a [3] state that no program binds.
 void fill(VariableStore& store, bool random) {
   unsigned seed = 1;
-  for (auto [path, shape] : {std::pair<std::string, Shape>{"m/w", Shape({4, 6})}, {"m/b", Shape({6})},
-                             {"optimizer/m/w/step", Shape({3})}})
+  for (const auto& [path, shape_binding] : {std::pair<std::string, Shape>{"m/w", Shape({4, 6})}, {"m/b", Shape({6})},
+                                            {"optimizer/m/w/step", Shape({3})}}) {
+    const Shape& shape = shape_binding;  // the lambda captures it (Clang 14: not a binding)
     store.get_or_create(path, shape, DType::f32, true, {}, [&](const Tensor& t) {
       Tensor v = random ? test::random_tensor(shape, seed++) : test::zeros(shape);
       std::memcpy(t.raw_data(), v.raw_data(), v.nbytes());
     });
+  }
 }
 
 Sharding columns(int rank) {  // the last dimension split over mesh axis 1 (model)
@@ -120,6 +124,36 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
   device1.read_from(checkpoint);
   CHECK_THROWS_WITH_AS(device1.blocks("m/w", columns(2)), doctest::Contains("model-00002-of-00002.safetensors"),
                        CheckpointError);
+  set_cpu_device_count(1);
+}
+
+TEST_CASE("resharding: a block holding NaN or infinities is refused unless allowed") {
+  set_cpu_device_count(2, 1);
+  DeviceMesh mesh({1, 2}, {"batch", "model"}, cpu_devices(2));
+  VariableStore saved;
+  fill(saved, true);
+  static_cast<float*>(saved.find("m/w")->value.raw_data())[3 * 6 + 5] = std::numeric_limits<float>::quiet_NaN();
+  static_cast<float*>(saved.find("optimizer/m/w/step")->value.raw_data())[1] = std::numeric_limits<float>::infinity();
+  TempDir dir;
+  save_checkpoint(dir / "ckpt", saved, TrainingState{}, "config");
+
+  VariableStore loaded;
+  fill(loaded, false);
+  ShardedVariables device0(mesh, {0}, loaded), device1(mesh, {1}, loaded);
+  device0.read_from(dir / "ckpt");
+  device1.read_from(dir / "ckpt");
+  CHECK_NOTHROW(device0.blocks("m/w", columns(2)));  // columns 0:3 are finite
+  CHECK_THROWS_WITH_AS(device1.blocks("m/w", columns(2)),
+                       doctest::Contains("block [0:4, 3:6] of tensor 'm/w': 1 of 12 values are NaN or infinite "
+                                         "(the first at element 11)"),
+                       CheckpointError);
+  // State no program holds is read whole when the store is written back.
+  CHECK_THROWS_WITH_AS(device0.write_back(job_processes(), std::chrono::seconds(1)),
+                       doctest::Contains("tensor 'optimizer/m/w/step': 1 of 3 values"), CheckpointError);
+
+  ShardedVariables allowed(mesh, {1}, loaded);
+  allowed.read_from(dir / "ckpt", NonFinite::allow);
+  CHECK(std::isnan(allowed.blocks("m/w", columns(2))[0].data<float>()[11]));
   set_cpu_device_count(1);
 }
 

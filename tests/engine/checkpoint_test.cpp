@@ -174,7 +174,9 @@ TEST_CASE("checkpoint: a Tessera safetensors file parses with an independent rea
   CHECK(header.size() == tensors.size() + 1);
   const std::map<DType, std::string> names{{DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::i32, "I32"}, {DType::i64, "I64"}};
   std::uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& named : tensors) {
+    const auto& name = named.first;
+    const auto& t = named.second;
     CAPTURE(name);
     const nlohmann::json& entry = header.at(name);
     CHECK(entry["dtype"] == names.at(t.dtype()));
@@ -229,7 +231,9 @@ TEST_CASE("checkpoint: a Tessera safetensors file reads in Python with only json
   }
   REQUIRE(rows.size() == tensors.size());
   CHECK(checksum_lines == 1);
-  for (const auto& [name, t] : tensors) {
+  for (const auto& named : tensors) {
+    const auto& name = named.first;
+    const auto& t = named.second;
     CAPTURE(name);
     const auto& row = rows.at(name);
     CHECK(row[0] == safetensors_dtype_name(t.dtype()));
@@ -727,6 +731,30 @@ TEST_CASE("checkpoint: verify reads every tensor against its checksum and lists 
 
   CHECK_THROWS_WITH_AS(verify_checkpoint(tmp / "missing"), doctest::Contains("no such checkpoint directory"),
                        CheckpointError);
+}
+
+TEST_CASE("checkpoint: a load refuses weights holding NaN or infinities unless allowed") {
+  // Issue 18: a NaN written into a weight (with a checksum that agrees, or a
+  // file without one) loaded silently, and the model then computed only NaN.
+  TempDir tmp;
+  VariableStore store;
+  classifier().build(store, 1);
+  Variable& first = store.variables().front();
+  static_cast<float*>(first.value.raw_data())[4] = -std::numeric_limits<float>::infinity();
+  save_checkpoint(tmp / "inf", store, at(1), "");
+
+  VariableStore target;
+  classifier().build(target, 2);
+  const std::vector<float> before = target.variables().front().value.to_vector<float>();
+  const std::string expected = "tensor '" + first.path + "': 1 of " + std::to_string(first.value.numel()) +
+                               " values are NaN or infinite (the first at element 4); refused";
+  CHECK_THROWS_WITH_AS(load_checkpoint(tmp / "inf", target), doctest::Contains(expected.c_str()), CheckpointError);
+  CHECK(target.variables().front().value.to_vector<float>() == before);  // nothing written
+
+  load_checkpoint(tmp / "inf", target, LoadValues::all, NonFinite::allow);
+  CHECK(target.variables().front().value.to_vector<float>() == first.value.to_vector<float>());
+  // Loading no values checks none: whoever reads the slices checks them.
+  CHECK_NOTHROW(load_checkpoint(tmp / "inf", target, LoadValues::none));
 }
 
 TEST_CASE("checkpoint: a save removes the scratch folders killed saves left, and only those") {

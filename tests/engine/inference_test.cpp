@@ -8,6 +8,7 @@
 #include <barrier>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -112,7 +113,9 @@ TEST_CASE("sampling: draws follow the probabilities, renormalised over the allow
       {{}, {0.05, 0.5, 0.15, 0.3}},
       {{.top_k = 2}, {0, 0.5 / 0.8, 0, 0.3 / 0.8}},
       {{.temperature = 0.5}, {0.0025 / 0.3650, 0.25 / 0.3650, 0.0225 / 0.3650, 0.09 / 0.3650}}};
-  for (const auto& [options, expected] : cases) {
+  for (const auto& c : cases) {
+    const SamplingOptions& options = c.first;
+    const std::vector<double>& expected = c.second;
     TokenRng rng(42);
     std::vector<double> counts(4, 0);
     const int draws = 40000;
@@ -193,6 +196,21 @@ TEST_CASE("an inference model refuses weights of another model, naming the tenso
                        doctest::Contains("tensor 'dense_9/kernel' is not a variable of the model"), CheckpointError);
   CHECK_THROWS_WITH_AS(InferenceModel(gpt.config, other / "weights.bin"),
                        doctest::Contains("neither a checkpoint directory"), CheckpointError);
+}
+
+TEST_CASE("an inference model refuses weights holding NaN unless allowed") {
+  TinyGpt gpt;
+  test::TempDir other;
+  SafetensorsFile whole = load_safetensors(gpt.file);
+  const std::string name = whole.tensors.front().first;
+  const Tensor& table = whole.tensors.front().second;
+  static_cast<float*>(table.raw_data())[2] = std::numeric_limits<float>::quiet_NaN();
+  save_safetensors(other / "nan.safetensors", whole.tensors, {});  // its checksums agree: only the values are bad
+  const std::string expected = "tensor '" + name + "': 1 of " + std::to_string(table.numel()) +
+                               " values are NaN or infinite (the first at element 2); refused";
+  CHECK_THROWS_WITH_AS(InferenceModel(gpt.config, other / "nan.safetensors"), doctest::Contains(expected.c_str()),
+                       CheckpointError);
+  CHECK_NOTHROW(InferenceModel(gpt.config, other / "nan.safetensors", {}, NonFinite::allow));
 }
 
 TEST_CASE("an inference model does not read optimizer state: a checkpoint without it loads") {
