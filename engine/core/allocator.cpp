@@ -3,6 +3,7 @@
 #include <sys/sysinfo.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -46,11 +47,40 @@ std::size_t machine_memory_bytes() {
   return bytes;
 }
 
+// What the kernel says it can still give without killing anyone: MemAvailable
+// (free memory and the caches it can reclaim) and free swap. SIZE_MAX when
+// /proc/meminfo cannot be read.
+std::size_t available_memory_bytes() {
+  std::FILE* file = std::fopen("/proc/meminfo", "r");
+  if (file == nullptr) return SIZE_MAX;
+  std::size_t available = 0, swap_free = 0;
+  bool found = false;
+  char line[256];
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      available = static_cast<std::size_t>(kib) << 10;
+      found = true;
+    } else if (std::sscanf(line, "SwapFree: %llu kB", &kib) == 1) {
+      swap_free = static_cast<std::size_t>(kib) << 10;
+    }
+  }
+  std::fclose(file);
+  return found ? available + swap_free : SIZE_MAX;
+}
+
+// Requests this large are also checked against the memory available now:
+// under overcommit, several that each fit the machine would all "succeed"
+// and the process be killed when their pages are touched. Smaller ones are
+// not worth reading /proc/meminfo for.
+constexpr std::size_t kCheckAvailableFrom = std::size_t{256} << 20;
+
 }  // namespace
 
 void* CpuAllocator::raw_allocate(std::size_t bytes) {
   constexpr std::size_t kAlignment = 64;
   if (bytes > machine_memory_bytes() || bytes > SIZE_MAX - kAlignment) return nullptr;
+  if (bytes >= kCheckAvailableFrom && bytes > available_memory_bytes()) return nullptr;
   return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
 }
 
@@ -59,8 +89,10 @@ void CpuAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
 std::string CpuAllocator::limit_note() const {
   const std::size_t total = machine_memory_bytes();
   if (total == SIZE_MAX) return "";
+  const std::size_t available = available_memory_bytes();
   return "; this machine has " + std::to_string(total) + " bytes (" + std::to_string(total >> 20) +
-         " MiB) of RAM and swap in all";
+         " MiB) of RAM and swap in all" +
+         (available == SIZE_MAX ? "" : ", " + std::to_string(available >> 20) + " MiB of them available now");
 }
 
 namespace {

@@ -53,7 +53,9 @@ class Allocator {
 // what AVX-512 loads like). A request larger than the machine's RAM and swap
 // together is refused without asking the C library: under overcommit it
 // would "succeed" and the process be killed when the pages are touched, and
-// under AddressSanitizer it aborts.
+// under AddressSanitizer it aborts. So is one of 256 MiB or more that exceeds
+// the memory available now (several that each fit would overcommit together).
+// Memory allocated but not yet touched does not count as used there.
 class CpuAllocator final : public Allocator {
  public:
   explicit CpuAllocator(Device device) : Allocator(device) {}
