@@ -26,6 +26,7 @@
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/checkpoint/sharded_checkpoint.hpp"
 #include "engine/config/config.hpp"
+#include "engine/core/printable.hpp"
 #include "engine/data/idx.hpp"
 #include "engine/data/npy.hpp"
 #include "engine/run/inference_model.hpp"
@@ -508,7 +509,7 @@ int main(int argc, char** argv) {
     if (MpiSession::launched_by_mpirun()) mpi.emplace();
     where = MpiSession::placement();
   } catch (const std::exception& e) {
-    std::cerr << "tessera: error: " << e.what() << "\n";
+    std::cerr << "tessera: error: " << printable_lines(e.what()) << "\n";
     return kFailed;
   }
   if (where.process != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return kFailed;
@@ -533,7 +534,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     auto [label, code] = classify(e);
     const std::string rank = where.multi_process() ? "rank " + std::to_string(where.process) + ": " : "";
-    std::cerr << "tessera: " << rank << label << ": " << e.what() << std::endl;
+    // Messages may quote a damaged file: its bytes never reach the terminal raw.
+    std::cerr << "tessera: " << rank << label << ": " << printable_lines(e.what()) << std::endl;
     if (where.multi_process()) MpiSession::abort_job(code);  // the other processes must not wait for this one
     return code;
   }

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -16,6 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -92,12 +92,6 @@ struct Entry {
 };
 
 constexpr const char* kChecksumKey = "tessera.crc32";
-
-std::string hex32(std::uint32_t value) {
-  char text[9];
-  std::snprintf(text, sizeof text, "%08x", value);
-  return text;
-}
 
 // Reads the "tessera.crc32" metadata value into `tensors`.
 template <typename MakeError>
@@ -306,7 +300,7 @@ std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc) {
 }
 
 std::string checksum_mismatch(std::uint32_t recorded, std::uint32_t found) {
-  return "its bytes do not match the checksum saved with them (CRC-32 " + hex32(recorded) + " saved, " + hex32(found) +
+  return "its bytes do not match the checksum saved with them (CRC-32 " + fmt::format("{:08x}", recorded) + " saved, " + fmt::format("{:08x}", found) +
          " read): the file is damaged";
 }
 
@@ -334,7 +328,7 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
     throw CheckpointError("save_safetensors: '" + path.string() + "': metadata '" + kChecksumKey +
                           "' is reserved (the writer computes it)");
   Json checksums = Json::object();
-  for (const auto& [name, tensor] : tensors) checksums[name] = hex32(crc32_of(tensor.raw_data(), tensor.nbytes()));
+  for (const auto& [name, tensor] : tensors) checksums[name] = fmt::format("{:08x}", crc32_of(tensor.raw_data(), tensor.nbytes()));
   std::map<std::string, std::string> with_checksums = metadata;
   try {
     with_checksums[kChecksumKey] = checksums.dump();

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "engine/data/detail.hpp"
 
 namespace tessera {
@@ -11,13 +13,6 @@ namespace {
 constexpr std::uint32_t kImagesMagic = 0x00000803;  // u8, rank 3
 constexpr std::uint32_t kLabelsMagic = 0x00000801;  // u8, rank 1
 constexpr const char* kWhat = "load_idx";
-
-std::string hex32(std::uint32_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string s = "0x";
-  for (int shift = 28; shift >= 0; shift -= 4) s += digits[(v >> shift) & 0xf];
-  return s;
-}
 
 // An IDX file's payload after checking its magic and its size against the
 // header; `dims` receives the header's extents.
@@ -35,7 +30,7 @@ const std::uint8_t* check_idx(const data_detail::FileBytes& file, const std::fil
   if (found != magic)
     throw file_error(
         kWhat, path,
-        "bad magic " + hex32(found) + ", expected " + hex32(magic) + " (IDX " + kind + ")");
+        fmt::format("bad magic {:#010x}, expected {:#010x} (IDX {})", found, magic, kind));
   if (actual < header)
     throw file_error(kWhat, path,
                      "truncated header: expected at least " + std::to_string(header) + bytes_kind +

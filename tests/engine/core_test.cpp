@@ -6,6 +6,7 @@
 #include "backends/registry.hpp"
 #include "distribution/distribution_config.hpp"
 #include "engine/config/config.hpp"
+#include "engine/core/printable.hpp"
 #include "engine/core/tensor.hpp"
 
 using namespace tessera;
@@ -145,4 +146,20 @@ TEST_CASE("views of one buffer at offsets") {
   b.data<float>()[0] = 2.0f;
   CHECK(static_cast<float*>(buffer->data())[4] == 2.0f);
   CHECK_THROWS_AS(Tensor::view(buffer, 40, {8}, DType::f32), ShapeError);
+}
+
+TEST_CASE("printable: damaged bytes and terminal controls are escaped, well-formed UTF-8 is kept") {
+  CHECK(printable("dense/kernel") == "dense/kernel");
+  CHECK(printable("poids \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "poids \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
+  CHECK(printable("\x1b[2J\x7f") == "\\x1b[2J\\x7f");  // ESC: a terminal's clear screen
+  CHECK(printable("\xc2\x9b" "31m") == "\\xc2\\x9b31m");  // C1's CSI, well-formed UTF-8 but a control
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");          // an overlong '/'
+  CHECK(printable("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");  // the same in three bytes
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
+  CHECK(printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  CHECK(printable("\xe2\x82") == "\\xe2\\x82");  // truncated
+  CHECK(printable("\x80x") == "\\x80x");        // a stray continuation byte
+  CHECK(printable("a\nb") == "a\\x0ab");
+  CHECK(printable_lines("first\nsecond \x1b\n") == "first\nsecond \\x1b\n");
 }
