@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with Clang, AddressSanitizer
-# (with LeakSanitizer) and UBSan into build-fuzz/, makes their seed corpora
+# (with LeakSanitizer) and UBSan into build-sanitize/ (scripts/sanitizer-build.sh), makes their seed corpora
 # (the repository's configs and zoo models; small safetensors, npy and npz
 # files written here; a real checkpoint's model file), and runs each target
 # for SECONDS (default 60). Prints each target's executions and coverage;
 # exits 1 when an input crashes, leaks or trips UBSan (kept in
-# build-fuzz/crashes/). Without Clang and libFuzzer it says so and exits 0.
+# build-sanitize/crashes/). Without Clang and libFuzzer it says so and exits 0.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: run_config safetensors npy checkpoint
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,20 +14,15 @@ seconds=${1:-60}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(run_config safetensors npy checkpoint)
 
-probe='extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }'
-if ! command -v clang++ > /dev/null || ! clang++ -x c++ -fsanitize=fuzzer -o /dev/null - <<< "$probe" 2> /dev/null; then
-  echo "fuzz: skipped: no clang++ with libFuzzer here (Debian: clang and libclang-rt-14-dev)"
-  exit 0
-fi
+set +e
+scripts/sanitizer-build.sh "${targets[@]/#/fuzz_}"
+rc=$?
+set -e
+[ "$rc" = 2 ] && exit 0  # no Clang: said why
+[ "$rc" = 0 ] || exit "$rc"
 
-mkdir -p build-fuzz
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
-  -DTESSERA_CUDA=OFF -DTESSERA_MPI=OFF -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF > build-fuzz/build.log 2>&1 ||
-  { cat build-fuzz/build.log; exit 1; }
-cmake --build build-fuzz --target "${targets[@]/#/fuzz_}" >> build-fuzz/build.log 2>&1 || { tail -40 build-fuzz/build.log; exit 1; }
-
-corpus=build-fuzz/corpus
-mkdir -p "$corpus"/{run_config,safetensors,npy,checkpoint} build-fuzz/crashes
+corpus=build-sanitize/corpus
+mkdir -p "$corpus"/{run_config,safetensors,npy,checkpoint} build-sanitize/crashes
 cp configs/*.yaml models/*.yaml "$corpus/run_config/"
 python3 - "$corpus" <<'PY'
 import io, json, struct, sys, zipfile
@@ -69,14 +64,14 @@ for path, data in files.items():
     open(f"{corpus}/{path}", "wb").write(data)
 PY
 cp "$corpus"/safetensors/* "$corpus/checkpoint/"
-TESSERA_FUZZ_SEED="$corpus/checkpoint" build-fuzz/tests/fuzz/fuzz_checkpoint -runs=0 "$corpus/checkpoint" > /dev/null 2>&1
+TESSERA_FUZZ_SEED="$corpus/checkpoint" build-sanitize/tests/fuzz/fuzz_checkpoint -runs=0 "$corpus/checkpoint" > /dev/null 2>&1
 
 failed=0
 for target in "${targets[@]}"; do
-  log=build-fuzz/fuzz_$target.log
+  log=build-sanitize/fuzz_$target.log
   set +e
-  build-fuzz/tests/fuzz/fuzz_"$target" "$corpus/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$target-" > "$log" 2>&1
+  build-sanitize/tests/fuzz/fuzz_"$target" "$corpus/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$target-" > "$log" 2>&1
   rc=$?
   set -e
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
@@ -85,7 +80,7 @@ for target in "${targets[@]}"; do
     echo "fuzz: $target: ${runs:-?} inputs in ${seconds} s, ${cov:-no coverage line}, no crash"
   else
     failed=1
-    echo "fuzz: $target: FAILED after ${runs:-?} inputs (exit $rc); the input is in build-fuzz/crashes/, the log says:"
+    echo "fuzz: $target: FAILED after ${runs:-?} inputs (exit $rc); the input is in build-sanitize/crashes/, the log says:"
     grep -E "ERROR|SUMMARY|#[0-9]+ 0x" "$log" | head -20
   fi
 done

@@ -20,6 +20,11 @@ packages=(
   python3 procps    # the test scripts: python3 checks outputs, pgrep finds mpirun's ranks
   iproute2          # the multi-host test: hosts as network namespaces joined by veth links
 )
+# --sanitizers: also Clang with its sanitizer and libFuzzer runtimes
+# (scripts/sanitize.sh and scripts/fuzz.sh).
+if [ "${1:-}" = --sanitizers ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -46,7 +51,7 @@ fi
 # where someone can type it); else say the exact command an administrator runs.
 need_root() {
   echo "setup: Tessera needs Debian packages that are not installed, and installing them takes root." >&2
-  echo "setup: ask an administrator to run (or run as root), then run scripts/setup.sh again:" >&2
+  echo "setup: ask an administrator to run (or run as root), then run scripts/setup.sh${*:+ $*} again:" >&2
   echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
   exit 1
 }

@@ -412,7 +412,9 @@ Tensor MpiCommunicator::gather_packed(Group& g, int rank, const std::byte* block
   std::memcpy(bytes(all) + static_cast<std::size_t>(group.index_of(rank)) * block_bytes, block, block_bytes);
   local_barrier(g, rank);  // the process's blocks are in
   if (rank == g.leader()) {
-    const auto [type, unit] = ops_->chunk(block_bytes);
+    const std::pair<MPI_Datatype, std::size_t> chunk = ops_->chunk(block_bytes);
+    const MPI_Datatype type = chunk.first;  // not a structured binding: lambdas capture it (Clang 14)
+    const std::size_t unit = chunk.second;
     g.set_counts(block_bytes / unit);
     blocking(CollectiveKind::all_gather, group, g, rank, start, [&] {
       return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.raw_data(), g.counts.data(), g.displs.data(), type,
@@ -491,7 +493,9 @@ void MpiCommunicator::broadcast(const CommGroup& group, int rank, const Tensor& 
   const int caller = root_process == placement_.process ? root_rank : g.leader();
   std::int64_t inter = 0;
   if (rank == caller) {
-    const auto [type, unit] = ops_->chunk(x.nbytes());
+    const std::pair<MPI_Datatype, std::size_t> chunk = ops_->chunk(x.nbytes());
+    const MPI_Datatype type = chunk.first;  // not a structured binding: lambdas capture it (Clang 14)
+    const std::size_t unit = chunk.second;
     const int count = as_count(x.nbytes() / unit, "chunks");
     blocking(CollectiveKind::broadcast, group, g, rank, start,
              [&] { return MPI_Bcast(x.raw_data(), count, type, root_index, g.comm); });

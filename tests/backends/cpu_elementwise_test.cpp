@@ -361,7 +361,9 @@ TEST_CASE("reduce: sum, mean and max over single and multiple axes") {
       {{0, 2}, {1, 4, 1}}, {{2}, {3, 4, 1}}, {{-1}, {3, 4, 1}}, {{0}, {1, 4, 5}},
       {{1}, {3, 1, 5}},    {{0, 1}, {1, 1, 5}}, {{0, 1, 2}, {1, 1, 1}}, {{}, {3, 4, 5}},
   };
-  for (const auto& [axes, shape] : cases) {
+  for (const auto& c : cases) {
+    const std::vector<int>& axes = c.first;
+    const Shape& shape = c.second;
     CAPTURE(shape.str());
     REQUIRE(reduce_output_shape(x.shape(), axes, "test") == shape);
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
@@ -392,7 +394,8 @@ TEST_CASE("broadcast_to repeats extent-1 and missing leading axes") {
       {{3, 1}, {2, 3, 4}}, {{}, {2, 2}}, {{4}, {3, 4}}, {{1, 4, 1}, {2, 4, 3}},
       {{2, 3}, {2, 3}},    {{5, 1, 1}, {5, 70, 3}},
   };
-  for (const auto& [from, to] : cases) {
+  for (const auto& c : cases) {
+    const Shape &from = c.first, &to = c.second;
     CAPTURE(from.str());
     CAPTURE(to.str());
     Tensor x = random_tensor(from, 61);

@@ -73,9 +73,11 @@ TEST_CASE("predicted collective bytes equal measured bytes: MLP, CNN and GPT") {
       {"gpt.yaml", labels({8, 128}, 256), labels({8, 128}, 256)},
   };
   for (const auto& c : cases)
-    for (auto [batch, model, strategy] : std::vector<std::tuple<std::int64_t, std::int64_t, Strategy>>{
+    for (const auto& mesh : std::vector<std::tuple<std::int64_t, std::int64_t, Strategy>>{
              {2, 4, Strategy::tp}, {4, 2, Strategy::tp}, {1, 8, Strategy::tp}, {8, 1, Strategy::dp},
              {4, 2, Strategy::zero}, {8, 1, Strategy::fsdp}}) {
+      const std::int64_t batch = std::get<0>(mesh), model = std::get<1>(mesh);
+      const Strategy strategy = std::get<2>(mesh);
       INFO(c.file << " on " << batch << "x" << model << " " << name(strategy));
       auto [predicted, measured] = bytes_of_a_step(c.file, batch, model, strategy, c.inputs, c.targets);
       CHECK(!measured.empty());

@@ -153,7 +153,8 @@ TEST_CASE("a layout map key in Python regex syntax that ECMAScript reads otherwi
       {"\\Adense/kernel", "write ^ instead"},
       {"dense/kernel\\Z", "write $ instead"},
   };
-  for (const auto& [key, says] : python_only) {
+  for (const auto& [key_binding, says] : python_only) {
+    const std::string& key = key_binding;  // lambdas below capture it (Clang 14: not a binding)
     CAPTURE(key);
     LayoutMap map;
     const std::string e = error_of([&] { map.add(key, TensorLayout({"model"})); });

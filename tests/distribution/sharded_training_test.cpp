@@ -127,13 +127,17 @@ void check_same(const RunResult& expected, const RunResult& actual, const std::s
     INFO("step " << i + 1 << ": loss " << actual.losses[i] << " vs single-device " << expected.losses[i]);
     CHECK(std::abs(actual.losses[i] - expected.losses[i]) <= 1e-5f * std::abs(expected.losses[i]));
     REQUIRE(actual.metrics[i].size() == 2);
-    for (const auto& [metric, want] : expected.metrics[i]) {
+    for (const auto& entry : expected.metrics[i]) {
+      const auto& metric = entry.first;
+      const auto& want = entry.second;
       INFO(metric << " " << actual.metrics[i].at(metric) << " vs single-device " << want);
       CHECK(std::abs(actual.metrics[i].at(metric) - want) <= metric_tolerance + 1e-12);
     }
   }
   REQUIRE(actual.weights.size() == expected.weights.size());
-  for (const auto& [path, want] : expected.weights) {
+  for (const auto& entry : expected.weights) {
+    const auto& path = entry.first;
+    const auto& want = entry.second;
     const auto& got = actual.weights.at(path);
     REQUIRE(got.size() == want.size());
     // The first element out of tolerance; written so that a NaN or an infinity is out of it too.
@@ -279,7 +283,9 @@ TEST_CASE("AutoTP plans the GPT as Megatron does: heads, feed-forward pairs, emb
     AutoTpPlan plan = gpt_auto_tp(mesh);
     LayoutMap megatron;
     for (const auto& [key, axes] : gpt_megatron(model_devices)) megatron.add(key, TensorLayout(axes));
-    for (const auto& [path, layout] : plan.variables) {
+    for (const auto& entry : plan.variables) {
+      const auto& path = entry.first;
+      const auto& layout = entry.second;
       INFO(path << " on " << mesh.str());
       auto expected = megatron.lookup(path);
       CHECK(layout == (expected ? *expected : TensorLayout::replicated(layout.rank())));

@@ -531,7 +531,7 @@ TEST_CASE("checkpoint: a checkpoint of another model is rejected and leaves the 
   // A store with an extra variable: the first mismatch names it.
   VariableStore extra;
   classifier(16).build(extra, 1);
-  extra.get_or_create("clf/extra/scale", {2}, DType::f32, true, {}, [](const Tensor& t) { std::memset(t.raw_data(), 0, t.nbytes()); });
+  extra.get_or_create("clf/extra/scale", {2}, DType::f32, true, {}, [](const Tensor& t, std::span<const std::int64_t>) { std::memset(t.raw_data(), 0, t.nbytes()); });
   try {
     load_checkpoint(tmp / "ckpt", extra);
     FAIL("expected a CheckpointError");

@@ -58,8 +58,9 @@ model:
 }
 
 TEST_CASE("the reference MLP has 1,863,690 parameters and the CNN 1,199,882") {
-  for (auto [file, expected] : {std::pair{"mlp.yaml", 1863690}, std::pair{"cnn.yaml", 1199882}}) {
-    CAPTURE(file);
+  for (const auto& zoo_model : {std::pair{"mlp.yaml", 1863690}, std::pair{"cnn.yaml", 1199882}}) {
+    const auto [file, expected] = zoo_model;
+    CAPTURE(zoo_model.first);
     ConfigNode zoo = ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file);
     Model m = Model::from_config(zoo["model"]);
     VariableStore store;

@@ -216,7 +216,9 @@ TEST_CASE("sharded checkpoint: round trip of blocks by two writers and every sli
   }
 
   // Whole tensors, then every region of every tensor, against the original.
-  for (const auto& [name, full] : tensors) {
+  for (const auto& entry : tensors) {
+    const auto& name = entry.first;
+    const auto& full = entry.second;
     CAPTURE(name);
     CHECK(same_bytes(read_tensor_slice(dir.path(), index, name, ShardSlice::whole(full.shape().dims())), full));
     for (const ShardSlice& slice : all_slices(full.shape().dims())) {
@@ -515,7 +517,9 @@ TEST_CASE("sharded checkpoint: export_consolidated writes whole tensors") {
   const SafetensorsFile file = load_safetensors(out);
   CHECK(file.metadata == std::map<std::string, std::string>{{"note", "test"}, {"source", "sharded"}});
   REQUIRE(file.tensors.size() == tensors.size());
-  for (const auto& [name, value] : file.tensors) {
+  for (const auto& entry : file.tensors) {
+    const auto& name = entry.first;
+    const auto& value = entry.second;
     CAPTURE(name);
     REQUIRE(tensors.count(name) == 1);
     CHECK(same_bytes(value, tensors.at(name)));

@@ -53,7 +53,8 @@ TEST_CASE("TransformerBlock rejects an ff_dim below 1 at its node") {
 }
 
 TEST_CASE("the gradient of a matmul with a weight shared over batch axes allows a zero-size last axis") {
-  for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{4, 0}, {0, 4}}) {
+  for (const auto& kn : {std::pair<std::int64_t, std::int64_t>{4, 0}, {0, 4}}) {
+    const std::int64_t k = kn.first, n = kn.second;
     CAPTURE(k);
     Graph g;
     ValueId x = g.input("x", {2, 3, k});
