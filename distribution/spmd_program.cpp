@@ -114,7 +114,7 @@ const std::vector<Tensor>& ShardedVariables::blocks(const std::string& path, con
   const Variable* v = store_.find(path);
   if (v == nullptr) throw Error("sharded variables: the store has no variable '" + path + "'");
   Entry entry{sharding, {}, {}};
-  if (!source_.empty() && source_index_.tensors.contains(path)) {  // else the store's value is current
+  if (source_ && source_->index().tensors.contains(path)) {  // else the store's value is current
     read_blocks(path, entry);
     return entries_.emplace(path, std::move(entry)).first->second.blocks;
   }
@@ -162,7 +162,7 @@ void ShardedVariables::download() {
   for (int rank : local_ranks_) backend_for(mesh_.devices()[static_cast<std::size_t>(rank)]).synchronize();  // the host reads next
 }
 
-void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const {
+void ShardedVariables::read_blocks(const std::string& path, Entry& entry) {
   const Variable& v = *store_.find(path);
   const Shape block = entry.sharding.local_shape(v.shape(), mesh_);
   const bool fresh = entry.host_blocks.empty();
@@ -170,32 +170,30 @@ void ShardedVariables::read_blocks(const std::string& path, Entry& entry) const 
     const int rank = local_ranks_[i];
     const ShardSlice slice{entry.sharding.block_start(v.shape(), mesh_, rank), block.dims()};
     if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.dtype(), host_device(rank)));
-    read_tensor_slice_into(source_, source_index_, path, slice, entry.host_blocks[i]);
-    check_finite(entry.host_blocks[i], "'" + source_.string() + "'", "block " + slice.str() + " of tensor '" + path + "'",
+    source_->read_into(path, slice, entry.host_blocks[i]);
+    check_finite(entry.host_blocks[i], "'" + source_->dir().string() + "'", "block " + slice.str() + " of tensor '" + path + "'",
                  source_non_finite_);
   }
   upload(entry);
 }
 
 void ShardedVariables::read_from(const std::filesystem::path& dir, NonFinite non_finite) {
-  source_index_ = checkpoint_index(dir);
-  source_ = dir;
+  source_.emplace(dir, checkpoint_index(dir));  // one reader: each file's header is read once
   source_non_finite_ = non_finite;
   for (auto& [path, entry] : entries_) read_blocks(path, entry);
 }
 
 void ShardedVariables::detach_source() {
-  if (source_.empty()) return;
+  if (!source_) return;
   for (Variable& v : store_.variables())
-    if (!entries_.contains(v.path) && source_index_.tensors.contains(v.path)) {  // no program holds it: whole
-      Tensor values = read_tensor_slice(source_, source_index_, v.path, ShardSlice::whole(v.shape().dims()));
-      check_finite(values, "'" + source_.string() + "'", "tensor '" + v.path + "'", source_non_finite_);
+    if (!entries_.contains(v.path) && source_->index().tensors.contains(v.path)) {  // no program holds it: whole
+      Tensor values = source_->read(v.path, ShardSlice::whole(v.shape().dims()));
+      check_finite(values, "'" + source_->dir().string() + "'", "tensor '" + v.path + "'", source_non_finite_);
       if (v.deferred()) v.value = values;  // nothing holds it: take the tensor read
       else std::memcpy(v.value.raw_data(), values.raw_data(), values.nbytes());
     }
   // The store and the blocks hold everything now; the checkpoint may be replaced.
-  source_.clear();
-  source_index_ = {};
+  source_.reset();
 }
 
 void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::milliseconds timeout) {
@@ -223,7 +221,7 @@ void ShardedVariables::write_back(ProcessGroup& processes, std::chrono::millisec
 }
 
 void ShardedVariables::reload() {
-  source_.clear();  // the store is the source again
+  source_.reset();  // the store is the source again
   for (auto& [path, entry] : entries_) {
     const Variable& v = *store_.find(path);
     if (v.deferred()) continue;  // nothing wrote a value: the blocks are current

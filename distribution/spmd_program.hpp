@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,7 +111,7 @@ class ShardedVariables {
     std::vector<Tensor> host_blocks;  // what the host reads and writes: `blocks` themselves without device copies
   };
   // Fills `entry`'s blocks from the checkpoint source.
-  void read_blocks(const std::string& path, Entry& entry) const;
+  void read_blocks(const std::string& path, Entry& entry);
   // Device copies: host blocks -> blocks (after the host wrote them), and back
   // (before the host reads them). No-ops without device copies.
   void upload(Entry& entry) const;
@@ -122,8 +123,7 @@ class ShardedVariables {
   // store, then forgets the source (before a save may replace it).
   void detach_source();
 
-  std::filesystem::path source_;  // a checkpoint the blocks come from; empty: the store
-  ShardIndex source_index_;
+  std::optional<CheckpointReader> source_;  // a checkpoint the blocks come from; none: the store
   NonFinite source_non_finite_ = NonFinite::refuse;
   const DeviceMesh& mesh_;
   std::vector<int> local_ranks_;

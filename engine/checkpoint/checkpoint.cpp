@@ -62,10 +62,14 @@ bool all_digits(std::string_view s) {
 }
 
 // Whether a scratch folder's name suffix (after "<dir>.tmp-") names a save
-// that can no longer finish: "step<N>" (a sharded save's, called for only
-// once every writer of the job has arrived, so none of theirs is in use), or
-// "<host>-<pid>-<n>-<clock>" of a process of this host that no longer exists
-// (no host: an older save's name, made on this host). Another host's is left.
+// that can no longer finish:
+// - "step<N>", a sharded save's: a sharded save asks only once every writer
+//   of its job has arrived, so none of its own is in use; a save by another
+//   job into the same checkpoint at the same time is not supported anyway;
+// - "<host>-<pid>-<n>-<clock>" of a process of this host that no longer
+//   exists. A name without the host (written before hosts were recorded) is
+//   taken as this host's. Another host's is left, as is a folder whose pid
+//   was reused by a live process (kept: the safe mistake).
 bool stale_scratch(std::string_view suffix) {
   if (suffix.starts_with("step")) return all_digits(suffix.substr(4));
   std::vector<std::string_view> fields;  // from the right: clock, counter, pid, then the host
@@ -359,9 +363,11 @@ void finish(const fs::path& scratch, const fs::path& dir) {
 }
 
 // The tensors `listed` (a fingerprint of training_state.json), in that
-// order: read whole through `index` (whichever mesh and process count wrote
-// them), or with `read` false their names, shapes and dtypes alone.
-std::vector<Listed> tensors_of(const fs::path& dir, const ShardIndex& index, const Json& listed, bool read) {
+// order: read whole through `checkpoint` (whichever mesh and process count
+// wrote them), or with `read` false their names, shapes and dtypes alone.
+std::vector<Listed> tensors_of(CheckpointReader& checkpoint, const Json& listed, bool read) {
+  const fs::path& dir = checkpoint.dir();
+  const ShardIndex& index = checkpoint.index();
   std::vector<Listed> out;
   for (const auto& entry : listed) {
     const std::string path = entry.contains("path") && entry["path"].is_string() ? entry["path"].get<std::string>() : "";
@@ -369,7 +375,7 @@ std::vector<Listed> tensors_of(const fs::path& dir, const ShardIndex& index, con
     if (it == index.tensors.end())
       throw CheckpointError("load_checkpoint: '" + dir.string() + "' has no tensor '" + path + "', which " +
                             kStateFile + " lists");
-    Tensor value = read ? read_tensor_slice(dir, index, path, ShardSlice::whole(it->second.shape)) : Tensor();
+    Tensor value = read ? checkpoint.read(path, ShardSlice::whole(it->second.shape)) : Tensor();
     out.push_back({path, Shape(it->second.shape), it->second.dtype, std::move(value)});
   }
   return out;
@@ -460,9 +466,10 @@ CheckpointReport verify_checkpoint(const fs::path& dir) {
   if (!fs::is_directory(dir, ec))
     throw CheckpointError("verify: '" + dir.string() + "': " + (fs::exists(dir, ec) ? "is not a directory" : "no such checkpoint directory"));
   const StateFile state_file = read_state(dir / kStateFile);
-  const ShardIndex index = checkpoint_index(dir);
-  const std::vector<Listed> model = tensors_of(dir, index, state_file.model_variables, false);
-  const std::vector<Listed> optimizer = tensors_of(dir, index, state_file.optimizer_variables, false);
+  CheckpointReader checkpoint(dir, checkpoint_index(dir));
+  const ShardIndex& index = checkpoint.index();
+  const std::vector<Listed> model = tensors_of(checkpoint, state_file.model_variables, false);
+  const std::vector<Listed> optimizer = tensors_of(checkpoint, state_file.optimizer_variables, false);
   const bool sharded = fs::exists(dir / kShardIndexFile, ec);
   check_fingerprint(state_file.model_variables, model, dir / (sharded ? kShardIndexFile : kModelFile), dir / kStateFile);
   check_fingerprint(state_file.optimizer_variables, optimizer, dir / (sharded ? kShardIndexFile : kOptimizerFile),
@@ -480,15 +487,14 @@ CheckpointReport verify_checkpoint(const fs::path& dir) {
       if (entry.crc32) ++report.checksummed;
     }
   }
-  std::vector<std::string> names;
   for (const auto* listed : {&model, &optimizer})
-    for (const Listed& t : *listed) names.push_back(t.path);
-  for_each_whole_tensor(dir, index, names, [&](const std::string& path, const Tensor& value) {  // checks checksums
-    ++report.tensors;
-    report.bytes += value.nbytes();
-    if (const NonFiniteCount found = count_non_finite(value); found.count > 0)
-      report.non_finite.push_back(path + ": " + describe_non_finite(found, value.numel()));
-  });
+    for (const Listed& t : *listed) {
+      const Tensor value = checkpoint.read(t.path, ShardSlice::whole(t.shape.dims()));  // checks checksums
+      ++report.tensors;
+      report.bytes += value.nbytes();
+      if (const NonFiniteCount found = count_non_finite(value); found.count > 0)
+        report.non_finite.push_back(t.path + ": " + describe_non_finite(found, value.numel()));
+    }
   return report;
 }
 
@@ -519,9 +525,9 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
   const bool read = values == LoadValues::all;
   std::vector<Listed> model, optimizer;
   if (sharded || !read) {
-    const ShardIndex index = checkpoint_index(dir);
-    model = tensors_of(dir, index, state_file.model_variables, read);
-    optimizer = tensors_of(dir, index, state_file.optimizer_variables, read);
+    CheckpointReader checkpoint(dir, checkpoint_index(dir));
+    model = tensors_of(checkpoint, state_file.model_variables, read);
+    optimizer = tensors_of(checkpoint, state_file.optimizer_variables, read);
   } else {
     model = listed_of(load_safetensors(dir / kModelFile));
     optimizer = listed_of(load_safetensors(dir / kOptimizerFile));

@@ -89,11 +89,14 @@ std::optional<std::vector<std::int64_t>> json_dims(const Json& value) {
   return dims;
 }
 
+}  // namespace
+
 // Reads regions of a checkpoint's tensors. Each file is opened, and its header
 // read and checked, once, when a region first needs it.
 class SliceReader {
  public:
   explicit SliceReader(const fs::path& dir) : dir_(dir) {}
+  const fs::path& dir() const { return dir_; }
 
   Tensor read(const ShardIndex& index, const std::string& name, const ShardSlice& slice) {
     Tensor out = Tensor::empty(Shape(slice.shape), checked(index, name, slice).dtype);
@@ -224,8 +227,6 @@ class SliceReader {
   fs::path dir_;
   std::map<std::string, File> files_;
 };
-
-}  // namespace
 
 ShardSlice ShardSlice::whole(const std::vector<std::int64_t>& dims) {
   return ShardSlice{std::vector<std::int64_t>(dims.size(), 0), dims};
@@ -458,6 +459,20 @@ ShardIndex load_shard_index(const fs::path& dir) {
   return index;
 }
 
+CheckpointReader::CheckpointReader(std::filesystem::path dir, ShardIndex index)
+    : index_(std::move(index)), reader_(std::make_unique<SliceReader>(dir)) {}
+CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+
+const std::filesystem::path& CheckpointReader::dir() const { return reader_->dir(); }
+
+Tensor CheckpointReader::read(const std::string& name, const ShardSlice& slice) { return reader_->read(index_, name, slice); }
+
+void CheckpointReader::read_into(const std::string& name, const ShardSlice& slice, const Tensor& out) {
+  reader_->read_into(index_, name, slice, out);
+}
+
 Tensor read_tensor_slice(const fs::path& dir, const ShardIndex& index, const std::string& name,
                          const ShardSlice& slice) {
   return SliceReader(dir).read(index, name, slice);
@@ -466,16 +481,6 @@ Tensor read_tensor_slice(const fs::path& dir, const ShardIndex& index, const std
 void read_tensor_slice_into(const fs::path& dir, const ShardIndex& index, const std::string& name,
                             const ShardSlice& slice, const Tensor& out) {
   SliceReader(dir).read_into(index, name, slice, out);
-}
-
-void for_each_whole_tensor(const fs::path& dir, const ShardIndex& index, const std::vector<std::string>& names,
-                           const std::function<void(const std::string& name, const Tensor& value)>& use) {
-  SliceReader reader(dir);
-  for (const std::string& name : names) {
-    const auto found = index.tensors.find(name);
-    const std::vector<std::int64_t> dims = found == index.tensors.end() ? std::vector<std::int64_t>{} : found->second.shape;
-    use(name, reader.read(index, name, ShardSlice::whole(dims)));  // a name not in the index: its error
-  }
 }
 
 void export_consolidated(const fs::path& dir, const fs::path& out, const std::map<std::string, std::string>& metadata,

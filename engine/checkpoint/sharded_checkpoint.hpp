@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,13 +125,29 @@ Tensor read_tensor_slice(const std::filesystem::path& dir, const ShardIndex& ind
 void read_tensor_slice_into(const std::filesystem::path& dir, const ShardIndex& index, const std::string& name,
                             const ShardSlice& slice, const Tensor& out);
 
-// Reads each of `names` whole, in order, handing it to `use` (one tensor in
-// memory at a time), opening and checking each file's header once for all of
-// them: what reads a whole checkpoint calls this, not read_tensor_slice per
-// tensor, which parses the headers again for each.
-void for_each_whole_tensor(const std::filesystem::path& dir, const ShardIndex& index,
-                           const std::vector<std::string>& names,
-                           const std::function<void(const std::string& name, const Tensor& value)>& use);
+class SliceReader;  // sharded_checkpoint.cpp
+
+// Reads regions of the tensors of the checkpoint `dir` through its `index`
+// (load_shard_index, or checkpoint_index for either form), as
+// read_tensor_slice does, but opening each file and checking its header once
+// for all reads: what reads many tensors or blocks keeps one. Files stay open
+// while it lives.
+class CheckpointReader {
+ public:
+  CheckpointReader(std::filesystem::path dir, ShardIndex index);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+
+  const std::filesystem::path& dir() const;
+  const ShardIndex& index() const { return index_; }
+  Tensor read(const std::string& name, const ShardSlice& slice);
+  void read_into(const std::string& name, const ShardSlice& slice, const Tensor& out);
+
+ private:
+  ShardIndex index_;
+  std::unique_ptr<SliceReader> reader_;
+};
 
 // Writes every tensor of the sharded checkpoint `dir`, whole, into one
 // safetensors file `out` (in name order), with the index's metadata updated

@@ -54,7 +54,8 @@ std::map<std::string, Tensor> read_variables(const std::filesystem::path& weight
 namespace {
 
 std::map<std::string, Tensor> read_sharded(const std::filesystem::path& dir, const VariableStore& store) {
-  const ShardIndex index = checkpoint_index(dir);
+  CheckpointReader checkpoint(dir, checkpoint_index(dir));  // each file's header read once for all tensors
+  const ShardIndex& index = checkpoint.index();
   std::vector<std::string> names;
   for (const auto& [name, info] : index.tensors) names.push_back(name);
   return read_variables(
@@ -65,7 +66,7 @@ std::map<std::string, Tensor> read_sharded(const std::filesystem::path& dir, con
                                          : std::tuple{true, it->second.dtype, it->second.shape};
       },
       [&](const std::string& path) {  // reads only the files holding the model's tensors
-        return read_tensor_slice(dir, index, path, ShardSlice::whole(index.tensors.at(path).shape));
+        return checkpoint.read(path, ShardSlice::whole(index.tensors.at(path).shape));
       });
 }
 
