@@ -22,16 +22,6 @@ Variable* VariableStore::existing(const std::string& path, const Shape& shape, D
   return v;
 }
 
-Variable& VariableStore::get_or_create(const std::string& path, const Shape& shape, DType dtype,
-                                       bool trainable, std::vector<std::string> axis_roles,
-                                       const std::function<void(const Tensor&)>& init) {
-  if (Variable* v = existing(path, shape, dtype)) return *v;
-  Tensor value = storage_for(path, shape, dtype);
-  init(value);
-  variables_.push_back(Variable{path, value, trainable, std::move(axis_roles)});
-  return variables_.back();
-}
-
 Variable& VariableStore::get_or_create(const std::string& path, const Shape& shape, DType dtype, bool trainable,
                                        std::vector<std::string> axis_roles, BlockInit init) {
   if (Variable* v = existing(path, shape, dtype)) return *v;

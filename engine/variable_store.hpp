@@ -43,13 +43,9 @@ struct Variable {
 
 class VariableStore {
  public:
-  // The variable at `path`, created by `init` (which fills a new host tensor)
-  // on first use; a second use must ask for the same shape and dtype.
-  Variable& get_or_create(const std::string& path, const Shape& shape, DType dtype, bool trainable,
-                          std::vector<std::string> axis_roles,
-                          const std::function<void(const Tensor&)>& init);
-  // The same with an initializer of any block: a deferring store keeps it
-  // and allocates nothing.
+  // The variable at `path`, created on first use with the values `init`
+  // fills any block with (a deferring store keeps it and allocates nothing);
+  // a second use must ask for the same shape and dtype.
   Variable& get_or_create(const std::string& path, const Shape& shape, DType dtype, bool trainable,
                           std::vector<std::string> axis_roles, BlockInit init);
   Variable* find(const std::string& path);

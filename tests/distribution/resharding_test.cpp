@@ -28,7 +28,7 @@ void fill(VariableStore& store, bool random) {
   for (const auto& [path, shape_binding] : {std::pair<std::string, Shape>{"m/w", Shape({4, 6})}, {"m/b", Shape({6})},
                                             {"optimizer/m/w/step", Shape({3})}}) {
     const Shape& shape = shape_binding;  // the lambda captures it (Clang 14: not a binding)
-    store.get_or_create(path, shape, DType::f32, true, {}, [&](const Tensor& t) {
+    store.get_or_create(path, shape, DType::f32, true, {}, [&](const Tensor& t, std::span<const std::int64_t>) {
       Tensor v = random ? test::random_tensor(shape, seed++) : test::zeros(shape);
       std::memcpy(t.raw_data(), v.raw_data(), v.nbytes());
     });

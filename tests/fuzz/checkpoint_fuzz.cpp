@@ -17,7 +17,7 @@ using namespace tessera;
 
 // A kernel, a bias and a step counter: the dtypes and ranks a checkpoint holds.
 void fill(VariableStore& store) {
-  auto values = [](const Tensor& t) {
+  auto values = [](const Tensor& t, std::span<const std::int64_t>) {
     if (t.dtype() == DType::f32)
       for (std::int64_t i = 0; i < t.numel(); ++i) static_cast<float*>(t.raw_data())[i] = 0.25f * static_cast<float>(i);
     else

@@ -12,14 +12,19 @@
 
 namespace tessera::fuzz {
 
-// This process's scratch folder (made on first use, under $TMPDIR or /tmp).
+// This process's scratch folder (made on first use, under $TMPDIR or /tmp,
+// removed when the fuzzer exits).
 inline const std::filesystem::path& scratch() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path d = std::filesystem::temp_directory_path() / ("tessera-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Folder {
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("tessera-fuzz-" + std::to_string(::getpid()));
+    Folder() { std::filesystem::create_directories(path); }
+    ~Folder() {
+      std::error_code ignored;  // nothing to do about a folder that cannot go
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Folder folder;
+  return folder.path;
 }
 
 // Writes the input to `path`, replacing what was there.
