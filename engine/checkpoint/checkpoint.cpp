@@ -461,6 +461,28 @@ void save_checkpoint(const fs::path& dir_arg, const VariableStore& store, const 
   sharded.barrier();
 }
 
+std::string renamed_model_hint(const std::vector<std::string>& model, const std::vector<std::string>& saved) {
+  // Each side's first path components, and the paths below them.
+  auto split = [](const std::vector<std::string>& paths) {
+    std::set<std::string> firsts, rests;
+    for (const std::string& path : paths) {
+      if (is_optimizer_state(path)) continue;
+      const std::size_t slash = path.find('/');
+      if (slash == std::string::npos) return std::pair<std::set<std::string>, std::set<std::string>>{};
+      firsts.insert(path.substr(0, slash));
+      rests.insert(path.substr(slash + 1));
+    }
+    return std::pair{firsts, rests};
+  };
+  const auto [model_names, model_rests] = split(model);
+  const auto [saved_names, saved_rests] = split(saved);
+  if (model_names.size() != 1 || saved_names.size() != 1 || model_names == saved_names || model_rests != saved_rests)
+    return "";
+  const std::string& old_name = *saved_names.begin();
+  return "its variables are the model's under the name '" + old_name + "' instead of '" + *model_names.begin() +
+         "': was the model renamed? Load it with the name it was saved with: --set model.name=" + old_name;
+}
+
 CheckpointReport verify_checkpoint(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -560,8 +582,12 @@ TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadVal
       if (optimizer_state)
         throw error("the store holds optimizer state '" + v.path +
                     "' that the checkpoint lacks (was it saved with another optimizer?)");
+      std::vector<std::string> model_paths, saved_paths;
+      for (const Variable& m : variables) model_paths.push_back(m.path);
+      for (const Listed& t : model) saved_paths.push_back(t.path);
+      const std::string renamed = renamed_model_hint(model_paths, saved_paths);
       throw error("the checkpoint is for another model: the model's variable '" + v.path + "' (" +
-                  describe(v) + ") is not in it");
+                  describe(v) + ") is not in it" + (renamed.empty() ? "" : "; " + renamed));
     }
     // A deferred variable has no storage yet: a read allocates it.
     if ((!v.value.defined() && !v.deferred()) || (v.value.defined() && v.value.device().kind != DeviceKind::cpu))

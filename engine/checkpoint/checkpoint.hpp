@@ -118,6 +118,12 @@ enum class LoadValues { all, none };
 TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store,
                               LoadValues values = LoadValues::all, NonFinite non_finite = NonFinite::refuse);
 
+// When `model` (a model's variable paths) and `saved` (a checkpoint's) are
+// the same paths under another first component ("old/dense/kernel" against
+// "new/dense/kernel"): a sentence saying the model was renamed and how to
+// load the checkpoint anyway; else "". Optimizer state is left out.
+std::string renamed_model_hint(const std::vector<std::string>& model, const std::vector<std::string>& saved);
+
 // What verify_checkpoint found in a checkpoint it could read whole.
 struct CheckpointReport {
   std::size_t files = 0;        // safetensors files

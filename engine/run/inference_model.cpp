@@ -32,9 +32,14 @@ std::map<std::string, Tensor> read_variables(const std::filesystem::path& weight
   const std::string where = "'" + weights.string() + "'";
   for (const auto& v : store.variables()) {
     auto [found, dtype, dims] = describe(v.path);
-    if (!found)
+    if (!found) {
+      std::vector<std::string> model;
+      for (const auto& m : store.variables()) model.push_back(m.path);
+      const std::string renamed = renamed_model_hint(model, names);
       throw CheckpointError(where + " has no tensor '" + v.path + "', a variable of the model (" +
-                            type_of(v.value.dtype(), v.value.shape().dims()) + "): weights of another model?");
+                            type_of(v.value.dtype(), v.value.shape().dims()) + "): " +
+                            (renamed.empty() ? "weights of another model?" : renamed));
+    }
     if (dtype != v.value.dtype() || dims != v.value.shape().dims())
       throw CheckpointError(where + ": tensor '" + v.path + "' is " + type_of(dtype, dims) + ", the model's variable is " +
                             type_of(v.value.dtype(), v.value.shape().dims()));

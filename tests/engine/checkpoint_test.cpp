@@ -757,6 +757,32 @@ TEST_CASE("checkpoint: a load refuses weights holding NaN or infinities unless a
   CHECK_NOTHROW(load_checkpoint(tmp / "inf", target, LoadValues::none));
 }
 
+TEST_CASE("checkpoint: a renamed model's checkpoint fails saying so, and loads under the old name") {
+  // Issue 19: renaming a Sequential model made its checkpoints unloadable
+  // with a message that did not mention the rename.
+  auto named = [](const std::string& name) {
+    return Model::from_config(ConfigNode::parse("model:\n  name: " + name +
+                                                "\n  inputs: [{name: x, shape: [8]}]\n  layers:\n"
+                                                "    - {type: Dense, units: 3}\n")["model"]);
+  };
+  TempDir tmp;
+  VariableStore saved;
+  named("old").build(saved, 1);
+  save_checkpoint(tmp / "ckpt", saved, at(1), "");
+  VariableStore renamed;
+  named("new").build(renamed, 2);
+  CHECK_THROWS_WITH_AS(load_checkpoint(tmp / "ckpt", renamed),
+                       doctest::Contains("under the name 'old' instead of 'new': was the model renamed? "
+                                         "Load it with the name it was saved with: --set model.name=old"),
+                       CheckpointError);
+  VariableStore same;
+  named("old").build(same, 2);
+  CHECK_NOTHROW(load_checkpoint(tmp / "ckpt", same));
+  // Another model altogether gets no such hint.
+  CHECK(renamed_model_hint({"new/dense/kernel"}, {"old/dense_1/kernel"}).empty());
+  CHECK(renamed_model_hint({"m/dense/kernel"}, {"m/dense/kernel"}).empty());
+}
+
 TEST_CASE("checkpoint: a save removes the scratch folders killed saves left, and only those") {
   // Issue 18: a job killed during its saves again and again filled its disk
   // with scratch folders. A pid that no longer exists: an exited child's.
