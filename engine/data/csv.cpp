@@ -1,5 +1,6 @@
 #include "engine/data/csv.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -38,31 +39,38 @@ bool parse_number(std::string_view cell, T& out) {
 
 }  // namespace
 
-Dataset load_csv(const std::filesystem::path& path, int label_column, bool has_header) {
+Dataset load_csv(const std::filesystem::path& path, const std::string& label_column, bool has_header) {
   auto file = data_detail::read_file(path, kWhat);
   std::string_view text(reinterpret_cast<const char*>(file.bytes.data()), file.bytes.size());
 
   std::vector<std::string> names;  // from the header, for messages
   std::vector<std::string_view> cells;
   std::vector<float> inputs;
-  std::vector<std::int32_t> labels;
+  std::vector<double> labels;
   std::size_t columns = 0, label = 0;
   std::int64_t line_number = 0;
   auto where = [&](std::size_t column) {
-    std::string s = path.string() + ":" + std::to_string(line_number) + ": column " +
-                    std::to_string(column + 1);
+    std::string s = path.string() + ":" + std::to_string(line_number) + ": column " + std::to_string(column);
     if (column < names.size() && !names[column].empty()) s += " ('" + names[column] + "')";
     return s;
   };
-  // The first row fixes the column count and resolves a negative label column.
+  // The first row fixes the column count and resolves the label column: a
+  // header name, or a number (negative: from the end).
   auto set_columns = [&](std::size_t count) {
     columns = count;
-    const long resolved = label_column < 0 ? static_cast<long>(count) + label_column : label_column;
-    if (resolved < 0 || resolved >= static_cast<long>(count))
+    long number = 0;
+    long resolved = -1;
+    if (const auto found = std::find(names.begin(), names.end(), label_column); found != names.end())
+      resolved = found - names.begin();
+    else if (parse_number(std::string_view(label_column), number))
+      resolved = number < 0 ? static_cast<long>(count) + number : number;
+    if (resolved < 0 || resolved >= static_cast<long>(count)) {
+      std::string known;
+      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + ("'" + name + "'");
       throw file_error(kWhat, path,
-                                    "label column " + std::to_string(label_column) +
-                                        " does not exist (the table has " + std::to_string(count) +
-                                        " columns)");
+                       "label column '" + label_column + "' does not exist (the table has " + std::to_string(count) +
+                           " columns, numbered from 0" + (known.empty() ? "" : ": " + known) + ")");
+    }
     if (count < 2)
       throw file_error(kWhat, path,
                                     "needs at least one input column besides the label");
@@ -101,18 +109,22 @@ Dataset load_csv(const std::filesystem::path& path, int label_column, bool has_h
         inputs.push_back(value);
         continue;
       }
-      if (!(label_value >= 0.0) || label_value != std::floor(label_value) ||
-          label_value > std::numeric_limits<std::int32_t>::max())
+      if (!std::isfinite(label_value))
         throw DataError(std::string(kWhat) + ": " + where(c) + ": label '" + std::string(cells[c]) +
-                        "' is not a non-negative integer");
-      labels.push_back(static_cast<std::int32_t>(label_value));
+                        "' is not a finite number");
+      labels.push_back(label_value);
     }
   }
   if (labels.empty()) throw file_error(kWhat, path, "holds no data rows");
 
   const auto rows = static_cast<std::int64_t>(labels.size());
-  return Dataset{Tensor::from_vector(inputs, Shape{rows, static_cast<std::int64_t>(columns - 1)}),
-                 Tensor::from_vector(labels, Shape{rows}), path.string()};
+  Tensor features = Tensor::from_vector(inputs, Shape{rows, static_cast<std::int64_t>(columns - 1)});
+  // Class ids when every label is one; else numbers to regress on.
+  const bool ids = std::all_of(labels.begin(), labels.end(), [](double v) {
+    return v >= 0 && v == std::floor(v) && v <= std::numeric_limits<std::int32_t>::max();
+  });
+  if (ids) return Dataset{features, Tensor::from_vector(std::vector<std::int32_t>(labels.begin(), labels.end()), Shape{rows}), path.string()};
+  return Dataset{features, Tensor::from_vector(std::vector<float>(labels.begin(), labels.end()), Shape{rows}), path.string()};
 }
 
 }  // namespace tessera

@@ -59,7 +59,7 @@ const std::uint8_t* check_idx(const data_detail::FileBytes& file, const std::fil
 
 }  // namespace
 
-Tensor load_idx_images(const std::filesystem::path& images_path) {
+Tensor load_idx_images(const std::filesystem::path& images_path, float scale) {
   std::vector<std::uint64_t> image_dims;
   auto image_file = data_detail::read_file(images_path, kWhat);
   const std::uint8_t* pixels = check_idx(image_file, images_path, kImagesMagic, "images", image_dims);
@@ -68,13 +68,12 @@ Tensor load_idx_images(const std::filesystem::path& images_path) {
       Shape{extent(image_dims[0]), extent(image_dims[1]), extent(image_dims[2])}, DType::f32);
   float* image_out = images.data<float>();
   for (std::int64_t i = 0, n = images.numel(); i < n; ++i)
-    image_out[i] = static_cast<float>(pixels[i]) * (1.0f / 255.0f);
+    image_out[i] = static_cast<float>(pixels[i]) * scale;
   return images;
 }
 
-Dataset load_idx(const std::filesystem::path& images_path,
-                 const std::filesystem::path& labels_path) {
-  Tensor images = load_idx_images(images_path);
+Dataset load_idx(const std::filesystem::path& images_path, const std::filesystem::path& labels_path, float scale) {
+  Tensor images = load_idx_images(images_path, scale);
   std::vector<std::uint64_t> label_dims;
   auto label_file = data_detail::read_file(labels_path, kWhat);
   const std::uint8_t* values =

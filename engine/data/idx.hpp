@@ -13,12 +13,13 @@
 namespace tessera {
 
 // Images (magic 0x00000803, u8 [N, rows, cols]) become f32 [N, rows, cols]
-// scaled to [0, 1]; labels (magic 0x00000801, u8 [N]) become i32 [N]. Throws
-// DataError naming the file for a missing file, a bad magic, a size that does
-// not match the header (expected vs actual bytes) or differing counts.
-Dataset load_idx(const std::filesystem::path& images_path,
-                 const std::filesystem::path& labels_path);
-// The images alone (for prediction): f32 [N, rows, cols] in [0, 1].
-Tensor load_idx_images(const std::filesystem::path& images_path);
+// times `scale` (by default to [0, 1]: a run config's data `rescale:`);
+// labels (magic 0x00000801, u8 [N]) become i32 [N]. Throws DataError naming
+// the file for a missing file, a bad magic, a size that does not match the
+// header (expected vs actual bytes) or differing counts.
+Dataset load_idx(const std::filesystem::path& images_path, const std::filesystem::path& labels_path,
+                 float scale = 1.0f / 255.0f);
+// The images alone (for prediction): f32 [N, rows, cols] times `scale`.
+Tensor load_idx_images(const std::filesystem::path& images_path, float scale = 1.0f / 255.0f);
 
 }  // namespace tessera

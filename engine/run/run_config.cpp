@@ -9,6 +9,8 @@
 #include "distribution/strategies.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 #include "engine/data/csv.hpp"
 #include "engine/data/idx.hpp"
@@ -88,19 +90,21 @@ namespace {
 Dataset load_dataset_of_type(ConfigNode spec) {
   auto type = spec["type"].as<std::string>();
   if (type == "idx") {
-    spec.expect_keys({"type", "images", "labels"});
+    spec.expect_keys({"type", "images", "labels", "rescale"});
     return load_idx(spec.resolve_path(spec["images"].as<std::string>()),
-                    spec.resolve_path(spec["labels"].as<std::string>()));
+                    spec.resolve_path(spec["labels"].as<std::string>()), static_cast<float>(input_rescale(spec)));
   }
   if (type == "csv") {
-    spec.expect_keys({"type", "path", "label_column", "header"});
-    return load_csv(spec.resolve_path(spec["path"].as<std::string>()), spec.get<int>("label_column", -1),
-                    spec.get<bool>("header", true));
+    spec.expect_keys({"type", "path", "label_column", "header", "rescale"});
+    Dataset d = load_csv(spec.resolve_path(spec["path"].as<std::string>()), spec.get<std::string>("label_column", "-1"),
+                         spec.get<bool>("header", true));
+    d.inputs = rescaled(d.inputs, input_rescale(spec));
+    return d;
   }
   if (type == "npz") {
-    spec.expect_keys({"type", "path", "inputs", "targets"});
+    spec.expect_keys({"type", "path", "inputs", "targets", "rescale"});
     auto path = spec.resolve_path(spec["path"].as<std::string>());
-    return Dataset{load_npz(path, spec.get<std::string>("inputs", "x")),
+    return Dataset{rescaled(load_npz(path, spec.get<std::string>("inputs", "x")), input_rescale(spec)),
                    load_npz(path, spec.get<std::string>("targets", "y")), path.string()};
   }
   if (type == "text") {
@@ -137,8 +141,61 @@ Dataset load_dataset_of_type(ConfigNode spec) {
 
 }  // namespace
 
+double input_rescale(const ConfigNode& spec) {
+  const auto key = spec.find("rescale");
+  if (!key) return spec.has("type") && spec["type"].as<std::string>() == "idx" ? 1.0 / 255.0 : 1.0;
+  const std::string text = key->as<std::string>();
+  double factor = 0;
+  try {
+    std::size_t used = 0;
+    factor = std::stod(text, &used);
+    if (used < text.size() && text[used] == '/') {
+      std::size_t more = 0;
+      const std::string denominator = text.substr(used + 1);
+      factor /= std::stod(denominator, &more);
+      used += 1 + more;
+    }
+    if (used != text.size()) factor = 0;
+  } catch (const std::exception&) {
+    factor = 0;
+  }
+  if (!std::isfinite(factor) || factor <= 0)
+    config_error(*key, "rescale must be a number above 0, or a fraction as 1/255 (got '" + text + "')");
+  return factor;
+}
+
+std::string rescale_text(double factor) {
+  const double inverse = 1.0 / factor;
+  if (factor < 1 && std::abs(inverse - std::round(inverse)) < 1e-9 * inverse)
+    return "1/" + std::to_string(static_cast<std::int64_t>(std::round(inverse)));
+  std::ostringstream out;
+  out << factor;
+  return out.str();
+}
+
+Tensor rescaled(const Tensor& inputs, double factor) {
+  if (factor == 1.0) return inputs;
+  Tensor out = Tensor::empty(inputs.shape(), DType::f32);
+  float* to = out.data<float>();
+  const auto f = static_cast<float>(factor);
+  if (inputs.dtype() == DType::f32)
+    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = inputs.data<float>()[i] * f;
+  else if (inputs.dtype() == DType::i32)
+    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = static_cast<float>(inputs.data<std::int32_t>()[i]) * f;
+  else if (inputs.dtype() == DType::i64)
+    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = static_cast<float>(inputs.data<std::int64_t>()[i]) * f;
+  else
+    throw DTypeError("rescale: inputs " + inputs.describe() + " are not numbers it can scale");
+  return out;
+}
+
 Dataset load_dataset(ConfigNode spec) {
-  Dataset d = load_dataset_of_type(spec);
+  Dataset d;
+  try {
+    d = load_dataset_of_type(spec);
+  } catch (const DataError& e) {  // a file missing or malformed: say which config key named it
+    throw DataError(spec.location() + ": " + spec.path() + ": " + e.what());
+  }
   d.where = spec.location() + ": " + spec.path();  // errors about its samples point at its key
   return d;
 }

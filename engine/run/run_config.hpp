@@ -59,7 +59,20 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
 // Loads and validates a run config; `overrides` are "a.b=c" assignments.
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
 
-// Loads the dataset a `data.<split>` node describes; throws ConfigError or DataError.
+// Loads the dataset a `data.<split>` node describes, its inputs multiplied by
+// input_rescale(spec); throws ConfigError or DataError.
 Dataset load_dataset(ConfigNode spec);
+
+// The factor a `data.<split>` node's inputs are multiplied by before the
+// model sees them: its `rescale:` (a number, or a fraction as "1/255"); by
+// default 1/255 for IDX images (bytes to [0, 1], as Keras' MNIST examples
+// do) and 1 for other data. Integer inputs rescaled become floats. Throws
+// ConfigError at the key.
+double input_rescale(const ConfigNode& spec);
+// "1/255", "0.5": a factor as a person would write it.
+std::string rescale_text(double factor);
+// The same preprocessing for inputs that come without a config's data (tessera
+// predict's files): times `factor`, integers becoming floats unless it is 1.
+Tensor rescaled(const Tensor& inputs, double factor);
 
 }  // namespace tessera

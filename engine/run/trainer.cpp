@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -193,34 +195,95 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
   return p;
 }
 
-Tensor Trainer::as_model_input(const Tensor& inputs, const std::string& label) const {
+namespace {
+
+// Integer inputs in the model input's dtype: any integer width for integer
+// inputs (numpy's default int64 tokens) where every value fits, and integers
+// as floats for float inputs (uint8 images). Floats never become integers.
+// `consumer` names what takes them in messages: "model input 'x'".
+Tensor converted_input(const Tensor& inputs, DType to, const std::string& label, const std::string& consumer) {
+  if (inputs.dtype() == to) return inputs;
+  auto refuse = [&](const std::string& why) {
+    return DTypeError(label + " has " + inputs.describe() + " but " + consumer + " takes " + std::string(dtype_name(to)) + why);
+  };
+  if (is_floating(inputs.dtype()) || inputs.device().kind != DeviceKind::cpu) throw refuse("");
+  Tensor out = Tensor::empty(inputs.shape(), to);
+  auto convert = [&](const auto* from) {
+    for (std::int64_t i = 0; i < inputs.numel(); ++i) {
+      const auto value = static_cast<std::int64_t>(from[i]);
+      if (to == DType::f32) {
+        out.data<float>()[i] = static_cast<float>(value);
+      } else if (to == DType::i32) {
+        if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
+          throw refuse(", and its element " + std::to_string(i) + " (" + std::to_string(value) + ") does not fit in it");
+        out.data<std::int32_t>()[i] = static_cast<std::int32_t>(value);
+      } else if (to == DType::i64) {
+        out.data<std::int64_t>()[i] = value;
+      } else {
+        throw refuse("");
+      }
+    }
+  };
+  if (inputs.dtype() == DType::i32) convert(inputs.data<std::int32_t>());
+  else if (inputs.dtype() == DType::i64) convert(inputs.data<std::int64_t>());
+  else throw refuse("");
+  return out;
+}
+
+}  // namespace
+
+Tensor Trainer::as_model_input(const Tensor& raw, const std::string& label) const {
   const ModelInput& in = model_.inputs()[0];
+  const Tensor inputs = converted_input(raw, in.dtype, label, "model input '" + in.name + "'");
   std::int64_t n = inputs.rank() > 0 ? inputs.shape()[0] : 0;
-  if (inputs.dtype() != in.dtype)
-    throw DTypeError(label + " has inputs " + inputs.describe() + " but model input '" +
-                     in.name + "' is " + std::string(dtype_name(in.dtype)));
   // Samples whose element count matches are viewed in the model's input shape
   // (28x28 IDX images feed a [784] input or a [28, 28, 1] one).
-  if (n == 0 || inputs.numel() / n != in.shape.numel())
-    throw ShapeError(label + " has samples of shape " + inputs.shape().str() +
-                     " (batch first) but model input '" + in.name + "' takes " + in.shape.str());
+  if (n == 0 || inputs.numel() / n != in.shape.numel()) {
+    const auto& dims = inputs.shape().dims();
+    const Shape sample(std::vector<std::int64_t>(dims.begin() + (dims.empty() ? 0 : 1), dims.end()));
+    throw ShapeError(label + " has " + std::to_string(n) + " samples of shape " + sample.str() + " (" +
+                     std::to_string(sample.numel()) + " values each) but model input '" + in.name + "' takes " +
+                     in.shape.str() + " (" + std::to_string(in.shape.numel()) + " values)");
+  }
   auto dims = in.shape.dims();
   dims.insert(dims.begin(), n);
   return inputs.reshape(Shape(dims));
 }
 
-void Trainer::check_dataset(const Dataset& data) {
+Dataset Trainer::model_dataset(const Dataset& data) {
   const Tensor inputs = as_model_input(data.inputs, data.label());
   const std::int64_t n = inputs.shape()[0];
-  const Program& p = program(std::min(n, spec_.batch_size), /*training=*/false, /*with_loss=*/true);
-  const Shape per_batch = p.graph.shape(p.target);
-  std::vector<std::int64_t> dims = per_batch.dims();
+  // What the loss takes, from the traced step (nothing is allocated for it).
+  const std::unique_ptr<Program> p = traced_program(std::min(n, spec_.batch_size), /*training=*/false, /*with_loss=*/true);
+  std::vector<std::int64_t> dims = p->graph.shape(p->target).dims();
   dims[0] = n;
-  const Tensor& t = data.targets;
-  if (!t.defined() || t.dtype() != p.graph.dtype(p.target) || t.shape() != Shape(dims))
-    throw ShapeError(data.label() + " has targets " + (t.defined() ? t.describe() : std::string("none")) +
-                     " for " + std::to_string(n) + " samples, but the loss " + spec_.loss.type + " takes " +
-                     std::string(dtype_name(p.graph.dtype(p.target))) + Shape(dims).str());
+  const DType want = p->graph.dtype(p->target);
+  auto refuse = [&](const std::string& why) {
+    const Tensor& t = data.targets;
+    return ShapeError(data.label() + " has targets " + (t.defined() ? t.describe() : std::string("none")) + " for " +
+                      std::to_string(n) + " samples, but the loss " + spec_.loss.type + " takes " +
+                      std::string(dtype_name(want)) + Shape(dims).str() + why);
+  };
+  if (!data.targets.defined() || data.targets.rank() == 0 || data.targets.shape()[0] != n ||
+      data.targets.numel() != Shape(dims).numel())
+    throw refuse("");
+  Tensor targets = data.targets;
+  if (targets.dtype() != want) {
+    if (want == DType::i32 && targets.dtype() == DType::f32) {  // class ids written as floats ("3.0")
+      Tensor ids = Tensor::empty(targets.shape(), DType::i32);
+      for (std::int64_t i = 0; i < targets.numel(); ++i) {
+        const float v = targets.data<float>()[i];
+        if (!(v >= 0 && v == std::floor(v) && v <= static_cast<float>(std::numeric_limits<std::int32_t>::max())))
+          throw refuse(": class ids, and element " + std::to_string(i) + " is " + std::to_string(v) +
+                       " (a regression target needs a loss such as mse)");
+        ids.data<std::int32_t>()[i] = static_cast<std::int32_t>(v);
+      }
+      targets = ids;
+    } else {
+      targets = converted_input(targets, want, data.label() + "'s targets", "the loss " + spec_.loss.type);
+    }
+  }
+  return Dataset{inputs, targets.reshape(Shape(dims)), data.source, data.where};
 }
 
 void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch) const {
@@ -236,10 +299,12 @@ void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
                                    const FitCallbacks& callbacks) {
-  // What would fail after the first epoch fails before it, losing no training.
-  if (validation != nullptr) check_dataset(*validation);
+  // What would fail at the first step, or after the first epoch, fails
+  // before any, losing no training.
+  const Dataset data = model_dataset(train);
+  std::optional<Dataset> checked_validation;
+  if (validation != nullptr) checked_validation = model_dataset(*validation);
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
-  Dataset data{as_model_input(train.inputs, train.label()), train.targets, train.source, train.where};
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, host_->row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
   total_steps_ = per_epoch * spec_.epochs;
@@ -285,7 +350,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     }
     log.train.loss /= static_cast<double>(log.train.samples);
     for (auto& [name, value] : log.train.metrics) value /= static_cast<double>(log.train.samples);
-    if (validation != nullptr) log.validation = evaluate(*validation);
+    if (checked_validation) log.validation = pass(*checked_validation, {});
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     epochs_done_ = epoch;
     batches_done_ = 0;
@@ -302,18 +367,23 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   return logs;
 }
 
-Evaluation Trainer::evaluate(const Dataset& dataset) {
-  Dataset data{as_model_input(dataset.inputs, dataset.label()), dataset.targets, dataset.source, dataset.where};
+Evaluation Trainer::evaluate(const Dataset& dataset, const PassCallback& on_batch) {
+  return pass(model_dataset(dataset), on_batch);
+}
+
+Evaluation Trainer::pass(const Dataset& data, const PassCallback& on_batch) {
   BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, host_->row_window());
   batches.start_epoch(0);
   Evaluation total;
   Batch batch;
+  std::int64_t done = 0;
   while (batches.next(batch)) {
     Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
     p.runner->bind_rows(p.input, batch.inputs, batch.first_row);
     p.runner->bind_rows(p.target, batch.targets, batch.first_row);
     p.runner->run();
     accumulate(total, p, batch.size);
+    if (on_batch) on_batch(++done, batches.batches_per_epoch(), total);
   }
   if (total.samples > 0) {
     total.loss /= static_cast<double>(total.samples);
@@ -351,7 +421,7 @@ Tensor Trainer::forward(const Tensor& raw_inputs) {
   return p.runner->output(p.output);
 }
 
-Tensor Trainer::predict(const Tensor& raw_inputs) {
+Tensor Trainer::predict(const Tensor& raw_inputs, const PassCallback& on_batch) {
   Tensor inputs = as_model_input(raw_inputs, "data 'predict inputs'");
   std::int64_t n = inputs.shape()[0];
   Tensor result;
@@ -364,6 +434,8 @@ Tensor Trainer::predict(const Tensor& raw_inputs) {
       result = Tensor::empty(Shape(out_dims), out.dtype());
     }
     std::memcpy(result.rows(start, size).raw_data(), out.raw_data(), out.nbytes());
+    if (on_batch) on_batch(start / spec_.batch_size + 1, (n + spec_.batch_size - 1) / spec_.batch_size,
+                           Evaluation{.loss = 0, .metrics = {}, .samples = start + size});
   }
   return result;
 }

@@ -83,6 +83,11 @@ struct EpochLog {
   double seconds = 0;
 };
 
+// After each batch of a pass that is not training (evaluate, predict): the
+// batches done, of how many, and for evaluate the sums so far (divide by
+// running.samples for the means); predict's holds only samples.
+using PassCallback = std::function<void(std::int64_t batch, std::int64_t batches, const Evaluation& running)>;
+
 // Called after every training batch and at the end of every epoch.
 struct FitCallbacks {
   std::function<void(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running)> on_batch;
@@ -133,9 +138,9 @@ class Trainer {
   // Throws Error when the loss stops being finite, CheckpointError when a
   // checkpoint cannot be saved.
   std::vector<EpochLog> fit(const Dataset& train, const Dataset* validation, const FitCallbacks& callbacks = {});
-  Evaluation evaluate(const Dataset& data);
+  Evaluation evaluate(const Dataset& data, const PassCallback& on_batch = {});
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
-  Tensor predict(const Tensor& inputs);
+  Tensor predict(const Tensor& inputs, const PassCallback& on_batch = {});
 
   // One optimizer step on one batch, as fit() takes each of its batches:
   // forward, loss, backward and update with the learning rate of step() (a
@@ -182,8 +187,14 @@ class Trainer {
   // The step traced, with no runner made for it yet.
   std::unique_ptr<Program> traced_program(std::int64_t batch, bool training, bool with_loss);
   Tensor as_model_input(const Tensor& inputs, const std::string& label) const;  // label: as Dataset::label()
-  // Throws what a pass over `data` would at its first batch: inputs or targets the model cannot take.
-  void check_dataset(const Dataset& data);
+  // `data` as the model and its loss take it: inputs by as_model_input;
+  // targets converted to the loss's dtype (class ids of any integer width,
+  // integers as floats, floats holding whole numbers as class ids) and
+  // viewed in its per-sample shape ([N] as [N, 1]). Throws ShapeError or
+  // DTypeError naming the data and the loss, before any step runs.
+  Dataset model_dataset(const Dataset& data);
+  // evaluate() over data model_dataset() made.
+  Evaluation pass(const Dataset& data, const PassCallback& on_batch);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
   Evaluation run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row);
   // Adds the loss and metrics of `p`'s last run over a batch of `batch` samples.

@@ -21,6 +21,7 @@
 #include "engine/data/npy.hpp"
 #include "engine/data/synthetic.hpp"
 #include "engine/data/text.hpp"
+#include "engine/run/run_config.hpp"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -476,22 +477,61 @@ TEST_CASE("data_test: load_csv reads a table and names line and column of a bad 
 
   write_text(dir / "bad.csv", "a,b,label\n1,2,0\n3,x7,1\n");
   auto message = data_error_of([&] { load_csv(dir / "bad.csv", 2, true); });
-  CHECK(contains(message, (dir / "bad.csv").string() + ":3: column 2 ('b')"));
+  CHECK(contains(message, (dir / "bad.csv").string() + ":3: column 1 ('b')"));  // counted from 0, as label_column
   CHECK(contains(message, "'x7' is not a number"));
 
   write_text(dir / "ragged.csv", "1,2,0\n3,4,1\n5,1\n");
   message = data_error_of([&] { load_csv(dir / "ragged.csv", -1, false); });
   CHECK(contains(message, (dir / "ragged.csv").string() + ":3: expected 3 columns, got 2"));
 
-  write_text(dir / "label.csv", "1,2,0.5\n");
-  message = data_error_of([&] { load_csv(dir / "label.csv", -1, false); });
-  CHECK(contains(message, ":1: column 3"));
-  CHECK(contains(message, "not a non-negative integer"));
+  // Issue 19: a regression table (labels that are not class ids) loads as f32
+  // targets; the label column may be named by the header.
+  write_text(dir / "label.csv", "x,price,y\n1,0.12533,2\n3,4,5\n");
+  d = load_csv(dir / "label.csv", "price", true);
+  CHECK(d.targets.dtype() == DType::f32);
+  CHECK(d.targets.to_vector<float>() == std::vector<float>{0.12533f, 4});
+  CHECK(d.inputs.to_vector<float>() == std::vector<float>{1, 2, 3, 5});
+  write_text(dir / "nan.csv", "1,2,nan\n");
+  message = data_error_of([&] { load_csv(dir / "nan.csv", -1, false); });
+  CHECK(contains(message, ":1: column 2"));
+  CHECK(contains(message, "is not a finite number"));
 
-  CHECK(contains(data_error_of([&] { load_csv(dir / "first.csv", 3, false); }), "label column 3"));
+  CHECK(contains(data_error_of([&] { load_csv(dir / "first.csv", 3, false); }), "label column '3' does not exist"));
+  CHECK(contains(data_error_of([&] { load_csv(dir / "label.csv", "cost", true); }),
+                 "label column 'cost' does not exist (the table has 3 columns, numbered from 0: 'x', 'price', 'y')"));
   write_text(dir / "header_only.csv", "a,b\n");
   CHECK(
       contains(data_error_of([&] { load_csv(dir / "header_only.csv", 0, true); }), "no data rows"));
+}
+
+TEST_CASE("data_test: rescale: is a data setting, said by default for IDX, applied to any input type") {
+  // Issue 19: IDX images were scaled by 1/255 without a word, and nothing
+  // else could be scaled, so a raw float .npy met a model trained on [0, 1].
+  TempDir dir;
+  std::ofstream(dir / "t.csv") << "a,b,label\n2,4,0\n6,8,1\n";
+  const std::string csv = "{type: csv, path: " + (dir / "t.csv").string() + ", label_column: 2";
+  auto spec = [](const std::string& text) { return ConfigNode::parse("data: " + text, "run.yaml")["data"]; };
+  CHECK(load_dataset(spec(csv + "}")).inputs.to_vector<float>() == std::vector<float>{2, 4, 6, 8});
+  CHECK(load_dataset(spec(csv + ", rescale: 1/2}")).inputs.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  CHECK(load_dataset(spec(csv + ", rescale: 0.25}")).inputs.to_vector<float>() == std::vector<float>{0.5f, 1, 1.5f, 2});
+  for (const char* bad : {"0", "-1", "1/0", "x", "1/2/3"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(load_dataset(spec(csv + ", rescale: " + bad + "}")),
+                         doctest::Contains("run.yaml:1:"), ConfigError);
+  }
+  CHECK(input_rescale(spec("{type: idx, images: i, labels: l}")) == doctest::Approx(1.0 / 255));
+  CHECK(input_rescale(spec("{type: idx, images: i, labels: l, rescale: 1}")) == 1.0);
+  CHECK(input_rescale(spec("{type: npz, path: p}")) == 1.0);
+  CHECK(rescale_text(1.0 / 255) == "1/255");
+  CHECK(rescale_text(0.3) == "0.3");
+  // Integers (uint8 images read from .npy) become floats when scaled.
+  const Tensor bytes = Tensor::from_vector<std::int32_t>({0, 51, 255}, {3});
+  const std::vector<float> scaled = rescaled(bytes, 1.0 / 255).to_vector<float>();
+  REQUIRE(scaled.size() == 3);
+  CHECK(scaled[0] == 0);
+  CHECK(scaled[1] == doctest::Approx(0.2));
+  CHECK(scaled[2] == doctest::Approx(1.0));
+  CHECK(rescaled(bytes, 1.0).dtype() == DType::i32);
 }
 
 TEST_CASE("data_test: text bytes and next-token windows") {

@@ -308,3 +308,94 @@ model:
   CHECK_THROWS_WITH_AS(parse_training(ConfigNode::parse("training: {loss: binary_crossentropy, metrics: [top_2_accuracy]}")["training"]),
                        doctest::Contains("use 'accuracy'"), ConfigError);
 }
+
+TEST_CASE("integer inputs of any width feed a model where their values fit, and shape errors name one sample's shape") {
+  // Issue 19: uint8 images (read as i32) were refused by a float input,
+  // numpy's int64 tokens by an int32 one, and a shape error printed the
+  // whole array's shape as "samples of shape".
+  Model model = classifier();
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  Tensor bytes = Tensor::empty({2, 8}, DType::i32);
+  Tensor floats = Tensor::empty({2, 8}, DType::f32);
+  for (std::int64_t i = 0; i < 16; ++i) {
+    bytes.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 16);
+    floats.data<float>()[i] = static_cast<float>(i * 16);
+  }
+  CHECK(trainer.predict(bytes).to_vector<float>() == trainer.predict(floats).to_vector<float>());
+  CHECK_THROWS_WITH_AS(trainer.predict(Tensor::empty({2, 9}, DType::f32)),
+                       doctest::Contains("has 2 samples of shape [9] (9 values each) but model input 'x' takes [8] (8 values)"),
+                       ShapeError);
+
+  Model tokens = Model::from_config(ConfigNode::parse(R"(
+model:
+  inputs: [{name: tokens, shape: [4], dtype: i32}]
+  layers:
+    - {type: Embedding, input_dim: 10, output_dim: 2}
+)")["model"]);
+  VariableStore token_store;
+  Trainer token_trainer(tokens, spec(), token_store);
+  Tensor wide = Tensor::from_vector<std::int64_t>({1, 2, 3, 9}, {1, 4});
+  Tensor narrow = Tensor::from_vector<std::int32_t>({1, 2, 3, 9}, {1, 4});
+  CHECK(token_trainer.predict(wide).to_vector<float>() == token_trainer.predict(narrow).to_vector<float>());
+  Tensor too_wide = Tensor::from_vector<std::int64_t>({1, 2, std::int64_t{1} << 40, 9}, {1, 4});
+  CHECK_THROWS_WITH_AS(token_trainer.predict(too_wide), doctest::Contains("its element 2 (1099511627776) does not fit in it"),
+                       DTypeError);
+  CHECK_THROWS_AS(token_trainer.predict(Tensor::empty({1, 4}, DType::f32)), DTypeError);  // floats never become tokens
+}
+
+TEST_CASE("evaluate and predict report each batch") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(40, {8}, 3, 5);  // 3 batches of 16: 16, 32, 40
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  std::vector<std::int64_t> seen;
+  const Evaluation result = trainer.evaluate(data, [&](std::int64_t batch, std::int64_t batches, const Evaluation& running) {
+    CHECK(batches == 3);
+    CHECK(batch == static_cast<std::int64_t>(seen.size()) + 1);
+    seen.push_back(running.samples);
+  });
+  CHECK(seen == std::vector<std::int64_t>{16, 32, 40});
+  CHECK(result.loss == doctest::Approx(trainer.evaluate(data).loss));
+  seen.clear();
+  trainer.predict(data.inputs, [&](std::int64_t, std::int64_t batches, const Evaluation& running) {
+    CHECK(batches == 3);
+    seen.push_back(running.samples);
+  });
+  CHECK(seen == std::vector<std::int64_t>{16, 32, 40});
+}
+
+TEST_CASE("targets are converted to what the loss takes, or refused before the first step") {
+  // Issue 19: binary_crossentropy with Dense(1) on a CSV's class ids failed
+  // after training started with a bare shape error.
+  Model one = Model::from_config(ConfigNode::parse(R"(
+model:
+  inputs: [{name: x, shape: [8]}]
+  layers:
+    - {type: Dense, units: 1}
+)")["model"]);
+  auto training = [](const std::string& loss) {
+    return parse_training(ConfigNode::parse("training: {loss: " + loss +
+                                            ", optimizer: {type: sgd, learning_rate: 0.01}, epochs: 1, batch_size: 16}")["training"]);
+  };
+  Dataset data = synthetic_classification(32, {8}, 2, 6);  // i32 [32] class ids 0 and 1
+  {
+    VariableStore store;
+    Trainer binary(one, training("{type: binary_crossentropy, from_logits: true}"), store);
+    CHECK(binary.fit(data, &data).size() == 1);  // ids as f32 [32, 1]
+  }
+  Dataset regression = data;
+  regression.targets = Tensor::empty({32}, DType::f32);
+  for (std::int64_t i = 0; i < 32; ++i) regression.targets.data<float>()[i] = 0.25f * static_cast<float>(i);
+  {
+    VariableStore store;
+    Trainer mse(one, training("mse"), store);
+    CHECK(mse.fit(regression, nullptr).size() == 1);
+  }
+  VariableStore store;
+  Model three = classifier();  // the trainer keeps a reference
+  Trainer sparse(three, spec(), store);
+  CHECK_THROWS_WITH_AS(sparse.fit(regression, nullptr),
+                       doctest::Contains("element 1 is 0.25"), ShapeError);
+  CHECK(sparse.step() == 0);  // refused before any step
+}
