@@ -118,21 +118,30 @@ void print_sharding(const Distribution& distribution, const SpmdProgram& program
 void print_blocks(const Distribution& distribution, const SpmdProgram& program, const std::string& path) {
   const DeviceMesh& mesh = distribution.mesh();
   const Graph& g = program.global();
+  // The variable named `path`, or else the one whose path ends with it (as
+  // layout keys are written: "dense/kernel" for "mlp/dense/kernel").
   ValueId found = -1;
-  std::vector<std::string> names;
+  std::vector<std::string> names, ending;
   for (ValueId v : g.variables()) {
-    names.push_back(g.value(v).name);
-    if (g.value(v).name == path) found = v;
+    const std::string& name = g.value(v).name;
+    names.push_back(name);
+    if (name == path) found = v;
+    if (name.size() > path.size() && name.ends_with("/" + path)) ending.push_back(name);
   }
+  if (found < 0 && ending.size() == 1)
+    for (ValueId v : g.variables())
+      if (g.value(v).name == ending.front()) found = v;
   if (found < 0) {
     std::string list;
-    for (const auto& n : names) list += "\n  " + n;
-    throw Error("--visualize: no variable '" + path + "'; the variables are:" + list);
+    for (const auto& n : ending.empty() ? names : ending) list += "\n  " + n;
+    throw Error("--visualize: " +
+                (ending.empty() ? "no variable '" + path + "'; the variables are:" : "'" + path + "' ends several variables' paths; say which:") +
+                list);
   }
   const Value& value = g.value(found);
   const Sharding& s = program.sharding(found);
   const Shape block = s.local_shape(value.shape, mesh);
-  fmt::print("\n{} {} as {} on {}\n", path, value.shape.str(), s.str(mesh), mesh.str());
+  fmt::print("\n{} {} as {} on {}\n", value.name, value.shape.str(), s.str(mesh), mesh.str());
   // Devices per block, blocks keyed by their start.
   std::map<std::vector<std::int64_t>, std::string> holders;
   for (std::int64_t r = 0; r < mesh.size(); ++r) {

@@ -1,5 +1,7 @@
 #include "bin/progress.hpp"
 
+#include <cstdio>
+
 #include <fmt/core.h>
 
 namespace tessera {
@@ -10,17 +12,28 @@ std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
   return s;
 }
 
+ProgressBar ProgressBar::pass(std::string title, bool with_loss, bool terminal) {
+  ProgressBar bar(0, terminal);
+  bar.title_ = std::move(title);
+  bar.with_loss_ = with_loss;
+  return bar;
+}
+
 void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running) {
   auto now = std::chrono::steady_clock::now();
-  if (epoch != epoch_) {
+  if (epoch != epoch_ || epoch_start_ == std::chrono::steady_clock::time_point{}) {
     epoch_ = epoch;
-    epoch_start_ = now;
+    epoch_start_ = last_draw_ = now;
     first_batch_ = batch;
     first_samples_ = running.samples;
   }
   // A terminal redraws the bar at most 10 times a second; a log gets a plain
-  // line every tenth of a long epoch.
-  if (!terminal_ && (batches < 50 || batch % (batches / 10) != 0 || batch == batches)) return;
+  // line every tenth of a long epoch, and every 10 seconds of a slow one.
+  // The last batch is left to on_epoch (or the pass's result).
+  if (!terminal_) {
+    const bool tenth = batches >= 50 && batch % (batches / 10) == 0;
+    if (batch == batches || (!tenth && now - last_draw_ < std::chrono::seconds(10))) return;
+  }
   if (terminal_ && batch != batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   double elapsed = std::chrono::duration<double>(now - epoch_start_).count();
@@ -33,9 +46,15 @@ void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t 
   mean.loss /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
   for (auto& [name, value] : mean.metrics) value /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
   // On a terminal: back to the line's start, and clear what a longer line left.
-  fmt::print("{}Epoch {}/{} [{}{}] {}/{} - {} - {:.0f} samples/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", epoch, epochs_,
+  const std::string title = title_.empty() ? fmt::format("Epoch {}/{}", epoch, epochs_) : title_;
+  fmt::print("{}{} [{}{}] {}/{} - {}{:.0f} samples/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
-             batch, batches, format_evaluation(mean), rate, eta, terminal_ ? "" : "\n");
+             batch, batches, with_loss_ ? format_evaluation(mean) + " - " : "", rate, eta, terminal_ ? "" : "\n");
+  std::fflush(stdout);
+}
+
+void ProgressBar::finish() {
+  if (terminal_) fmt::print("\r\033[K");
   std::fflush(stdout);
 }
 

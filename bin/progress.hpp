@@ -1,5 +1,7 @@
-// The per-epoch progress display of `tessera train`: a bar redrawn in place on
-// a terminal, one plain line per epoch otherwise (logs, CI).
+// The progress display of `tessera train` (per epoch) and of passes that are
+// not training (eval, predict): a bar redrawn in place on a terminal; plain
+// lines otherwise (logs, CI, pipes), a tenth of a long pass apart or every
+// 10 seconds, with no escape codes.
 #pragma once
 
 #include <chrono>
@@ -12,14 +14,22 @@ namespace tessera {
 
 class ProgressBar {
  public:
+  // "Epoch 3/10 [=====     ] 40/100 - loss ... - 812 samples/s - ETA 7s"
   ProgressBar(std::int64_t epochs, bool terminal) : epochs_(epochs), terminal_(terminal) {}
+  // "Evaluating [=====     ] 40/100 - loss ... - 812 samples/s - ETA 7s";
+  // without a loss for a pass that computes none (predict).
+  static ProgressBar pass(std::string title, bool with_loss, bool terminal);
 
   void on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running);
   void on_epoch(const EpochLog& log);
+  // A pass's bar erased from the terminal, before its result is printed.
+  void finish();
 
  private:
   std::int64_t epochs_;
   bool terminal_;
+  std::string title_;      // a pass's; empty: "Epoch e/E"
+  bool with_loss_ = true;
   // The epoch's first report (a resumed epoch starts past batch 1): rates and
   // the ETA count the batches and samples since, over the time since.
   std::int64_t epoch_ = 0, first_batch_ = 0, first_samples_ = 0;

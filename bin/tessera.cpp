@@ -19,6 +19,7 @@
 #include "bin/progress.hpp"
 #include "bin/run_folder.hpp"
 #include "bin/sharding_bench.hpp"
+#include "bin/usage_hints.hpp"
 #include "distribution/calibration_cache.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/process_group.hpp"
@@ -67,6 +68,11 @@ int devices(int cpu_devices) {
   return kOk;
 }
 
+// Whether progress may redraw a bar in place: stdout is a terminal, and not
+// one that mpirun made (it gives its ranks terminals of their own whatever
+// its own output is, a pipe or a log included).
+bool terminal_output() { return isatty(STDOUT_FILENO) != 0 && !MpiSession::launched_by_mpirun(); }
+
 // The run config, with the warnings its reading found (as Keras warns) on stderr.
 RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides) {
   RunConfig run = load_run_config(file, overrides);
@@ -80,6 +86,11 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
   RunConfig run = load_config(file, overrides);
   VariableStore store;
   fmt::print("{}", run.model.summary(store, run.training.seed));
+  // The preprocessing the data gets before the model sees it: said, not silent.
+  for (const auto& [split, spec] : {std::pair{"train", run.train_data}, std::pair{"validation", run.validation_data}})
+    if (spec && input_rescale(*spec) != 1.0)
+      fmt::print("Data: data.{} inputs are multiplied by {} before the model (rescale:{})\n", split,
+                 rescale_text(input_rescale(*spec)), spec->has("rescale") ? "" : ", the default of its type");
   fmt::print("\n{:<48} {:<16} {:<6} {:>12}\n", "Variable", "Shape", "DType", "Bytes");
   std::int64_t bytes = 0;
   for (const auto& v : store.variables()) {
@@ -87,7 +98,8 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
                v.value.nbytes());
     bytes += static_cast<std::int64_t>(v.value.nbytes());
   }
-  fmt::print("Total: {} parameters, {} bytes\n", store.parameter_count(), bytes);
+  const std::int64_t all = store.parameter_count(false), trainable = store.parameter_count();
+  fmt::print("Total: {} parameters ({} trainable, {} non-trainable), {} bytes\n", all, trainable, all - trainable, bytes);
   if (run.distribution) {
     // The training program of one batch, partitioned (not run): what each device holds and sends.
     auto trainer = make_trainer(run, store);
@@ -110,6 +122,16 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   RunConfig run = load_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
+  // The metrics log opens (its folder made) before anything trains: a path
+  // that cannot be written fails now, not after the first epoch's work.
+  std::ofstream log;
+  if (!log_path.empty() && job_processes().placement().process == 0) {  // one log for the job
+    std::error_code ec;
+    if (const auto folder = std::filesystem::path(log_path).parent_path(); !folder.empty())
+      std::filesystem::create_directories(folder, ec);
+    log.open(log_path, std::ios::app);
+    if (!log) throw Error("--log: cannot open '" + log_path + "' for writing" + (ec ? ": " + ec.message() : ""));
+  }
   // Training keeps what it trains: without a folder in the config, a resumed
   // run saves where it resumed from, a new one into a new runs/ folder.
   CheckpointSpec& checkpoint = run.training.checkpoint;
@@ -149,12 +171,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   else
     fmt::print("Checkpoints: '{}'{}\n", checkpoint.dir.string(),
                new_run_folder ? " (a new run folder; training.checkpoint.dir chooses another)" : "");
-  std::ofstream log;
-  if (!log_path.empty() && job_processes().placement().process == 0) {  // one log for the job
-    log.open(log_path, std::ios::app);
-    if (!log) throw Error("cannot open the metrics log '" + log_path + "' for writing");
-  }
-  ProgressBar bar(run.training.epochs, isatty(STDOUT_FILENO) != 0);
+  ProgressBar bar(run.training.epochs, terminal_output());
   FitCallbacks callbacks;
   callbacks.on_batch = [&](std::int64_t e, std::int64_t b, std::int64_t n, const Evaluation& r) { bar.on_batch(e, b, n, r); };
   callbacks.on_epoch = [&](const EpochLog& l) {
@@ -193,9 +210,10 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     for (const auto& [op, t] : op_times) total += t.seconds;
     std::vector<std::pair<std::string, StepRunner::OpTime>> rows(op_times.begin(), op_times.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
-    fmt::print("\n{:<32} {:>10} {:>8} {:>10}\n", "op", "seconds", "share", "calls");
+    // Milliseconds: fast ops take microseconds, which seconds would show as 0.000.
+    fmt::print("\n{:<32} {:>12} {:>8} {:>10}\n", "op", "ms", "share", "calls");
     for (const auto& [op, t] : rows)
-      fmt::print("{:<32} {:>10.3f} {:>7.1f}% {:>10}\n", op, t.seconds, 100 * t.seconds / total, t.calls);
+      fmt::print("{:<32} {:>12.3f} {:>7.1f}% {:>10}\n", op, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
   }
   if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
   if (saved)  // the last line says where the weights are and what to run on them
@@ -254,20 +272,28 @@ int eval(const std::string& file, const std::vector<std::string>& overrides, con
   VariableStore store;
   std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint, non_finite);
   Trainer& trainer = *trainer_owner;
-  fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(trainer.evaluate(dataset)));
+  ProgressBar bar = ProgressBar::pass("Evaluating", /*with_loss=*/true, terminal_output());
+  const Evaluation result =
+      trainer.evaluate(dataset, [&](std::int64_t b, std::int64_t n, const Evaluation& running) { bar.on_batch(1, b, n, running); });
+  bar.finish();
+  fmt::print("{} ({} samples): {}\n", split, dataset.size(), format_evaluation(result));
+  std::fflush(stdout);
   return kOk;
 }
 
-// Inputs from .npy or IDX images; outputs to .npy or .csv (one row per sample).
+// Inputs from .npy or IDX images, preprocessed as the model's training data
+// was (data.train's rescale:); outputs to .npy or .csv (one row per sample).
 int predict(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
             const std::string& input, const std::string& output, NonFinite non_finite) {
   RunConfig run = load_config(file, overrides);
   auto extension = [](const std::string& path) { return std::filesystem::path(path).extension().string(); };
+  const double scale = run.train_data ? input_rescale(*run.train_data) : 1.0;
+  if (scale != 1.0) fmt::print("Inputs multiplied by {}, as data.train's are (rescale:)\n", rescale_text(scale));
   Tensor inputs;
   if (extension(input) == ".npy") {
-    inputs = load_npy(input);
+    inputs = rescaled(load_npy(input), scale);
   } else if (input.find("idx") != std::string::npos) {
-    inputs = load_idx_images(input);
+    inputs = load_idx_images(input, static_cast<float>(scale));
   } else {
     throw DataError("predict: cannot read '" + input + "': expected a .npy file or IDX images (name containing 'idx')");
   }
@@ -276,7 +302,10 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
   VariableStore store;
   std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint, non_finite);
   Trainer& trainer = *trainer_owner;
-  Tensor outputs = trainer.predict(inputs);
+  ProgressBar bar = ProgressBar::pass("Predicting", /*with_loss=*/false, terminal_output());
+  Tensor outputs =
+      trainer.predict(inputs, [&](std::int64_t b, std::int64_t n, const Evaluation& running) { bar.on_batch(1, b, n, running); });
+  bar.finish();
   if (job_processes().placement().process != 0) return kOk;  // every process has them; one writes
   if (extension(output) == ".npy") {
     save_npy(output, outputs);
@@ -411,16 +440,62 @@ int verify(const std::string& dir) {
   return r.non_finite.empty() ? kOk : kFailed;
 }
 
+// N of "cpu:N" (or "N"): --devices of selfcheck and devices.
+int cpu_device_count(const std::string& text) {
+  const std::string digits = text.starts_with("cpu:") ? text.substr(4) : text;
+  const bool number = !digits.empty() && digits.size() < 6 && std::all_of(digits.begin(), digits.end(), ::isdigit);
+  if (!number || std::stoi(digits) < 1) throw CLI::ValidationError("--devices", "expected cpu:N with N >= 1, got '" + text + "'");
+  return std::stoi(digits);
+}
+
+// Parses the command line into `app`: -1 when the command is to run, else the
+// exit code after CLI11's message (help and --version exit 0) and, for a
+// misspelt command or an option that belongs in the config, a hint.
+int parse_command_line(CLI::App& app, int argc, char** argv) {
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) commands.push_back(command->get_name());
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+      const std::string guess = closest_command(argv[1], commands);
+      std::cerr << "tessera: unknown command '" << printable(argv[1]) << "'"
+                << (guess.empty() ? "" : "; did you mean '" + guess + "'?") << "\nRun tessera --help for the commands.\n";
+      return kUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      for (int i = 2; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const std::size_t equals = arg.find('=');
+        const std::string name = arg.substr(0, equals);
+        if (!name.starts_with("--") || std::string(e.what()).find(name) == std::string::npos) continue;
+        const std::string value = equals != std::string::npos ? arg.substr(equals + 1) : i + 1 < argc ? argv[i + 1] : "";
+        std::cerr << "Hint: " << unexpected_option_hint(name, value) << "\n";
+        break;
+      }
+    return code == 0 ? 0 : kUsage;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: train and run neural networks declared in YAML, sharded across devices"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
   int cpu_devices = 2;
   auto* check = app.add_subcommand("selfcheck", "Print the devices and run a small matmul on each");
-  check->add_option("--cpu-devices", cpu_devices, "Number of logical CPU devices")->check(CLI::PositiveNumber);
   auto* list = app.add_subcommand("devices", "List the devices this process can use");
-  list->add_option("--cpu-devices", cpu_devices, "Number of logical CPU devices")->check(CLI::PositiveNumber);
+  for (auto* cmd : {check, list}) {
+    // cpu:N, as bench's --devices and a config's devices: say it.
+    cmd->add_option_function<std::string>("--devices", [&](const std::string& text) { cpu_devices = cpu_device_count(text); },
+                                           "Logical CPU devices: cpu:N (default cpu:2)");
+    cmd->add_option("--cpu-devices", cpu_devices, "N: the same as --devices cpu:N")->check(CLI::PositiveNumber)->group("");
+  }
 
   std::string config;
   std::vector<std::string> overrides;
@@ -497,7 +572,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--resume", resume_dir,
                         "Continue from this checkpoint directory (training.checkpoint.dir of an earlier run)");
   train_cmd->add_flag("--profile", profile, "Print the time spent in each op after training");
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = parse_command_line(app, argc, argv); code >= 0) return code;
   if (!device.empty()) overrides.push_back("device=" + device);  // checked as the config's own key
 
   // Under mpirun every process runs this program; process 0 alone prints

@@ -224,7 +224,7 @@ std::string Model::summary(VariableStore& store, std::uint64_t seed) const {
   char line[256];
   std::snprintf(line, sizeof line, "%-36s %-24s %12s\n", "Layer (type)", "Output Shape", "Param #");
   out += line;
-  std::int64_t total = 0;
+  std::int64_t total = 0, trainable = 0;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Layer& layer = *nodes_[i].layer;
     Shape s = graph.shape(t.layer_outputs[i].second);
@@ -234,13 +234,18 @@ std::string Model::summary(VariableStore& store, std::uint64_t seed) const {
     std::int64_t params = 0;
     std::string prefix = (sequential_ ? name_ + "/" : "") + layer.name() + "/";
     for (const auto& v : store.variables())
-      if (v.path.rfind(prefix, 0) == 0) params += v.shape().numel();
+      if (v.path.rfind(prefix, 0) == 0) {
+        params += v.shape().numel();
+        if (v.trainable) trainable += v.shape().numel();
+      }
     total += params;
     std::snprintf(line, sizeof line, "%-36s %-24s %12lld\n", (layer.name() + " (" + layer.type() + ")").c_str(),
                   shape.c_str(), static_cast<long long>(params));
     out += line;
   }
-  out += "Total params: " + std::to_string(total) + "\n";
+  // As Keras' summary: a BatchNormalization's moving statistics count, but are not trained.
+  out += "Total params: " + std::to_string(total) + "\nTrainable params: " + std::to_string(trainable) +
+         "\nNon-trainable params: " + std::to_string(total - trainable) + "\n";
   return out;
 }
 

@@ -178,3 +178,22 @@ model:
   tessera::test::check_close(store.find("sequential/batch_normalization/moving_variance")->value, {3.0f, 0.5f});
   CHECK_FALSE(store.find("sequential/batch_normalization/moving_mean")->trainable);
 }
+
+TEST_CASE("the summary counts trainable and non-trainable parameters apart, as Keras' does") {
+  // Issue 19: inspect printed two different totals for a model with
+  // BatchNormalization (its moving statistics are variables, not trained).
+  Model m = parse_model(R"(
+model:
+  inputs: [{name: x, shape: [3]}]
+  layers:
+    - {type: Dense, units: 4}
+    - {type: BatchNormalization}
+)");
+  VariableStore store;
+  const std::string summary = m.summary(store, 0);
+  INFO(summary);
+  // Dense 3x4 + 4; BatchNormalization gamma and beta (trained), moving mean and variance (not).
+  CHECK(summary.find("Total params: 32\nTrainable params: 24\nNon-trainable params: 8\n") != std::string::npos);
+  CHECK(store.parameter_count(false) == 32);
+  CHECK(store.parameter_count() == 24);
+}
