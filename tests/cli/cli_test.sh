@@ -194,6 +194,10 @@ same_losses "$work/single.jsonl" "$work/own.jsonl"
 out=$("$tessera" inspect "$work/sharded.yaml" --set "$own" --set "distribution.layout_map={kernel: [model, null]}")
 grep -q "tiny/dense/kernel  *\[None, model\] .*its own layout" <<<"$out" || fail "inspect does not show the model's own layout: $out"
 grep -q "tiny/dense_1/kernel  *\[model, None\] .*key 'kernel'" <<<"$out" || fail "inspect does not show the key's layout: $out"
+# --visualize takes a layout key's short path (issue 19), and names the variable it found.
+"$tessera" inspect "$work/sharded.yaml" --visualize dense/kernel | grep -q "^tiny/dense/kernel \[8, 16\] as" ||
+  fail "--visualize dense/kernel: $("$tessera" inspect "$work/sharded.yaml" --visualize dense/kernel 2>&1 | tail -5)"
+expect_fail 1 "'kernel' ends several variables' paths; say which" -- "$tessera" inspect "$work/sharded.yaml" --visualize kernel
 expect_fail 3 "unknown variable 'tiny/dense/kernal' (did you mean 'tiny/dense/kernel'?)" -- \
   "$tessera" inspect "$work/sharded.yaml" --set "model.layouts={tiny/dense/kernal: [null, model]}"
 expect_fail 3 "a layout of its own, which needs type: model_parallel" -- \
