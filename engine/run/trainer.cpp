@@ -19,7 +19,8 @@ namespace tessera {
 
 
 TrainingSpec parse_training(ConfigNode node) {
-  node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "seed", "shuffle", "checkpoint", "precision"});
+  node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "steps_per_epoch", "seed", "shuffle",
+                    "checkpoint", "precision"});
   TrainingSpec spec;
   spec.loss = parse_loss(node["loss"]);
   if (!node.has("optimizer")) node.set("optimizer", "adam");
@@ -43,6 +44,10 @@ TrainingSpec parse_training(ConfigNode node) {
   if (spec.epochs < 1) throw ConfigError(node["epochs"].location() + ": " + node["epochs"].path() + ": epochs must be >= 1");
   if (spec.batch_size < 1)
     throw ConfigError(node["batch_size"].location() + ": " + node["batch_size"].path() + ": batch_size must be >= 1");
+  if (auto steps = node.find("steps_per_epoch")) {
+    spec.steps_per_epoch = steps->as<std::int64_t>();
+    if (spec.steps_per_epoch < 1) steps->fail("steps_per_epoch must be >= 1 (leave it out for every batch)");
+  }
   if (auto checkpoint = node.find("checkpoint")) {
     if (checkpoint->is_scalar() && checkpoint->as<std::string>() == "false") {
       spec.checkpoint.off = true;
@@ -307,6 +312,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, host_->row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
+  if (spec_.steps_per_epoch > 0) per_epoch = std::min(per_epoch, spec_.steps_per_epoch);
   total_steps_ = per_epoch * spec_.epochs;
   // Where to begin: epoch 1, or the position resume() gave (used once).
   std::int64_t first_epoch = start_epoch_ + 1, first_batch = start_batch_;
@@ -330,7 +336,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const std::int64_t skip = epoch == first_epoch ? first_batch : 0;
     batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
-    for (std::int64_t b = skip; batches.next(batch); ++b) {
+    for (std::int64_t b = skip; b < per_epoch && batches.next(batch); ++b) {
       Evaluation step;
       try {
         step = run_step(batch.inputs, batch.targets, batch.size, batch.first_row);

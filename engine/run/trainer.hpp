@@ -57,6 +57,9 @@ struct TrainingSpec {
   std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy (engine/training/metrics.hpp)
   std::int64_t epochs = 1;
   std::int64_t batch_size = 32;
+  // `steps_per_epoch: N`: at most N batches an epoch (Keras' steps_per_epoch),
+  // for quick runs on large data; 0: every batch.
+  std::int64_t steps_per_epoch = 0;
   std::uint64_t seed = 0;
   bool shuffle = true;
   CheckpointSpec checkpoint;

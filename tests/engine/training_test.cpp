@@ -399,3 +399,25 @@ model:
                        doctest::Contains("element 1 is 0.25"), ShapeError);
   CHECK(sparse.step() == 0);  // refused before any step
 }
+
+TEST_CASE("steps_per_epoch caps the batches of each epoch, for quick runs") {
+  // Issue 19: a data limit for quick runs (Keras' steps_per_epoch).
+  Model model = classifier();
+  Dataset data = synthetic_classification(200, {8}, 3, 1);  // 13 batches of 16
+  TrainingSpec capped = spec();
+  capped.steps_per_epoch = 3;
+  VariableStore store;
+  Trainer trainer(model, capped, store);
+  std::vector<std::int64_t> seen;
+  FitCallbacks callbacks;
+  callbacks.on_batch = [&](std::int64_t, std::int64_t batch, std::int64_t batches, const Evaluation&) {
+    CHECK(batches == 3);
+    seen.push_back(batch);
+  };
+  const auto logs = trainer.fit(data, nullptr, callbacks);
+  CHECK(trainer.step() == 4 * 3);
+  CHECK(seen == std::vector<std::int64_t>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK(logs.back().train.samples == 3 * 16);
+  CHECK_THROWS_WITH_AS(parse_training(ConfigNode::parse("training: {loss: mse, steps_per_epoch: 0}")["training"]),
+                       doctest::Contains("steps_per_epoch must be >= 1"), ConfigError);
+}
