@@ -2,6 +2,7 @@
 // mapped to an exit code in one place (see exit_code_for).
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -287,12 +288,19 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
             const std::string& input, const std::string& output, NonFinite non_finite) {
   RunConfig run = load_config(file, overrides);
   auto extension = [](const std::string& path) { return std::filesystem::path(path).extension().string(); };
-  const double scale = run.train_data ? input_rescale(*run.train_data) : 1.0;
-  if (scale != 1.0) fmt::print("Inputs multiplied by {}, as data.train's are (rescale:)\n", rescale_text(scale));
+  // data.train's rescale: when it sets one; else each format's own default
+  // (IDX images 1/255, .npy as they are), said when it differs from training's.
+  const bool set = run.train_data && run.train_data->has("rescale");
+  const bool idx = extension(input) != ".npy" && input.find("idx") != std::string::npos;
+  const double scale = set ? input_rescale(*run.train_data) : idx ? 1.0 / 255.0 : 1.0;
+  if (set && scale != 1.0) fmt::print("Inputs multiplied by {}, as data.train's are (rescale:)\n", rescale_text(scale));
+  if (!set && run.train_data && input_rescale(*run.train_data) != scale)
+    fmt::print(stderr, "warning: data.train's inputs are multiplied by {}, these by {}: set data.train.rescale to "
+               "apply the same factor to them\n", rescale_text(input_rescale(*run.train_data)), rescale_text(scale));
   Tensor inputs;
   if (extension(input) == ".npy") {
     inputs = rescaled(load_npy(input), scale);
-  } else if (input.find("idx") != std::string::npos) {
+  } else if (idx) {
     inputs = load_idx_images(input, static_cast<float>(scale));
   } else {
     throw DataError("predict: cannot read '" + input + "': expected a .npy file or IDX images (name containing 'idx')");
@@ -443,7 +451,7 @@ int verify(const std::string& dir) {
 // N of "cpu:N" (or "N"): --devices of selfcheck and devices.
 int cpu_device_count(const std::string& text) {
   const std::string digits = text.starts_with("cpu:") ? text.substr(4) : text;
-  const bool number = !digits.empty() && digits.size() < 6 && std::all_of(digits.begin(), digits.end(), ::isdigit);
+  const bool number = !digits.empty() && digits.size() < 6 && std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
   if (!number || std::stoi(digits) < 1) throw CLI::ValidationError("--devices", "expected cpu:N with N >= 1, got '" + text + "'");
   return std::stoi(digits);
 }
@@ -468,7 +476,7 @@ int parse_command_line(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
-      for (int i = 2; i < argc; ++i) {
+      for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         const std::size_t equals = arg.find('=');
         const std::string name = arg.substr(0, equals);

@@ -8,7 +8,9 @@
 #   scripts/sanitizer-build.sh TARGET...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --sanitizers > /dev/null || { echo "sanitizers: skipped: Clang could not be installed"; exit 2; }
+# A failed install (no root, no network) leaves the decision to the probe:
+# a Clang already here still builds.
+scripts/setup.sh --sanitizers > /dev/null || echo "sanitizers: warning: scripts/setup.sh --sanitizers failed (above)"
 probe='extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }'
 if ! command -v clang++ > /dev/null || ! clang++ -x c++ -fsanitize=fuzzer -o /dev/null - <<< "$probe" 2> /dev/null; then
   echo "sanitizers: skipped: no clang++ with libFuzzer here (Debian: clang and libclang-rt-14-dev)"

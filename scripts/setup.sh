@@ -3,6 +3,7 @@
 # non-interactively. Runs apt-get as root (directly, or through sudo), and only
 # when something is missing, so it is quick to run again.
 set -euo pipefail
+setup_args="$*"  # repeated in the advice need_root prints
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
@@ -51,7 +52,7 @@ fi
 # where someone can type it); else say the exact command an administrator runs.
 need_root() {
   echo "setup: Tessera needs Debian packages that are not installed, and installing them takes root." >&2
-  echo "setup: ask an administrator to run (or run as root), then run scripts/setup.sh${*:+ $*} again:" >&2
+  echo "setup: ask an administrator to run (or run as root), then run scripts/setup.sh${setup_args:+ $setup_args} again:" >&2
   echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
   exit 1
 }

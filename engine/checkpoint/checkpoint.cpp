@@ -480,7 +480,8 @@ std::string renamed_model_hint(const std::vector<std::string>& model, const std:
     return "";
   const std::string& old_name = *saved_names.begin();
   return "its variables are the model's under the name '" + old_name + "' instead of '" + *model_names.begin() +
-         "': was the model renamed? Load it with the name it was saved with: --set model.name=" + old_name;
+         "': was the model renamed? Load it under the name it was saved with: name: " + old_name +
+         " under model: (in the model's file where the config names one)";
 }
 
 CheckpointReport verify_checkpoint(const fs::path& dir) {

@@ -60,10 +60,10 @@ Dataset load_csv(const std::filesystem::path& path, const std::string& label_col
     columns = count;
     long number = 0;
     long resolved = -1;
-    if (const auto found = std::find(names.begin(), names.end(), label_column); found != names.end())
-      resolved = found - names.begin();
-    else if (parse_number(std::string_view(label_column), number))
+    if (parse_number(std::string_view(label_column), number))  // a number is a position, even where a name is "0"
       resolved = number < 0 ? static_cast<long>(count) + number : number;
+    else if (const auto found = std::find(names.begin(), names.end(), label_column); found != names.end())
+      resolved = found - names.begin();
     if (resolved < 0 || resolved >= static_cast<long>(count)) {
       std::string known;
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + ("'" + name + "'");

@@ -166,7 +166,7 @@ double input_rescale(const ConfigNode& spec) {
 
 std::string rescale_text(double factor) {
   const double inverse = 1.0 / factor;
-  if (factor < 1 && std::abs(inverse - std::round(inverse)) < 1e-9 * inverse)
+  if (inverse > 10 && std::abs(inverse - std::round(inverse)) < 1e-9 * inverse)  // 1/255, not 0.00392157
     return "1/" + std::to_string(static_cast<std::int64_t>(std::round(inverse)));
   std::ostringstream out;
   out << factor;

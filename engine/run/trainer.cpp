@@ -278,7 +278,7 @@ Dataset Trainer::model_dataset(const Dataset& data) {
       Tensor ids = Tensor::empty(targets.shape(), DType::i32);
       for (std::int64_t i = 0; i < targets.numel(); ++i) {
         const float v = targets.data<float>()[i];
-        if (!(v >= 0 && v == std::floor(v) && v <= static_cast<float>(std::numeric_limits<std::int32_t>::max())))
+        if (!(v >= 0 && v == std::floor(v) && v < 2147483648.0f))  // 2^31: the first float past int32
           throw refuse(": class ids, and element " + std::to_string(i) + " is " + std::to_string(v) +
                        " (a regression target needs a loss such as mse)");
         ids.data<std::int32_t>()[i] = static_cast<std::int32_t>(v);

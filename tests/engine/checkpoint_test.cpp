@@ -773,7 +773,7 @@ TEST_CASE("checkpoint: a renamed model's checkpoint fails saying so, and loads u
   named("new").build(renamed, 2);
   CHECK_THROWS_WITH_AS(load_checkpoint(tmp / "ckpt", renamed),
                        doctest::Contains("under the name 'old' instead of 'new': was the model renamed? "
-                                         "Load it with the name it was saved with: --set model.name=old"),
+                                         "Load it under the name it was saved with: name: old under model:"),
                        CheckpointError);
   VariableStore same;
   named("old").build(same, 2);

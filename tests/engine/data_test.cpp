@@ -497,6 +497,9 @@ TEST_CASE("data_test: load_csv reads a table and names line and column of a bad 
   CHECK(contains(message, "is not a finite number"));
 
   CHECK(contains(data_error_of([&] { load_csv(dir / "first.csv", 3, false); }), "label column '3' does not exist"));
+  // A number is a position, even where the header has a column named so.
+  write_text(dir / "numbered.csv", "label,0,1\n2,5,6\n");
+  CHECK(load_csv(dir / "numbered.csv", "0", true).targets.to_vector<std::int32_t>() == std::vector<std::int32_t>{2});
   CHECK(contains(data_error_of([&] { load_csv(dir / "label.csv", "cost", true); }),
                  "label column 'cost' does not exist (the table has 3 columns, numbered from 0: 'x', 'price', 'y')"));
   write_text(dir / "header_only.csv", "a,b\n");
@@ -524,6 +527,7 @@ TEST_CASE("data_test: rescale: is a data setting, said by default for IDX, appli
   CHECK(input_rescale(spec("{type: npz, path: p}")) == 1.0);
   CHECK(rescale_text(1.0 / 255) == "1/255");
   CHECK(rescale_text(0.3) == "0.3");
+  CHECK(rescale_text(0.5) == "0.5");
   // Integers (uint8 images read from .npy) become floats when scaled.
   const Tensor bytes = Tensor::from_vector<std::int32_t>({0, 51, 255}, {3});
   const std::vector<float> scaled = rescaled(bytes, 1.0 / 255).to_vector<float>();

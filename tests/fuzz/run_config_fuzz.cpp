@@ -13,7 +13,8 @@ const std::filesystem::path& config_file() {
   static const std::filesystem::path file = [] {
     const auto root = tessera::fuzz::scratch();
     std::filesystem::create_directories(root / "configs");
-    std::filesystem::create_directory_symlink(std::filesystem::path(TESSERA_SOURCE_DIR) / "models", root / "models");
+    std::error_code exists;  // a folder a crashed run of the same pid left keeps its link
+    std::filesystem::create_directory_symlink(std::filesystem::path(TESSERA_SOURCE_DIR) / "models", root / "models", exists);
     return root / "configs" / "run.yaml";
   }();
   return file;
