@@ -175,17 +175,13 @@ std::string rescale_text(double factor) {
 
 Tensor rescaled(const Tensor& inputs, double factor) {
   if (factor == 1.0) return inputs;
-  Tensor out = Tensor::empty(inputs.shape(), DType::f32);
-  float* to = out.data<float>();
-  const auto f = static_cast<float>(factor);
-  if (inputs.dtype() == DType::f32)
-    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = inputs.data<float>()[i] * f;
-  else if (inputs.dtype() == DType::i32)
-    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = static_cast<float>(inputs.data<std::int32_t>()[i]) * f;
-  else if (inputs.dtype() == DType::i64)
-    for (std::int64_t i = 0; i < inputs.numel(); ++i) to[i] = static_cast<float>(inputs.data<std::int64_t>()[i]) * f;
-  else
+  if (inputs.dtype() != DType::f32 && inputs.dtype() != DType::i32 && inputs.dtype() != DType::i64)
     throw DTypeError("rescale: inputs " + inputs.describe() + " are not numbers it can scale");
+  Tensor out = Tensor::empty(inputs.shape(), DType::f32);
+  backend_for(Device::cpu()).cast(inputs, out);  // integers as floats (a copy for floats)
+  float* values = out.data<float>();
+  const auto f = static_cast<float>(factor);
+  for (std::int64_t i = 0; i < out.numel(); ++i) values[i] *= f;
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/registry.hpp"
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
@@ -212,26 +213,14 @@ Tensor converted_input(const Tensor& inputs, DType to, const std::string& label,
     return DTypeError(label + " has " + inputs.describe() + " but " + consumer + " takes " + std::string(dtype_name(to)) + why);
   };
   if (is_floating(inputs.dtype()) || inputs.device().kind != DeviceKind::cpu) throw refuse("");
+  // The backend's cast wraps i64 into i32: check that every value fits first.
+  if (inputs.dtype() == DType::i64 && to == DType::i32)
+    for (std::int64_t i = 0; i < inputs.numel(); ++i)
+      if (const std::int64_t value = inputs.data<std::int64_t>()[i];
+          value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
+        throw refuse(", and its element " + std::to_string(i) + " (" + std::to_string(value) + ") does not fit in it");
   Tensor out = Tensor::empty(inputs.shape(), to);
-  auto convert = [&](const auto* from) {
-    for (std::int64_t i = 0; i < inputs.numel(); ++i) {
-      const auto value = static_cast<std::int64_t>(from[i]);
-      if (to == DType::f32) {
-        out.data<float>()[i] = static_cast<float>(value);
-      } else if (to == DType::i32) {
-        if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
-          throw refuse(", and its element " + std::to_string(i) + " (" + std::to_string(value) + ") does not fit in it");
-        out.data<std::int32_t>()[i] = static_cast<std::int32_t>(value);
-      } else if (to == DType::i64) {
-        out.data<std::int64_t>()[i] = value;
-      } else {
-        throw refuse("");
-      }
-    }
-  };
-  if (inputs.dtype() == DType::i32) convert(inputs.data<std::int32_t>());
-  else if (inputs.dtype() == DType::i64) convert(inputs.data<std::int64_t>());
-  else throw refuse("");
+  backend_for(Device::cpu()).cast(inputs, out);
   return out;
 }
 
@@ -255,14 +244,19 @@ Tensor Trainer::as_model_input(const Tensor& raw, const std::string& label) cons
   return inputs.reshape(Shape(dims));
 }
 
-Dataset Trainer::model_dataset(const Dataset& data) {
+Dataset Trainer::model_dataset(const Dataset& data, bool evaluated) {
   const Tensor inputs = as_model_input(data.inputs, data.label());
   const std::int64_t n = inputs.shape()[0];
-  // What the loss takes, from the traced step (nothing is allocated for it).
-  const std::unique_ptr<Program> p = traced_program(std::min(n, spec_.batch_size), /*training=*/false, /*with_loss=*/true);
-  std::vector<std::int64_t> dims = p->graph.shape(p->target).dims();
+  // What the loss takes: from the evaluation program (made now, cached, and
+  // partitioned, so its layout and memory errors come before training too),
+  // or, for data only trained on, from a trace that allocates nothing.
+  const std::int64_t batch = std::min(n, spec_.batch_size);
+  std::unique_ptr<Program> traced;
+  const Program& p = evaluated ? program(batch, /*training=*/false, /*with_loss=*/true)
+                               : *(traced = traced_program(batch, /*training=*/false, /*with_loss=*/true));
+  std::vector<std::int64_t> dims = p.graph.shape(p.target).dims();
   dims[0] = n;
-  const DType want = p->graph.dtype(p->target);
+  const DType want = p.graph.dtype(p.target);
   auto refuse = [&](const std::string& why) {
     const Tensor& t = data.targets;
     return ShapeError(data.label() + " has targets " + (t.defined() ? t.describe() : std::string("none")) + " for " +
@@ -306,9 +300,9 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
                                    const FitCallbacks& callbacks) {
   // What would fail at the first step, or after the first epoch, fails
   // before any, losing no training.
-  const Dataset data = model_dataset(train);
+  const Dataset data = model_dataset(train, /*evaluated=*/false);
   std::optional<Dataset> checked_validation;
-  if (validation != nullptr) checked_validation = model_dataset(*validation);
+  if (validation != nullptr) checked_validation = model_dataset(*validation, /*evaluated=*/true);
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
   BatchIterator batches(data, spec_.batch_size, spec_.shuffle, spec_.seed, /*drop_remainder=*/false, {}, host_->row_window());
   std::int64_t per_epoch = (data.size() + spec_.batch_size - 1) / spec_.batch_size;
@@ -321,7 +315,9 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     throw CheckpointError("cannot resume at batch " + std::to_string(first_batch) + " of epoch " +
                           std::to_string(first_epoch) + ": an epoch of " + std::to_string(data.size()) +
                           " samples in batches of " + std::to_string(spec_.batch_size) + " has " +
-                          std::to_string(per_epoch) + " batches (did the data or the batch size change?)");
+                          std::to_string(per_epoch) + " batches" +
+                          (spec_.steps_per_epoch > 0 ? " (training.steps_per_epoch " + std::to_string(spec_.steps_per_epoch) + ")" : "") +
+                          " (did the data, the batch size or steps_per_epoch change?)");
   if (first_batch == per_epoch) {  // saved at the very end of an epoch
     ++first_epoch;
     first_batch = 0;
@@ -374,7 +370,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
 }
 
 Evaluation Trainer::evaluate(const Dataset& dataset, const PassCallback& on_batch) {
-  return pass(model_dataset(dataset), on_batch);
+  return pass(model_dataset(dataset, /*evaluated=*/true), on_batch);
 }
 
 Evaluation Trainer::pass(const Dataset& data, const PassCallback& on_batch) {

@@ -195,7 +195,8 @@ class Trainer {
   // integers as floats, floats holding whole numbers as class ids) and
   // viewed in its per-sample shape ([N] as [N, 1]). Throws ShapeError or
   // DTypeError naming the data and the loss, before any step runs.
-  Dataset model_dataset(const Dataset& data);
+  // `evaluated`: the data will be evaluated, so its program is made now.
+  Dataset model_dataset(const Dataset& data, bool evaluated);
   // evaluate() over data model_dataset() made.
   Evaluation pass(const Dataset& data, const PassCallback& on_batch);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
