@@ -1,11 +1,19 @@
 // `tessera bench CONFIG`: sharding configurations side by side, the way
 // llama-bench sweeps settings. For each mesh x layout it runs real training
 // steps of the config's model on a synthetic batch of training.batch_size and
-// prints one row: step time (median, min-max), samples/s, speed-up against one
-// device, peak memory and parameter bytes per device, bytes moved per
-// collective kind and mesh axis, the communication share of the step, and the
-// cost model's predicted step time. The Spearman rank correlation of predicted
-// and measured times closes the table.
+// prints one row: step time, samples/s, speed-up against one device, peak
+// memory and parameter bytes per device, bytes moved per collective kind and
+// mesh axis, the communication share of the step, and the cost model's
+// predicted step time. The Spearman rank correlation of predicted and measured
+// times closes the table.
+//
+// Timing: every configuration, the one-device baseline among them, is built
+// and warmed up first, then timed in --rounds rounds that take each in turn
+// (the order rotating), so that the machine's slow and fast minutes fall on
+// all alike. A figure is the median over rounds with its min-max; a speed-up
+// is worked out round by round. Rows that ran the same sharded program, the
+// best row, rows within the best's spread and speed-ups whose spread takes in
+// 1x are marked.
 //
 // Layouts: dp (DataParallel), zero (dp with ZeRO-1 optimizer state), tp
 // (AutoTP over `model`, batches over `batch`),
@@ -31,6 +39,7 @@ struct BenchOptions {
   std::string layouts = "dp,tp,fsdp";
   std::string devices;                     // cpu:N; default: the largest mesh
   int steps = 10, warmup = 3;
+  int rounds = 5;                          // timed rounds, every configuration and one device alternated
   std::string format = "table";            // table | csv | json
   std::string chart;                       // an SVG file to write, if any
   bool recalibrate = false;

@@ -546,8 +546,11 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--mesh", bench.meshes, "Meshes BATCHxMODEL, comma-separated")->capture_default_str();
   bench_cmd->add_option("--layout", bench.layouts, "Layouts: dp, zero, tp, fsdp, auto, config (comma-separated)")->capture_default_str();
   bench_cmd->add_option("--devices", bench.devices, "cpu:N (default: the largest mesh)");
-  bench_cmd->add_option("--steps", bench.steps, "Timed training steps per configuration")->capture_default_str();
-  bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first")->capture_default_str();
+  bench_cmd->add_option("--steps", bench.steps, "Timed training steps per configuration and round")->capture_default_str();
+  bench_cmd->add_option("--rounds", bench.rounds,
+                        "Rounds, each timing every configuration and one device in turn (figures: median, min-max over rounds)")
+      ->capture_default_str();
+  bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps per configuration before the rounds")->capture_default_str();
   bench_cmd->add_option("--format", bench.format, "table, csv or json")->capture_default_str();
   bench_cmd->add_option("--chart", bench.chart, "Also write an SVG chart of samples/s to this file");
   bench_cmd->add_option("--np", bench.processes, "Also run each configuration as a job of N processes (mpirun), comma-separated")

@@ -54,14 +54,20 @@ bool CpuBackend::supports(OpKind kind, DType dtype) const {
 
 const CpuBackend::Primitive& CpuBackend::primitive(const std::string& key,
                                                   const std::function<Primitive()>& make) {
-  auto it = primitives_.find(key);
-  if (it != primitives_.end()) return it->second;
+  auto& cached = primitives_[threads_];
+  auto it = cached.find(key);
+  if (it != cached.end()) return it->second;
   KernelScope scope(threads_);  // oneDNN picks its blocking for the threads it will have
   Primitive p = make();
   auto bytes = p.desc.scratchpad_desc().get_size();
   if (bytes > 0 && (!scratchpad_ || scratchpad_->bytes() < bytes))
     scratchpad_ = std::make_shared<Buffer>(allocator_, bytes);
-  return primitives_.emplace(key, std::move(p)).first->second;
+  return cached.emplace(key, std::move(p)).first->second;
+}
+
+std::size_t CpuBackend::primitive_count() const {
+  auto it = primitives_.find(threads_);
+  return it == primitives_.end() ? 0 : it->second.size();
 }
 
 void CpuBackend::execute(const Primitive& p, std::unordered_map<int, dnnl::memory> args) {

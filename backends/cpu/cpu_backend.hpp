@@ -30,14 +30,13 @@ class CpuBackend final : public Backend {
   bool supports(OpKind kind, DType dtype) const override;
 
   int threads() const { return threads_; }
-  // oneDNN fixes a primitive's thread count when it is created, so a new share
-  // drops the cached primitives (they are re-created for the new count).
-  void set_threads(int threads) {
-    if (threads != threads_) primitives_.clear();
-    threads_ = threads;
-  }
-  // Number of distinct oneDNN primitives created so far (tests check reuse).
-  std::size_t primitive_count() const { return primitives_.size(); }
+  // oneDNN fixes a primitive's thread count when it is created, so each share
+  // has primitives of its own, kept so that switching back (tessera bench
+  // alternates one device of every core with meshes of smaller shares) reuses them.
+  void set_threads(int threads) { threads_ = threads; }
+  // Number of distinct oneDNN primitives created so far for the current
+  // thread share (tests check reuse).
+  std::size_t primitive_count() const;
 
   // A cached oneDNN primitive and the memory descriptors it was made for.
   struct Primitive {
@@ -135,7 +134,7 @@ class CpuBackend final : public Backend {
   int threads_;
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::unordered_map<std::string, Primitive> primitives_;
+  std::unordered_map<int, std::unordered_map<std::string, Primitive>> primitives_;  // by thread share, then key
   std::shared_ptr<Buffer> scratchpad_;
   std::unordered_map<std::string, std::shared_ptr<Buffer>> scratch_buffers_;
 };

@@ -158,7 +158,7 @@ TEST_CASE("bf16 matmul accumulates in f32 and matches the f32 result of the roun
   check_close(widen(out16), expected, 1e-2, 1e-2);  // one bf16 rounding of the result
 }
 
-TEST_CASE("a new thread share re-creates the cached primitives") {
+TEST_CASE("each thread share has primitives of its own, reused when the share comes back") {
   auto& cpu = static_cast<CpuBackend&>(backend_for(Device::cpu(0)));
   Tensor a = random_tensor({16, 16}, 1), b = random_tensor({16, 16}, 2);
   Tensor out = Tensor::empty({16, 16}, DType::f32);
@@ -170,7 +170,12 @@ TEST_CASE("a new thread share re-creates the cached primitives") {
   CHECK(cpu.primitive_count() == 0);
   cpu.matmul(a, b, nullptr, out);
   check_close(out, reference_matmul(a, b, false, false), 1e-5, 1e-5);
+  CHECK(cpu.primitive_count() > 0);
   cpu.set_threads(threads);
+  CHECK(cpu.primitive_count() == cached);  // the first share's primitives were kept
+  cpu.matmul(a, b, nullptr, out);
+  CHECK(cpu.primitive_count() == cached);
+  check_close(out, reference_matmul(a, b, false, false), 1e-5, 1e-5);
 }
 
 TEST_CASE("matmul alphas that print alike get primitives of their own") {

@@ -237,14 +237,33 @@ import csv, json, sys, xml.etree.ElementTree as ET
 rows = list(csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("#")))
 assert [(r["mesh"], r["layout"]) for r in rows] == [(m, l) for m in ("1x2", "2x1") for l in ("dp", "tp", "auto")], rows
 assert all(float(r["median_ms"]) > 0 and float(r["samples_per_s"]) > 0 for r in rows), rows
+assert all(float(r["min_ms"]) <= float(r["median_ms"]) <= float(r["max_ms"]) for r in rows), rows
+assert all(float(r["speedup_min"]) <= float(r["speedup"]) <= float(r["speedup_max"]) for r in rows), rows
 assert any("all_reduce" in r["collectives_mib"] for r in rows), rows
+# One best row; auto runs the program of the layout it chose, and tp over a model axis of 1 is dp.
+assert sum("best" in r["notes"].split("; ") for r in rows) == 1, rows
+by = {(r["mesh"], r["layout"]): r for r in rows}
+assert "same program as 2x1 dp" in by[("2x1", "tp")]["notes"], rows
+for mesh in ("1x2", "2x1"):
+    auto = by[(mesh, "auto")]
+    if auto["chosen"] in ("dp", "tp") and not (mesh == "2x1" and auto["chosen"] == "tp"):
+        assert f"same program as {mesh} {auto['chosen']}" in auto["notes"], rows
+assert "same program" not in by[("1x2", "tp")]["notes"], rows
 j = json.load(open(sys.argv[2]))
 assert len(j["rows"]) == 1 and j["rows"][0]["layout"] == "fsdp", j
 assert j["spearman"] is None, j  # one row ranks nothing
 row = j["rows"][0]
 assert row["collective_bytes_per_step"] == {k: v for k, v in row["predicted_collective_bytes_per_step"].items() if v}, row
 svg = ET.parse(sys.argv[3]).getroot()
-assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}rect")) == 6
+ns = "{http://www.w3.org/2000/svg}"
+assert svg.tag.endswith("svg")
+assert len([e for e in svg.iter(ns + "rect") if e.get("class") == "bar"]) == 6, "one bar per row"
+assert len([e for e in svg.iter(ns + "rect") if e.get("class") == "baseline"]) == 1, "one bar for one device"
+assert len([e for e in svg.iter(ns + "path") if e.get("class") == "whisker"]) == 7, "a min-max whisker per bar"
+texts = [e.text or "" for e in svg.iter(ns + "text")]
+assert any(t.startswith("samples/s") for t in texts), texts  # the axis names its unit
+assert "one device's median" in texts and "min-max over rounds" in texts, texts  # the legend
+assert any(t.startswith("one device (") for t in texts), texts
 PY
 expect_fail 3 "unknown layout 'zerro'" -- "$tessera" bench "$work/run.yaml" --mesh 2x1 --layout zerro
 expect_fail 3 "'2x1x5' is not BATCHxMODEL" -- "$tessera" bench "$work/run.yaml" --mesh 2x1x5 --layout dp
