@@ -13,11 +13,26 @@ namespace tessera {
 
 class ConfigNode;
 
+// `schedule:` of an optimizer, by Keras' and optax's names. Every type may
+// warm up: the rate rises linearly from learning_rate / warmup_steps to the
+// schedule's rate over the first warmup_steps steps; the decay counts its
+// steps from there.
+//   constant     learning_rate
+//   cosine       to min_ratio * learning_rate over decay_steps (CosineDecay)
+//   linear       to min_ratio * learning_rate over decay_steps (PolynomialDecay, power 1)
+//   exponential  learning_rate * decay_rate^(t / decay_steps), t whole steps of
+//                decay_steps with staircase (ExponentialDecay)
+//   piecewise    values[i] after boundaries[i-1] steps (PiecewiseConstantDecay:
+//                values[0] up to and at step boundaries[0]); values are the rates
 struct ScheduleSpec {
-  std::string type = "constant";  // or "cosine" (to min_ratio * lr at decay_steps)
-  std::int64_t warmup_steps = 0;  // linear warm-up from 0 over the first steps
-  std::int64_t decay_steps = 0;   // 0: the whole run
-  double min_ratio = 0.0;
+  std::string type = "constant";
+  std::int64_t warmup_steps = 0;
+  std::int64_t decay_steps = 0;   // cosine, linear: 0 is the whole run after warm-up
+  double min_ratio = 0.0;         // cosine, linear
+  double decay_rate = 0.0;        // exponential
+  bool staircase = false;         // exponential
+  std::vector<std::int64_t> boundaries;  // piecewise
+  std::vector<double> values;            // piecewise: one more than boundaries
 };
 
 struct OptimizerSpec {
@@ -34,7 +49,8 @@ struct OptimizerSpec {
 // `training.optimizer`; throws ConfigError naming unknown optimizers and keys.
 OptimizerSpec parse_optimizer(ConfigNode node);
 
-// The learning rate of optimizer step `step` (0-based) in a run of `total_steps`.
+// The learning rate of optimizer step `step` (0-based) in a run of `total_steps`,
+// before any callback's scaling (ReduceLROnPlateau).
 float learning_rate_at(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps);
 
 // Appends the update of every parameter from its gradient (clipped first when

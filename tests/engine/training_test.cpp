@@ -191,6 +191,59 @@ TEST_CASE("cosine schedule with linear warm-up") {
   CHECK(learning_rate_at(s, 104, 104) == doctest::Approx(0.1));
 }
 
+TEST_CASE("linear, exponential and piecewise schedules follow Keras, each after its warm-up") {
+  auto schedule = [](const std::string& text) { return parse_optimizer(ConfigNode::parse(text)); };
+  OptimizerSpec linear = schedule("{type: sgd, learning_rate: 1.0, schedule: {type: linear, decay_steps: 100}}");
+  CHECK(learning_rate_at(linear, 0, 1000) == doctest::Approx(1.0));
+  CHECK(learning_rate_at(linear, 50, 1000) == doctest::Approx(0.5));
+  CHECK(learning_rate_at(linear, 100, 1000) == doctest::Approx(0.0));
+  CHECK(learning_rate_at(linear, 500, 1000) == doctest::Approx(0.0));  // held at the end
+  OptimizerSpec warm = schedule(
+      "{type: sgd, learning_rate: 1.0, schedule: {type: linear, warmup_steps: 10, min_ratio: 0.2}}");  // decays over the run
+  CHECK(learning_rate_at(warm, 0, 110) == doctest::Approx(0.1));
+  CHECK(learning_rate_at(warm, 9, 110) == doctest::Approx(1.0));
+  CHECK(learning_rate_at(warm, 60, 110) == doctest::Approx(0.6));  // halfway: 0.2 + 0.8 * 0.5
+  OptimizerSpec exponential =
+      schedule("{type: adam, learning_rate: 0.1, schedule: {type: exponential, decay_steps: 10, decay_rate: 0.5}}");
+  CHECK(learning_rate_at(exponential, 10, 0) == doctest::Approx(0.05));
+  CHECK(learning_rate_at(exponential, 5, 0) == doctest::Approx(0.1 * std::sqrt(0.5)));
+  OptimizerSpec stairs = schedule(
+      "{type: adam, learning_rate: 0.1, schedule: {type: exponential, decay_steps: 10, decay_rate: 0.5, staircase: true, "
+      "warmup_steps: 5}}");
+  CHECK(learning_rate_at(stairs, 4, 0) == doctest::Approx(0.1));
+  CHECK(learning_rate_at(stairs, 14, 0) == doctest::Approx(0.1));  // 9 steps after warm-up: still the first stair
+  CHECK(learning_rate_at(stairs, 15, 0) == doctest::Approx(0.05));
+  OptimizerSpec piecewise =
+      schedule("{type: sgd, schedule: {type: piecewise, boundaries: [10, 20], values: [1.0, 0.5, 0.1]}}");
+  CHECK(piecewise.learning_rate == doctest::Approx(1.0));
+  for (auto step_rate : {std::pair{0, 1.0}, {10, 1.0}, {11, 0.5}, {20, 0.5}, {21, 0.1}, {1000, 0.1}})
+    CHECK(learning_rate_at(piecewise, step_rate.first, 0) == doctest::Approx(step_rate.second));
+}
+
+TEST_CASE("a schedule's missing or contradictory settings are config errors at the key") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"{type: sgd, learning_rate: 0.1, schedule: {type: piecewise, boundaries: [10], values: [1.0, 0.5]}}",
+       "leave out the optimizer's learning_rate"},
+      {"{type: sgd, schedule: {type: piecewise, boundaries: [10], values: [1.0]}}",
+       "values must be one more than boundaries (2), got 1"},
+      {"{type: sgd, schedule: {type: piecewise, boundaries: [10, 5], values: [1, 2, 3]}}", "increasing order"},
+      {"{type: sgd, schedule: {type: exponential, decay_steps: 10}}", "needs decay_steps and decay_rate"},
+      {"{type: sgd, schedule: {type: exponential, decay_steps: 10, decay_rate: 0.5, min_ratio: 0.1}}", "min_ratio"},
+      {"{type: sgd, schedule: {type: step}}", "piecewise"},
+  };
+  for (const auto& c : cases) {
+    const std::string config = c.first;
+    const char* expected = c.second;
+    std::string message = "no error";
+    try {
+      parse_optimizer(ConfigNode::parse(config));
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(message.find(expected) != std::string::npos, config, " -> ", message);
+  }
+}
+
 TEST_CASE("global-norm clipping scales every gradient by one factor") {
   Graph g;
   ValueId a = g.variable("a", {2}), b = g.variable("b", {1});
