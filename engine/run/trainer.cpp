@@ -21,7 +21,7 @@ namespace tessera {
 
 TrainingSpec parse_training(ConfigNode node) {
   node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "steps_per_epoch", "seed", "shuffle",
-                    "checkpoint", "precision"});
+                    "checkpoint", "precision", "callbacks"});
   TrainingSpec spec;
   spec.loss = parse_loss(node["loss"]);
   if (!node.has("optimizer")) node.set("optimizer", "adam");
@@ -49,6 +49,7 @@ TrainingSpec parse_training(ConfigNode node) {
     spec.steps_per_epoch = steps->as<std::int64_t>();
     if (spec.steps_per_epoch < 1) steps->fail("steps_per_epoch must be >= 1 (leave it out for every batch)");
   }
+  if (auto callbacks = node.find("callbacks")) spec.callbacks = parse_callbacks(*callbacks);
   if (auto checkpoint = node.find("checkpoint")) {
     if (checkpoint->is_scalar() && checkpoint->as<std::string>() == "false") {
       spec.checkpoint.off = true;
@@ -296,6 +297,65 @@ void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch
   total.samples += batch;
 }
 
+class Trainer::FitRun final : public FitControl {
+ public:
+  FitRun(Trainer& trainer, bool validation) : t_(trainer), validation_(validation) {}
+
+  std::vector<std::string> log_names() const override {
+    std::vector<std::string> names = {"loss"};
+    names.insert(names.end(), t_.spec_.metrics.begin(), t_.spec_.metrics.end());
+    if (validation_)
+      for (std::size_t i = 0, n = names.size(); i < n; ++i) names.push_back("val_" + names[i]);
+    return names;
+  }
+  void stop_training() override { stop = true; }
+  double learning_rate_scale() const override { return t_.learning_rate_scale_; }
+  void set_learning_rate_scale(double scale) override { t_.learning_rate_scale_ = scale; }
+  double learning_rate() const override {
+    return learning_rate_at(t_.spec_.optimizer, t_.step_, t_.total_steps_) * t_.learning_rate_scale_;
+  }
+  void save_checkpoint(const std::filesystem::path& dir) override {
+    t_.host_->save(dir, t_.state(), t_.spec_.checkpoint.resolved_config);
+  }
+  void check_checkpoint_dir(const std::filesystem::path& dir) const override { tessera::check_checkpoint_dir(dir); }
+  WeightSnapshot weights() override {
+    check_whole();
+    t_.sync_store();
+    WeightSnapshot snapshot;
+    for (Variable& v : t_.store_.variables()) {
+      if (v.path.rfind("optimizer/", 0) == 0) continue;
+      const Tensor& value = VariableStore::materialize(v);
+      const auto* bytes = static_cast<const std::byte*>(value.raw_data());
+      snapshot.variables.emplace_back(v.path, std::vector<std::byte>(bytes, bytes + value.nbytes()));
+    }
+    return snapshot;
+  }
+  void set_weights(const WeightSnapshot& snapshot) override {
+    check_whole();
+    for (const auto& [path, bytes] : snapshot.variables) {
+      Variable* v = t_.store_.find(path);
+      if (v == nullptr || VariableStore::materialize(*v).nbytes() != bytes.size())
+        throw Error("set_weights: variable '" + path + "' is not in this model, or not of that size");
+      std::memcpy(v->value.raw_data(), bytes.data(), bytes.size());
+    }
+    t_.host_->store_changed();
+  }
+
+  bool stop = false;
+
+ private:
+  // A job of several processes keeps its variables as each process's blocks.
+  void check_whole() const {
+    if (t_.store_.defers_values())
+      throw UnsupportedError(
+          "restoring weights in a job of several processes: save the best epoch with model_checkpoint "
+          "(save_best_only: true) and load that checkpoint instead");
+  }
+
+  Trainer& t_;
+  bool validation_;
+};
+
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
                                    const FitCallbacks& callbacks) {
   // What would fail at the first step, or after the first epoch, fails
@@ -324,6 +384,10 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   }
   epochs_done_ = first_epoch - 1;
   batches_done_ = first_batch;
+  FitRun run(*this, checked_validation.has_value());
+  std::vector<std::shared_ptr<Callback>> fit_callbacks = spec_.callbacks;
+  fit_callbacks.insert(fit_callbacks.end(), callbacks.callbacks.begin(), callbacks.callbacks.end());
+  for (const auto& c : fit_callbacks) c->on_train_begin(run);
   std::vector<EpochLog> logs;
   for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
@@ -354,16 +418,19 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     for (auto& [name, value] : log.train.metrics) value /= static_cast<double>(log.train.samples);
     if (checked_validation) log.validation = pass(*checked_validation, {});
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log.learning_rate = learning_rate_at(spec_.optimizer, step_ - 1, total_steps_) * learning_rate_scale_;
     epochs_done_ = epoch;
     batches_done_ = 0;
     if (callbacks.on_epoch) callbacks.on_epoch(log);
+    for (const auto& c : fit_callbacks) c->on_epoch_end(log, run);
     logs.push_back(log);
     const CheckpointSpec& checkpoint = spec_.checkpoint;
-    if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs)) {
+    if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs || run.stop)) {
       TrainingState now = state();
       host_->save(checkpoint.dir, now, checkpoint.resolved_config);
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
+    if (run.stop) break;
   }
   sync_store();
   return logs;
@@ -403,7 +470,8 @@ Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::i
   Program& p = program(n, /*training=*/true, /*with_loss=*/true);
   p.runner->bind_rows(p.input, inputs, first_row);
   p.runner->bind_rows(p.target, targets, first_row);
-  p.runner->set_update_step(step_ + 1, learning_rate_at(spec_.optimizer, step_, total_steps_));
+  p.runner->set_update_step(step_ + 1, static_cast<float>(learning_rate_at(spec_.optimizer, step_, total_steps_) *
+                                                         learning_rate_scale_));
   p.runner->run();
   ++step_;
   Evaluation result;

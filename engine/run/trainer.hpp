@@ -27,6 +27,8 @@
 #include "engine/data/dataset.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/run/step_host.hpp"
+#include "engine/training/callbacks.hpp"
+#include "engine/training/fit_log.hpp"
 #include "engine/training/loss.hpp"
 #include "engine/training/optimizer.hpp"
 #include "layers/model.hpp"
@@ -67,24 +69,12 @@ struct TrainingSpec {
   // (Graph::set_matmul_dtype); variables, optimizer state and every other op
   // stay f32. Training, evaluation and prediction alike.
   DType precision = DType::f32;
+  // `callbacks:` (engine/training/callbacks.hpp): run by fit() after each epoch.
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 // `training:`; throws ConfigError (unknown keys, metrics, bad values).
 TrainingSpec parse_training(ConfigNode node);
-
-// Loss and metrics over a pass (means over samples).
-struct Evaluation {
-  double loss = 0;
-  std::map<std::string, double> metrics;
-  std::int64_t samples = 0;
-};
-
-struct EpochLog {
-  std::int64_t epoch = 0;  // 1-based
-  Evaluation train;
-  Evaluation validation;  // samples == 0 when there was no validation data
-  double seconds = 0;
-};
 
 // After each batch of a pass that is not training (evaluate, predict): the
 // batches done, of how many, and for evaluate the sums so far (divide by
@@ -97,6 +87,10 @@ struct FitCallbacks {
   std::function<void(const EpochLog&)> on_epoch;
   // After each checkpoint save (which follows on_epoch).
   std::function<void(const std::filesystem::path& dir, const TrainingState&)> on_checkpoint;
+  // Keras-style callbacks (early stopping, best checkpoints, ...), run after
+  // on_epoch and after the spec's own; they may stop training or change the
+  // learning rate (engine/training/callbacks.hpp).
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 class Trainer {
@@ -137,9 +131,10 @@ class Trainer {
 
   // Trains up to epoch spec.epochs: from epoch 1, or from where resume() said.
   // Returns the logs of the epochs it ran, numbered as in the whole run (3, 4
-  // after resuming from a checkpoint of epoch 2).
-  // Throws Error when the loss stops being finite, CheckpointError when a
-  // checkpoint cannot be saved.
+  // after resuming from a checkpoint of epoch 2); fewer when a callback
+  // stopped training. Throws Error when the loss stops being finite,
+  // CheckpointError when a checkpoint cannot be saved, ConfigError before the
+  // first step when a callback monitors a figure the run does not log.
   std::vector<EpochLog> fit(const Dataset& train, const Dataset* validation, const FitCallbacks& callbacks = {});
   Evaluation evaluate(const Dataset& data, const PassCallback& on_batch = {});
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
@@ -183,6 +178,7 @@ class Trainer {
 
  private:
   struct Program;
+  class FitRun;  // what callbacks may do to a fit() (FitControl)
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
@@ -212,6 +208,7 @@ class Trainer {
   std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
+  double learning_rate_scale_ = 1;  // a callback's factor on the schedule (ReduceLROnPlateau)
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
   std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
 };

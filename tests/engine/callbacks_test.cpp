@@ -1,0 +1,156 @@
+// Keras-style callbacks of Trainer::fit: early stopping (and restoring the
+// best weights), the best checkpoint, reducing the learning rate on a
+// plateau, per-epoch logs, and their errors before the first step.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "engine/checkpoint/checkpoint.hpp"
+#include "engine/config/config.hpp"
+#include "engine/data/synthetic.hpp"
+#include "engine/run/trainer.hpp"
+#include "engine/training/callbacks.hpp"
+#include "tests/classifier.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+TrainingSpec spec_with(const std::string& callbacks, const std::string& optimizer = "{type: sgd, learning_rate: 0.1}") {
+  return parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: " + optimizer +
+      ", metrics: [accuracy], epochs: 8, batch_size: 16, seed: 3, callbacks: " + callbacks + "}")["training"]);
+}
+
+// A C++ callback: the weights at the end of each epoch, by the FitControl API.
+class RecordWeights final : public Callback {
+ public:
+  void on_epoch_end(const EpochLog&, FitControl& fit) override { epochs.push_back(fit.weights()); }
+  std::vector<WeightSnapshot> epochs;
+};
+
+std::vector<std::byte> bytes_of(const VariableStore& store, const std::string& path) {
+  for (const auto& v : store.variables())
+    if (v.path == path) {
+      const auto* p = static_cast<const std::byte*>(v.value.raw_data());
+      return {p, p + v.value.nbytes()};
+    }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("early_stopping ends fit after patience epochs without improvement, with the best weights if asked") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  VariableStore store;
+  // min_delta so large that only the first epoch counts as an improvement.
+  Trainer trainer(model,
+                  spec_with("[{type: early_stopping, monitor: loss, min_delta: 1.0e9, patience: 2, restore_best_weights: true}]"),
+                  store);
+  auto record = std::make_shared<RecordWeights>();
+  FitCallbacks callbacks;
+  callbacks.callbacks.push_back(record);
+  const auto logs = trainer.fit(data, nullptr, callbacks);
+  REQUIRE(logs.size() == 3);  // epoch 1 is the best; epochs 2 and 3 do not improve: patience 2 is used up at 3
+  CHECK(trainer.state().epoch == 3);
+  REQUIRE(record->epochs.size() == 3);
+  // The recorder ran after early_stopping: at epoch 3 it saw the restored weights of epoch 1.
+  for (const auto& variable : record->epochs[0].variables) CHECK_MESSAGE(bytes_of(store, variable.first) == variable.second, variable.first);
+  CHECK(record->epochs[2].variables == record->epochs[0].variables);
+  CHECK(record->epochs[1].variables != record->epochs[0].variables);  // training did move them
+}
+
+TEST_CASE("reduce_lr_on_plateau scales the learning rate after patience epochs without improvement") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  VariableStore store;
+  Trainer trainer(model,
+                  spec_with("[{type: reduce_lr_on_plateau, monitor: loss, min_delta: 1.0e9, patience: 1, factor: 0.5, "
+                            "min_lr: 0.02}]"),
+                  store);
+  const auto logs = trainer.fit(data, nullptr);
+  REQUIRE(logs.size() == 8);
+  CHECK(logs[0].learning_rate == doctest::Approx(0.1));
+  CHECK(logs[1].learning_rate == doctest::Approx(0.1));   // reduced at its end
+  CHECK(logs[2].learning_rate == doctest::Approx(0.05));
+  CHECK(logs[3].learning_rate == doctest::Approx(0.025));
+  CHECK(logs[4].learning_rate == doctest::Approx(0.02));  // held at min_lr
+  CHECK(logs[7].learning_rate == doctest::Approx(0.02));
+}
+
+TEST_CASE("model_checkpoint with save_best_only keeps the epoch of the best monitored figure") {
+  TempDir dir;
+  Model model = classifier();
+  Dataset data = synthetic_classification(96, {8}, 3, 1);
+  Dataset validation = synthetic_classification(48, {8}, 3, 2);
+  VariableStore store;
+  Trainer trainer(model,
+                  spec_with("[{type: model_checkpoint, dir: " + (dir / "best").string() +
+                                ", monitor: val_loss, save_best_only: true}, "
+                                "{type: csv_logger, path: " + (dir / "log.csv").string() + "}]",
+                            "{type: sgd, learning_rate: 2.0}"),  // large: the validation loss goes up and down
+                  store);
+  const auto logs = trainer.fit(data, &validation);
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logs.size(); ++i)
+    if (logs[i].validation.loss < logs[best].validation.loss) best = i;
+  VariableStore saved;
+  Model again = classifier();
+  again.build(saved, 0);
+  CHECK(load_checkpoint(dir / "best", saved).epoch == logs[best].epoch);
+
+  std::ifstream csv(dir / "log.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  CHECK(header == "epoch,loss,accuracy,val_loss,val_accuracy,learning_rate,seconds");
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    CHECK(line.rfind(std::to_string(rows) + ",", 0) == 0);
+  }
+  CHECK(rows == 8);
+}
+
+TEST_CASE("a callback monitoring a figure the run does not log fails before the first step") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  VariableStore store;
+  Trainer trainer(model, spec_with("[{type: early_stopping, patience: 2}]"), store);  // val_loss, and no validation data
+  std::string message;
+  try {
+    trainer.fit(data, nullptr);
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.find("training.callbacks[0] (early_stopping): monitor 'val_loss' is not a figure this run logs "
+                             "(loss, accuracy); val_ figures need validation data") != std::string::npos,
+                message);
+  CHECK(message.find("<string>:1:") == 0);
+  CHECK(trainer.step() == 0);
+}
+
+TEST_CASE("training.callbacks: unknown types and bad settings are config errors at the entry") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[{type: early_stoping}]", "did you mean 'early_stopping'"},
+      {"[{type: reduce_lr_on_plateau, factor: 2}]", "factor must lie in (0, 1)"},
+      {"[{type: early_stopping, mode: biggest}]", "mode"},
+      {"[{type: csv_logger}]", "path"},
+      {"{type: early_stopping}", "callbacks must be a list"},
+      {"[{type: early_stopping, patience: 2, patiance: 3}]", "patiance"},
+  };
+  for (const auto& c : cases) {
+    const std::string callbacks = c.first;
+    const char* expected = c.second;
+    std::string message = "no error";
+    try {
+      spec_with(callbacks);
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(message.find(expected) != std::string::npos, callbacks, " -> ", message);
+  }
+}
