@@ -258,18 +258,16 @@ class Bench {
     use_threads(single);
     run_.model.build(*single.store, run_.training.seed);
     single.trainer = std::make_unique<Trainer>(run_.model, run_.training, *single.store);
-    Tensor probe = synthetic_batch(run_, *single.store, batch_, Shape{1}).first;
-    std::tie(inputs_, targets_) = synthetic_batch(run_, *single.store, batch_, single.trainer->forward(probe).shape());
+    make_batch(*single.store, *single.trainer);
 
-    int in_process = 0;
-    for (int np : processes) in_process += np == 1 ? static_cast<int>(meshes.size() * layouts.size()) : 0;
-    rows_.reserve(meshes.size() * layouts.size() * processes.size());  // candidates point at rows
-    total_ = 1 + in_process + o_.rounds + static_cast<int>(std::count_if(processes.begin(), processes.end(), [](int np) { return np > 1; }));
+    const bool in_process = std::find(processes.begin(), processes.end(), 1) != processes.end();
+    const auto jobs = std::count_if(processes.begin(), processes.end(), [](int np) { return np > 1; });
+    total_ = 1 + (in_process ? static_cast<int>(meshes.size() * layouts.size()) : 0) + o_.rounds + static_cast<int>(jobs);
     progress("one device: build and warm up");
     warm_up(single);
-    for (const auto& m : meshes)
-      for (const auto& l : layouts)
-        if (std::find(processes.begin(), processes.end(), 1) != processes.end()) {
+    if (in_process)
+      for (const auto& m : meshes)
+        for (const auto& l : layouts) {
           progress(m.str() + " " + l + ": build and warm up");
           prepare(m, l);
         }
@@ -302,6 +300,12 @@ class Bench {
     }
   }
 
+  // The synthetic batch every candidate trains on, shaped by the model's output.
+  void make_batch(const VariableStore& store, Trainer& trainer) {
+    Tensor probe = synthetic_batch(run_, store, batch_, Shape{1}).first;
+    std::tie(inputs_, targets_) = synthetic_batch(run_, store, batch_, trainer.forward(probe).shape());
+  }
+
   // The candidate's share of the cores: every core on device 0 for the
   // baseline, the cores shared out among the devices for the rows.
   void use_threads(const Candidate& c) { set_cpu_device_count(static_cast<int>(devices_), c.threads_per_device); }
@@ -314,8 +318,9 @@ class Bench {
   }
 
   // Rounds: each times every candidate for --steps steps, in an order that
-  // rotates by one each round, each turn starting with one untimed step (the
-  // caches the previous candidate left cold). A round's figure is its median step.
+  // rotates by one each round. Each turn runs one step more, first, that its
+  // figure leaves out (it meets the caches the previous candidate left); a
+  // round's figure is the median of the others.
   void time_rounds() {
     const std::size_t n = candidates_.size();
     for (int round = 0; round < o_.rounds; ++round) {
@@ -409,10 +414,8 @@ class Bench {
       VariableStore store;
       run_.model.build(store, run_.training.seed);
       Trainer trainer(run_.model, run_.training, store);
-      Tensor probe = synthetic_batch(run_, store, batch_, Shape{1}).first;
-      std::tie(inputs_, targets_) = synthetic_batch(run_, store, batch_, trainer.forward(probe).shape());
+      make_batch(store, trainer);
     }
-    rows_.reserve(meshes.size() * layouts.size());
     for (const auto& m : meshes)
       for (const auto& l : layouts)
         if ((m.batch * m.model) % where.processes == 0) prepare(m, l, where);
@@ -596,7 +599,8 @@ class Bench {
   }
 
   void write_chart() {
-    BenchChart chart{o_.config, fmt::format("batch {}; {}", batch_, method()), batch_, one_device_, rows_, best_};
+    BenchChart chart{o_.config, fmt::format("batch {}; {}", batch_, method()), batch_, one_device_, {rows_.begin(), rows_.end()},
+                     best_};
     std::ofstream out(o_.chart);
     out << bench_chart_svg(chart);
     if (!out) throw Error("cannot write the chart '" + o_.chart + "'");
@@ -609,7 +613,7 @@ class Bench {
   std::int64_t batch_ = 0, devices_ = 0;
   Tensor inputs_, targets_;
   BenchRow one_device_;
-  std::vector<BenchRow> rows_;         // reserved up front: candidates point into it
+  std::deque<BenchRow> rows_;          // a deque: candidates point into it as it grows
   std::deque<Candidate> candidates_;   // the baseline first, then the rows measured in this process
   std::size_t best_ = 0;
 };
