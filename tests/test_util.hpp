@@ -1,4 +1,5 @@
-// Helpers shared by the doctest suites: seeded host tensors and comparisons.
+// Helpers shared by the doctest suites: seeded host tensors, comparisons, and
+// the message of an expected error.
 #pragma once
 
 #include <cmath>
@@ -8,9 +9,22 @@
 
 #include <doctest/doctest.h>
 
+#include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 
 namespace tessera::test {
+
+// The message of the `E` that `f` throws, or "no error" (which then fails the
+// caller's check for the message it expects).
+template <typename E = Error, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 // Host f32 tensor with values uniform in [low, high), from a seeded engine.
 inline Tensor random_tensor(const Shape& shape, unsigned seed, float low = -1.0f, float high = 1.0f) {

@@ -93,6 +93,14 @@ class ConfigNode {
   template <ConfigValue T>
   T get(const std::string& key, const T& default_value) const;
   std::string get(const std::string& key, const char* default_value) const;
+  // get(), and a present value must pass `ok`, else a config error at it:
+  // "<key> must <must>" (say `must` = "be >= 1").
+  template <ConfigValue T, typename Ok>
+  T get_checked(const std::string& key, const T& default_value, Ok ok, const std::string& must) const {
+    const T value = get<T>(key, default_value);
+    if (!ok(value)) (*this)[key].fail(key + " must " + must);
+    return value;
+  }
 
   // Unknown keys are errors: throws ConfigError for the first key of this map
   // that is not in `known`, or that appears twice, with a did-you-mean and the

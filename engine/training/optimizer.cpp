@@ -11,15 +11,6 @@ namespace {
 
 const std::vector<std::string> kOptimizers = {"sgd", "adam", "adamw"};
 
-// node[key], or `fallback` when absent; a present value must pass `ok`, else
-// a config error at it saying that it `must` (a NaN fails every rule).
-template <typename T, typename Ok>
-T checked(const ConfigNode& node, const std::string& key, T fallback, Ok ok, const std::string& must) {
-  const T value = node.get<T>(key, fallback);
-  if (!ok(value)) node[key].fail(key + " must " + must);
-  return value;
-}
-
 bool positive(double x) { return std::isfinite(x) && x > 0; }
 bool non_negative(double x) { return std::isfinite(x) && x >= 0; }
 bool fraction(double x) { return x >= 0 && x < 1; }  // a decay rate: 1 would never forget, and Adam divides by 1 - beta^t
@@ -34,16 +25,16 @@ ScheduleSpec parse_schedule(ConfigNode node, bool learning_rate_given) {
   if (s.type == "exponential") keys.insert(keys.end(), {"decay_steps", "decay_rate", "staircase"});
   if (s.type == "piecewise") keys.insert(keys.end(), {"boundaries", "values"});
   node.expect_keys(keys);
-  s.warmup_steps = checked<std::int64_t>(node, "warmup_steps", 0, [](auto n) { return n >= 0; }, "be >= 0");
+  s.warmup_steps = node.get_checked<std::int64_t>("warmup_steps", 0, [](auto n) { return n >= 0; }, "be >= 0");
   if (s.type == "cosine" || s.type == "linear") {
-    s.decay_steps = checked<std::int64_t>(node, "decay_steps", 0, [](auto n) { return n >= 0; }, "be >= 0 (0: the whole run)");
-    s.min_ratio = checked(node, "min_ratio", 0.0, [](double r) { return r >= 0 && r <= 1; }, "lie in [0, 1]");
+    s.decay_steps = node.get_checked<std::int64_t>("decay_steps", 0, [](auto n) { return n >= 0; }, "be >= 0 (0: the whole run)");
+    s.min_ratio = node.get_checked("min_ratio", 0.0, [](double r) { return r >= 0 && r <= 1; }, "lie in [0, 1]");
   }
   if (s.type == "exponential") {
     if (!node.find("decay_steps") || !node.find("decay_rate"))
       node.fail("schedule exponential needs decay_steps and decay_rate (learning_rate * decay_rate^(step / decay_steps))");
-    s.decay_steps = checked<std::int64_t>(node, "decay_steps", 1, [](auto n) { return n >= 1; }, "be >= 1");
-    s.decay_rate = checked(node, "decay_rate", 1.0, positive, "be a positive number");
+    s.decay_steps = node.get_checked<std::int64_t>("decay_steps", 1, [](auto n) { return n >= 1; }, "be >= 1");
+    s.decay_rate = node.get_checked("decay_rate", 1.0, positive, "be a positive number");
     s.staircase = node.get<bool>("staircase", false);
   }
   if (s.type == "piecewise") {
@@ -89,16 +80,16 @@ OptimizerSpec parse_optimizer(ConfigNode node) {
   }
   node.expect_keys(keys);
   spec.learning_rate =
-      checked(node, "learning_rate", spec.type == "sgd" ? 0.01f : 1e-3f, positive, "be a positive number");
-  spec.global_clipnorm = checked(node, "global_clipnorm", 0.0f, non_negative, "be >= 0 (0: no clipping)");
-  spec.weight_decay = checked(node, "weight_decay", spec.type == "adamw" ? 0.004f : 0.0f, non_negative, "be >= 0");
+      node.get_checked("learning_rate", spec.type == "sgd" ? 0.01f : 1e-3f, positive, "be a positive number");
+  spec.global_clipnorm = node.get_checked("global_clipnorm", 0.0f, non_negative, "be >= 0 (0: no clipping)");
+  spec.weight_decay = node.get_checked("weight_decay", spec.type == "adamw" ? 0.004f : 0.0f, non_negative, "be >= 0");
   if (spec.type == "sgd") {
-    spec.momentum = checked(node, "momentum", 0.0f, fraction, "lie in [0, 1)");
+    spec.momentum = node.get_checked("momentum", 0.0f, fraction, "lie in [0, 1)");
     spec.nesterov = node.get<bool>("nesterov", false);
   } else {
-    spec.beta_1 = checked(node, "beta_1", 0.9f, fraction, "lie in [0, 1)");
-    spec.beta_2 = checked(node, "beta_2", 0.999f, fraction, "lie in [0, 1)");
-    spec.epsilon = checked(node, "epsilon", 1e-7f, positive, "be a positive number");
+    spec.beta_1 = node.get_checked("beta_1", 0.9f, fraction, "lie in [0, 1)");
+    spec.beta_2 = node.get_checked("beta_2", 0.999f, fraction, "lie in [0, 1)");
+    spec.epsilon = node.get_checked("epsilon", 1e-7f, positive, "be a positive number");
   }
   if (auto schedule = node.find("schedule")) {
     spec.schedule = parse_schedule(*schedule, learning_rate_given);

@@ -9,20 +9,12 @@
 #include "distribution/shard_copy.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "tests/test_util.hpp"
 
 using namespace tessera;
+using tessera::test::error_of;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -151,15 +151,6 @@ std::vector<ShardSlice> all_slices(const std::vector<std::int64_t>& dims) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -304,7 +295,7 @@ TEST_CASE("sharded checkpoint: a region reads only the files and bytes that hold
   // An empty region needs no file at all.
   CHECK(read_tensor_slice(dir.path(), index, "mlp/dense/kernel", box({0, 3}, {6, 0})).numel() == 0);
   // A region that needs the missing file fails naming it and the tensor.
-  const std::string message = error_of([&] {
+  const std::string message = error_of<CheckpointError>([&] {
     read_tensor_slice(dir.path(), index, "mlp/dense/kernel", box({0, 0}, {3, 3}));
   });
   INFO(message);
@@ -321,7 +312,7 @@ TEST_CASE("sharded checkpoint: an index whose blocks do not tile a tensor is rej
     Json j = good;
     edit(j);
     write_json(path, j);
-    return error_of([&] { load_shard_index(dir.path()); });
+    return error_of<CheckpointError>([&] { load_shard_index(dir.path()); });
   };
   auto blocks = [](Json& j, const char* tensor) -> Json& { return j["tessera_shards"][tensor]["shards"]; };
 
@@ -390,7 +381,7 @@ TEST_CASE("sharded checkpoint: an index whose blocks do not tile a tensor is rej
   }
   SUBCASE("not an index") {
     std::ofstream(path, std::ios::trunc) << "{\"weight_map\": ";
-    const std::string message = error_of([&] { load_shard_index(dir.path()); });
+    const std::string message = error_of<CheckpointError>([&] { load_shard_index(dir.path()); });
     INFO(message);
     CHECK(contains(message, kShardIndexFile));
     CHECK(contains(message, "JSON"));
@@ -404,15 +395,15 @@ TEST_CASE("sharded checkpoint: saving an index checks it first") {
   TempDir dir;
   ShardIndex index;
   add_shard(index, "w", DType::f32, {4, 2}, 0, 2, box({0, 0}, {2, 2}));
-  std::string message = error_of([&] { save_shard_index(dir.path(), index); });
+  std::string message = error_of<CheckpointError>([&] { save_shard_index(dir.path(), index); });
   CHECK(contains(message, "tensor 'w'"));
   CHECK(contains(message, "gap"));
   CHECK_FALSE(fs::exists(dir / kShardIndexFile));
   // One tensor, two shapes.
-  message = error_of([&] { add_shard(index, "w", DType::f32, {4, 3}, 1, 2, box({2, 0}, {2, 2})); });
+  message = error_of<CheckpointError>([&] { add_shard(index, "w", DType::f32, {4, 3}, 1, 2, box({2, 0}, {2, 2})); });
   CHECK(contains(message, "tensor 'w'"));
   add_shard(index, "w", DType::f32, {4, 2}, 1, 2, box({2, 0}, {2, 2}));
-  CHECK(error_of([&] { save_shard_index(dir.path(), index); }) == "no error");
+  CHECK(error_of<CheckpointError>([&] { save_shard_index(dir.path(), index); }) == "no error");
 }
 
 TEST_CASE("sharded checkpoint: files that disagree with the index are rejected") {
@@ -425,7 +416,7 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
   SUBCASE("a key missing from the file") {
     ShardIndex index = good;
     index.tensors.at("ids").shards[0].key = "ids@7";
-    const std::string message = error_of([&] {
+    const std::string message = error_of<CheckpointError>([&] {
       read_tensor_slice(dir.path(), index, "ids", box({0}, {5}));
     });
     INFO(message);
@@ -438,7 +429,7 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
     std::vector<std::int32_t> values{1, 2};
     write_shard_file(dir.path(), 1, 2,
                      {{"ids", box({0}, {2}), Tensor::from_vector(values, {2})}});
-    const std::string message = error_of([&] {
+    const std::string message = error_of<CheckpointError>([&] {
       read_tensor_slice(dir.path(), good, "ids", box({1}, {1}));
     });
     INFO(message);
@@ -454,7 +445,7 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
     blocks[0].slice = box({0}, {3});
     blocks[1].slice = box({3}, {2});
     check_shard_index(index, "edited");  // consistent in itself
-    const std::string message = error_of([&] {
+    const std::string message = error_of<CheckpointError>([&] {
       read_tensor_slice(dir.path(), index, "ids", box({0}, {1}));
     });
     INFO(message);
@@ -465,7 +456,7 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
   SUBCASE("a slice outside the tensor") {
     for (const ShardSlice& slice : {box({5, 0}, {2, 4}), box({0, 0}, {6, 5}), box({-1, 0}, {1, 1}),
                                     box({0}, {1})}) {
-      const std::string message = error_of([&] {
+      const std::string message = error_of<CheckpointError>([&] {
         read_tensor_slice(dir.path(), good, "mlp/dense/kernel", slice);
       });
       INFO(message);
@@ -474,12 +465,12 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
     }
   }
   SUBCASE("a tensor not in the index") {
-    const std::string message = error_of([&] { read_tensor_slice(dir.path(), good, "nope", box({}, {})); });
+    const std::string message = error_of<CheckpointError>([&] { read_tensor_slice(dir.path(), good, "nope", box({}, {})); });
     CHECK(contains(message, "tensor 'nope'"));
   }
   SUBCASE("a corrupt shard file") {
     std::ofstream(dir / second, std::ios::binary | std::ios::trunc) << "not safetensors";
-    const std::string message = error_of([&] {
+    const std::string message = error_of<CheckpointError>([&] {
       read_tensor_slice(dir.path(), good, "ids", box({0}, {1}));
     });
     INFO(message);
@@ -490,19 +481,19 @@ TEST_CASE("sharded checkpoint: files that disagree with the index are rejected")
 
 TEST_CASE("sharded checkpoint: writing blocks checks them") {
   TempDir dir;
-  std::string message = error_of([&] {
+  std::string message = error_of<CheckpointError>([&] {
     write_shard_file(dir.path(), 0, 1, {{"w", box({0, 0}, {2, 2}), random_tensor({2, 3}, 1)}});
   });
   CHECK(contains(message, "tensor 'w'"));
   CHECK(contains(message, "model-00001-of-00001.safetensors"));
-  message = error_of([&] {
+  message = error_of<CheckpointError>([&] {
     write_shard_file(dir.path(), 0, 1,
                      {{"w", box({0, 0}, {2, 2}), random_tensor({2, 2}, 1)},
                       {"w", box({0, 0}, {2, 2}), random_tensor({2, 2}, 2)}});
   });
   CHECK(contains(message, "tensor 'w'"));
   CHECK(contains(message, "twice"));
-  message = error_of([&] { write_shard_file(dir.path(), 0, 1, {{"w", box({0, 0}, {2, 2}), Tensor()}}); });
+  message = error_of<CheckpointError>([&] { write_shard_file(dir.path(), 0, 1, {{"w", box({0, 0}, {2, 2}), Tensor()}}); });
   CHECK(contains(message, "tensor 'w'"));
   CHECK(fs::is_empty(dir.path()));  // nothing written by a failed call
 }
@@ -532,7 +523,7 @@ TEST_CASE("sharded checkpoint: export_consolidated writes whole tensors") {
   // A missing shard file fails the export, naming it; no file is left behind.
   fs::remove(out);
   fs::remove(dir / "model-00002-of-00002.safetensors");
-  const std::string message = error_of([&] { export_consolidated(dir.path(), out); });
+  const std::string message = error_of<CheckpointError>([&] { export_consolidated(dir.path(), out); });
   CHECK(contains(message, "model-00002-of-00002.safetensors"));
   CHECK_FALSE(fs::exists(out));
 }

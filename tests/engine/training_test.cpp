@@ -232,15 +232,8 @@ TEST_CASE("a schedule's missing or contradictory settings are config errors at t
       {"{type: sgd, schedule: {type: step}}", "piecewise"},
   };
   for (const auto& c : cases) {
-    const std::string config = c.first;
-    const char* expected = c.second;
-    std::string message = "no error";
-    try {
-      parse_optimizer(ConfigNode::parse(config));
-    } catch (const ConfigError& e) {
-      message = e.what();
-    }
-    CHECK_MESSAGE(message.find(expected) != std::string::npos, config, " -> ", message);
+    const std::string message = error_of<ConfigError>([&] { parse_optimizer(ConfigNode::parse(c.first)); });
+    CHECK_MESSAGE(message.find(c.second) != std::string::npos, std::string(c.first), " -> ", message);
   }
 }
 
