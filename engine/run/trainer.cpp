@@ -299,7 +299,8 @@ void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch
 
 class Trainer::FitRun final : public FitControl {
  public:
-  FitRun(Trainer& trainer, bool validation) : t_(trainer), validation_(validation) {}
+  FitRun(Trainer& trainer, bool validation, std::int64_t first_epoch)
+      : t_(trainer), validation_(validation), first_epoch_(first_epoch) {}
 
   std::vector<std::string> log_names() const override {
     std::vector<std::string> names = {"loss"};
@@ -308,6 +309,7 @@ class Trainer::FitRun final : public FitControl {
       for (std::size_t i = 0, n = names.size(); i < n; ++i) names.push_back("val_" + names[i]);
     return names;
   }
+  std::int64_t first_epoch() const override { return first_epoch_; }
   void stop_training() override { stop = true; }
   double learning_rate_scale() const override { return t_.learning_rate_scale_; }
   void set_learning_rate_scale(double scale) override { t_.learning_rate_scale_ = scale; }
@@ -354,6 +356,7 @@ class Trainer::FitRun final : public FitControl {
 
   Trainer& t_;
   bool validation_;
+  std::int64_t first_epoch_;
 };
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
@@ -384,7 +387,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   }
   epochs_done_ = first_epoch - 1;
   batches_done_ = first_batch;
-  FitRun run(*this, checked_validation.has_value());
+  FitRun run(*this, checked_validation.has_value(), first_epoch);
   std::vector<std::shared_ptr<Callback>> fit_callbacks = spec_.callbacks;
   fit_callbacks.insert(fit_callbacks.end(), callbacks.callbacks.begin(), callbacks.callbacks.end());
   for (const auto& c : fit_callbacks) c->on_train_begin(run);

@@ -51,12 +51,14 @@ class Monitor {
                                     name_.rfind("val_", 0) == 0 ? "; val_ figures need validation data (data.validation)" : ""));
   }
   const std::string& name() const { return name_; }
-  double value(const EpochLog& log) const { return *log_value(log, name_); }
+  // None for an epoch without it (a validation set of no samples).
+  std::optional<double> value(const EpochLog& log) const { return log_value(log, name_); }
   bool improves(double value) const {
     if (!best_) return std::isfinite(value);
     return mode_ == MonitorMode::min ? value < *best_ - min_delta_ : value > *best_ + min_delta_;
   }
   void set_best(double value) { best_ = value; }
+  void reset() { best_.reset(); }
 
  private:
   std::string callback_, name_;
@@ -69,15 +71,17 @@ class EarlyStopping final : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions o) : o_(std::move(o)), monitor_(named(o_.where, "early_stopping"), o_.monitor, o_.mode, std::abs(o_.min_delta)) {}
 
-  void on_train_begin(FitControl& fit) override {
+  void on_train_begin(FitControl& fit) override {  // each fit() starts afresh, as Keras'
     monitor_.check(fit);
+    monitor_.reset();
+    wait_ = 0;
     if (o_.restore_best_weights) best_weights_ = fit.weights();  // fails here where the run cannot
   }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {
-    if (log.epoch <= o_.start_from_epoch) return;
-    const double value = monitor_.value(log);
-    if (monitor_.improves(value)) {
-      monitor_.set_best(value);
+    const auto value = monitor_.value(log);
+    if (log.epoch <= o_.start_from_epoch || !value) return;
+    if (monitor_.improves(*value)) {
+      monitor_.set_best(*value);
       wait_ = 0;
       if (o_.restore_best_weights) best_weights_ = fit.weights();
       return;
@@ -103,15 +107,16 @@ class ModelCheckpoint final : public Callback {
 
   void on_train_begin(FitControl& fit) override {
     if (o_.save_best_only) monitor_.check(fit);
+    monitor_.reset();
     fit.check_checkpoint_dir(o_.dir);
   }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {
     if (o_.save_best_only) {
-      const double value = monitor_.value(log);
-      if (!monitor_.improves(value)) return;
-      monitor_.set_best(value);
-      fmt::print("model_checkpoint: {} = {:.6g} is the best so far; saved epoch {} to {}\n", monitor_.name(), value, log.epoch,
-                 o_.dir.string());
+      const auto value = monitor_.value(log);
+      if (!value || !monitor_.improves(*value)) return;
+      monitor_.set_best(*value);
+      fmt::print("model_checkpoint: {} = {:.6g} is the best so far; saved epoch {} to {}\n", monitor_.name(), *value,
+                 log.epoch, o_.dir.string());
     }
     fit.save_checkpoint(o_.dir);
   }
@@ -126,12 +131,17 @@ class ReduceLROnPlateau final : public Callback {
   explicit ReduceLROnPlateau(ReduceLROnPlateauOptions o)
       : o_(std::move(o)), monitor_(named(o_.where, "reduce_lr_on_plateau"), o_.monitor, o_.mode, o_.min_delta) {}
 
-  void on_train_begin(FitControl& fit) override { monitor_.check(fit); }
+  void on_train_begin(FitControl& fit) override {
+    monitor_.check(fit);
+    monitor_.reset();
+    wait_ = cooldown_ = 0;
+  }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {
-    const double value = monitor_.value(log);
+    const auto value = monitor_.value(log);
+    if (!value) return;
     if (cooldown_ > 0) --cooldown_;
-    if (monitor_.improves(value)) {
-      monitor_.set_best(value);
+    if (monitor_.improves(*value)) {
+      monitor_.set_best(*value);
       wait_ = 0;
       return;
     }
@@ -153,18 +163,22 @@ class ReduceLROnPlateau final : public Callback {
   std::int64_t wait_ = 0, cooldown_ = 0;
 };
 
-// One line per epoch, the file replaced at the first; flushed per line so a
-// run that is stopped keeps what it logged.
+// One line per epoch, flushed per line so a run that is stopped keeps what it
+// logged. A resumed run appends, keeping the epochs logged before.
 class EpochLogger final : public Callback {
  public:
   EpochLogger(std::filesystem::path path, bool csv) : path_(std::move(path)), csv_(csv) {}
 
   void on_train_begin(FitControl& fit) override {
     names_ = fit.log_names();
-    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-    out_.open(path_, std::ios::trunc);
+    std::error_code ignored;  // a folder that cannot be made fails the open below
+    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path(), ignored);
+    const bool append = fit.first_epoch() > 1 && std::filesystem::exists(path_);
+    if (out_.is_open()) out_.close();  // the log of an earlier fit() by this callback
+    out_.clear();
+    out_.open(path_, append ? std::ios::app : std::ios::trunc);
     if (!out_) throw Error("cannot write the training log '" + path_.string() + "'");
-    if (csv_) out_ << fmt::format("epoch,{},learning_rate,seconds\n", fmt::join(names_, ","));
+    if (csv_ && !append) out_ << fmt::format("epoch,{},learning_rate,seconds\n", fmt::join(names_, ","));
     out_.flush();
   }
   void on_epoch_end(const EpochLog& log, FitControl&) override {
@@ -194,14 +208,6 @@ class EpochLogger final : public Callback {
   std::ofstream out_;
 };
 
-// node[key], or `fallback`; a present value must pass `ok`, else a config error at it.
-template <typename T, typename Ok>
-T checked(const ConfigNode& node, const std::string& key, T fallback, Ok ok, const std::string& must) {
-  const T value = node.get<T>(key, fallback);
-  if (!ok(value)) node[key].fail(key + " must " + must);
-  return value;
-}
-
 std::string parse_mode(const ConfigNode& node) {
   const std::string mode = node.get<std::string>("mode", "auto");
   if (mode != "auto" && mode != "min" && mode != "max") node["mode"].fail_unknown("mode", mode, {"auto", "min", "max"});
@@ -218,11 +224,11 @@ std::shared_ptr<Callback> parse_callback(const ConfigNode& node) {
     EarlyStoppingOptions o;
     o.where = node.location() + ": " + node.path();
     o.monitor = node.get<std::string>("monitor", o.monitor);
-    o.min_delta = checked(node, "min_delta", 0.0, non_negative, "be >= 0");
-    o.patience = checked<std::int64_t>(node, "patience", 0, non_negative, "be >= 0");
+    o.min_delta = node.get_checked("min_delta", 0.0, non_negative, "be >= 0");
+    o.patience = node.get_checked<std::int64_t>("patience", 0, non_negative, "be >= 0");
     o.mode = parse_mode(node);
     o.restore_best_weights = node.get<bool>("restore_best_weights", false);
-    o.start_from_epoch = checked<std::int64_t>(node, "start_from_epoch", 0, non_negative, "be >= 0");
+    o.start_from_epoch = node.get_checked<std::int64_t>("start_from_epoch", 0, non_negative, "be >= 0");
     return early_stopping(o);
   }
   if (type == "model_checkpoint") {
@@ -240,11 +246,11 @@ std::shared_ptr<Callback> parse_callback(const ConfigNode& node) {
     ReduceLROnPlateauOptions o;
     o.where = node.location() + ": " + node.path();
     o.monitor = node.get<std::string>("monitor", o.monitor);
-    o.factor = checked(node, "factor", 0.1, [](double f) { return f > 0 && f < 1; }, "lie in (0, 1)");
-    o.patience = checked<std::int64_t>(node, "patience", 10, non_negative, "be >= 0");
-    o.min_delta = checked(node, "min_delta", 1e-4, non_negative, "be >= 0");
-    o.cooldown = checked<std::int64_t>(node, "cooldown", 0, non_negative, "be >= 0");
-    o.min_lr = checked(node, "min_lr", 0.0, non_negative, "be >= 0");
+    o.factor = node.get_checked("factor", 0.1, [](double f) { return f > 0 && f < 1; }, "lie in (0, 1)");
+    o.patience = node.get_checked<std::int64_t>("patience", 10, non_negative, "be >= 0");
+    o.min_delta = node.get_checked("min_delta", 1e-4, non_negative, "be >= 0");
+    o.cooldown = node.get_checked<std::int64_t>("cooldown", 0, non_negative, "be >= 0");
+    o.min_lr = node.get_checked("min_lr", 0.0, non_negative, "be >= 0");
     o.mode = parse_mode(node);
     return reduce_lr_on_plateau(o);
   }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -39,6 +40,8 @@ class FitControl {
   virtual ~FitControl() = default;
   // The figures each epoch's log will hold ("loss", "accuracy", "val_loss", ...).
   virtual std::vector<std::string> log_names() const = 0;
+  // The epoch this fit() starts at: 1, or later when it resumes a run.
+  virtual std::int64_t first_epoch() const = 0;
   // Ends fit() after this epoch (its checkpoint, if any, is still saved).
   virtual void stop_training() = 0;
   // A factor on the schedule's learning rate from the next step on.
@@ -101,7 +104,8 @@ std::shared_ptr<Callback> early_stopping(EarlyStoppingOptions options);
 std::shared_ptr<Callback> model_checkpoint(ModelCheckpointOptions options);
 std::shared_ptr<Callback> reduce_lr_on_plateau(ReduceLROnPlateauOptions options);
 // One line per epoch: CSV (epoch, then the log's figures, learning_rate,
-// seconds) or JSON lines. The file is replaced at the first epoch.
+// seconds) or JSON lines. A run from epoch 1 replaces the file; a resumed run
+// appends to it.
 std::shared_ptr<Callback> csv_logger(std::filesystem::path path);
 std::shared_ptr<Callback> json_logger(std::filesystem::path path);
 
