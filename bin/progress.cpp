@@ -42,14 +42,11 @@ void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t 
   double eta = timed_batches > 0 ? elapsed * static_cast<double>(batches - batch) / timed_batches : 0;
   constexpr int kWidth = 30;
   int filled = static_cast<int>(kWidth * batch / std::max<std::int64_t>(1, batches));
-  Evaluation mean = running;
-  mean.loss /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
-  for (auto& [name, value] : mean.metrics) value /= static_cast<double>(std::max<std::int64_t>(1, running.samples));
   // On a terminal: back to the line's start, and clear what a longer line left.
   const std::string title = title_.empty() ? fmt::format("Epoch {}/{}", epoch, epochs_) : title_;
   fmt::print("{}{} [{}{}] {}/{} - {}{:.0f} samples/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
-             batch, batches, with_loss_ ? format_evaluation(mean) + " - " : "", rate, eta, terminal_ ? "" : "\n");
+             batch, batches, with_loss_ ? format_evaluation(running) + " - " : "", rate, eta, terminal_ ? "" : "\n");
   std::fflush(stdout);
 }
 

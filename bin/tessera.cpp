@@ -31,6 +31,7 @@
 #include "engine/core/printable.hpp"
 #include "engine/data/idx.hpp"
 #include "engine/data/npy.hpp"
+#include "engine/data/validation_split.hpp"
 #include "engine/run/inference_model.hpp"
 #include "engine/run/run_config.hpp"
 #include <unistd.h>
@@ -267,9 +268,15 @@ std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& sto
 int eval(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
          const std::string& split, NonFinite non_finite) {
   RunConfig run = load_config(file, overrides);
-  auto data = split == "train" ? run.train_data : run.validation_data;
+  // With training.validation_split the validation samples are the held-out end of data.train.
+  const bool held_out = !run.validation_data && run.training.validation_split > 0 && run.train_data;
+  auto data = split == "train" || held_out ? run.train_data : run.validation_data;
   if (!data) throw ConfigError(file + ": data." + split + " is required to evaluate on it");
   Dataset dataset = load_dataset(*data);
+  if (held_out) {
+    auto [train_part, validation_part] = split_validation(dataset, run.training.validation_split);
+    dataset = split == "train" ? train_part : validation_part;
+  }
   VariableStore store;
   std::unique_ptr<Trainer> trainer_owner = trainer_with_weights(run, store, checkpoint, non_finite);
   Trainer& trainer = *trainer_owner;

@@ -64,6 +64,10 @@ void check_dataset(const Dataset& d, const char* what) {
     throw DataError(std::string(what) + ": the dataset is empty" + tensors);
   if (d.inputs.device().kind != DeviceKind::cpu || d.targets.device().kind != DeviceKind::cpu)
     throw DataError(std::string(what) + ": the dataset must be in host memory" + tensors);
+  if (d.weights.defined() && (d.weights.shape() != Shape{d.inputs.shape()[0]} || d.weights.dtype() != DType::f32 ||
+                              d.weights.device().kind != DeviceKind::cpu))
+    throw DataError(std::string(what) + ": sample weights must be one f32 per sample in host memory, got " +
+                    d.weights.describe() + tensors);
 }
 
 std::int64_t checked_batches(const Dataset& dataset, std::int64_t batch_size, bool drop_remainder) {
@@ -101,10 +105,13 @@ Batch gather_batch(const Dataset& dataset, std::span<const std::int64_t> indices
                       std::to_string(n));
   const auto rows = static_cast<std::int64_t>(indices.size());
   Batch batch{Tensor::empty(with_rows(dataset.inputs.shape(), rows), dataset.inputs.dtype()),
-              Tensor::empty(with_rows(dataset.targets.shape(), rows), dataset.targets.dtype()),
-              rows};
+              Tensor::empty(with_rows(dataset.targets.shape(), rows), dataset.targets.dtype()), {}, rows};
   gather_rows(dataset.inputs, indices, batch.inputs);
   gather_rows(dataset.targets, indices, batch.targets);
+  if (dataset.weights.defined()) {
+    batch.weights = Tensor::empty(Shape{rows}, DType::f32);
+    gather_rows(dataset.weights, indices, batch.weights);
+  }
   return batch;
 }
 
@@ -162,11 +169,17 @@ void BatchIterator::fill(Slot& slot, std::int64_t batch_index) {
         Tensor::empty(with_rows(dataset_.inputs.shape(), capacity), dataset_.inputs.dtype());
     slot.targets =
         Tensor::empty(with_rows(dataset_.targets.shape(), capacity), dataset_.targets.dtype());
+    if (dataset_.weights.defined()) slot.weights = Tensor::empty(Shape{capacity}, DType::f32);
   }
   std::span<const std::int64_t> indices(order_.data() + first + begin, static_cast<std::size_t>(rows));
   gather_rows(dataset_.inputs, indices, slot.inputs);
   gather_rows(dataset_.targets, indices, slot.targets);
-  slot.batch = Batch{leading_rows(slot.inputs, rows), leading_rows(slot.targets, rows), size, begin};
+  Tensor weights;
+  if (slot.weights.defined()) {
+    gather_rows(dataset_.weights, indices, slot.weights);
+    weights = leading_rows(slot.weights, rows);
+  }
+  slot.batch = Batch{leading_rows(slot.inputs, rows), leading_rows(slot.targets, rows), weights, size, begin};
   if (transform_) transform_(slot.batch);
 }
 

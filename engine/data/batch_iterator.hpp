@@ -25,6 +25,7 @@ namespace tessera {
 struct Batch {
   Tensor inputs;          // [rows, ...]: rows [first_row, first_row + rows) of the batch
   Tensor targets;         // [rows] or [rows, ...]
+  Tensor weights;         // [rows] f32 when the dataset has weights, else undefined
   std::int64_t size = 0;  // samples: the batch size, or fewer in a last partial batch
   std::int64_t first_row = 0;  // with a RowWindow, where inputs and targets start; else 0 (all rows)
   std::int64_t rows() const { return inputs.defined() ? inputs.shape()[0] : 0; }
@@ -59,7 +60,7 @@ class BatchIterator {
   // Starts at epoch 0, batch 0, and begins prefetching at once. The dataset's
   // tensors are shared, not copied. Throws DataError for an empty or
   // inconsistent dataset (inputs and targets of different lengths, not on the
-  // CPU), batch_size < 1, or drop_remainder with fewer samples than one batch.
+  // CPU, weights that are not [N] f32), batch_size < 1, or drop_remainder with fewer samples than one batch.
   // With `window`, each batch holds only the rows the window gives (a
   // transform then sees those rows alone).
   BatchIterator(const Dataset& dataset, std::int64_t batch_size, bool shuffle, std::uint64_t seed,
@@ -89,7 +90,7 @@ class BatchIterator {
   struct Slot {
     enum class State { free, filling, ready, handed_out };
     State state = State::free;
-    Tensor inputs, targets;  // the reused buffers, [min(batch_size, N), ...]
+    Tensor inputs, targets, weights;  // the reused buffers, [min(batch_size, N), ...]
     Batch batch;             // the filled part of them (or what the transform made of it)
   };
 

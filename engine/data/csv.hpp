@@ -1,5 +1,5 @@
 // Numeric CSV tables: one sample per row, one column holding the target (a
-// class id, or a number to regress on).
+// class id, or a number to regress on), and optionally one its weight.
 #pragma once
 
 #include <filesystem>
@@ -19,8 +19,11 @@ namespace tessera {
 // skipped, "\r\n" line ends and spaces around cells are accepted. Throws
 // DataError naming file:line and the column for a cell that is not a
 // (finite) number, a row with the wrong number of columns, or a label
-// column that does not exist.
-Dataset load_csv(const std::filesystem::path& path, const std::string& label_column, bool has_header);
+// column that does not exist. With `weight_column` (named or numbered as the
+// label column) that column becomes the sample weights [N] instead of an
+// input; a weight must be a finite number >= 0.
+Dataset load_csv(const std::filesystem::path& path, const std::string& label_column, bool has_header,
+                 const std::string& weight_column = "");
 inline Dataset load_csv(const std::filesystem::path& path, int label_column, bool has_header) {
   return load_csv(path, std::to_string(label_column), has_header);
 }

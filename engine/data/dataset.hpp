@@ -1,8 +1,10 @@
 // Dataset: samples held in host memory, the input of the batch iterator.
 //
 // inputs is [N, ...] (f32 features or i32 tokens); targets is [N] i32 class
-// labels or [N, ...] f32/i32 (regression targets, next-token targets). Both are
-// reference-counted tensors, so copying a Dataset shares the samples.
+// labels or [N, ...] f32/i32 (regression targets, next-token targets);
+// weights, when defined, is [N] f32: each sample's weight in the loss (Keras'
+// sample_weight). All are reference-counted tensors, so copying a Dataset
+// shares the samples.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@ struct Dataset {
   Tensor targets;
   std::string source;  // where the samples came from, for messages ("train.csv")
   std::string where{};  // the config key that declared it ("run.yaml:10:3: data.train"), or ""
+  Tensor weights{};     // [N] f32, or undefined: every sample weighs 1
 
   // "data 'train.csv'", after where it was declared: how messages name it.
   std::string label() const { return (where.empty() ? "" : where + ": ") + "data '" + source + "'"; }

@@ -70,7 +70,7 @@ class MeshHost final : public StepHost {
       shardings[id] = Sharding::from_layout(distribution_.variable_layout(path, g.shape(id)).layout, mesh);
     // Batches split along the batch axis when it divides them (a last partial batch may not).
     const bool split_batch = splits(g.shape(step.input)[0]);
-    for (ValueId data : {step.input, step.target}) {
+    for (ValueId data : {step.input, step.target, step.sample_weight}) {
       if (data < 0 || !split_batch) continue;
       shardings[data] = Sharding::from_layout(distribution_.data_layout(g.shape(data).rank()), mesh);
     }

@@ -81,6 +81,10 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
     data->expect_keys({"train", "validation"});
     run.train_data = data->find("train");
     run.validation_data = data->find("validation");
+    if (run.validation_data && run.training.validation_split > 0)
+      root["training"]["validation_split"].fail(
+          "validation_split holds out part of data.train for validation, but data.validation is given too: "
+          "remove one of them");
   }
   return run;
 }
@@ -95,17 +99,19 @@ Dataset load_dataset_of_type(ConfigNode spec) {
                     spec.resolve_path(spec["labels"].as<std::string>()), static_cast<float>(input_rescale(spec)));
   }
   if (type == "csv") {
-    spec.expect_keys({"type", "path", "label_column", "header", "rescale"});
+    spec.expect_keys({"type", "path", "label_column", "weight_column", "header", "rescale"});
     Dataset d = load_csv(spec.resolve_path(spec["path"].as<std::string>()), spec.get<std::string>("label_column", "-1"),
-                         spec.get<bool>("header", true));
+                         spec.get<bool>("header", true), spec.has("weight_column") ? spec["weight_column"].as<std::string>() : "");
     d.inputs = rescaled(d.inputs, input_rescale(spec));
     return d;
   }
   if (type == "npz") {
-    spec.expect_keys({"type", "path", "inputs", "targets", "rescale"});
+    spec.expect_keys({"type", "path", "inputs", "targets", "weights", "rescale"});
     auto path = spec.resolve_path(spec["path"].as<std::string>());
-    return Dataset{rescaled(load_npz(path, spec.get<std::string>("inputs", "x")), input_rescale(spec)),
-                   load_npz(path, spec.get<std::string>("targets", "y")), path.string()};
+    Dataset d{rescaled(load_npz(path, spec.get<std::string>("inputs", "x")), input_rescale(spec)),
+              load_npz(path, spec.get<std::string>("targets", "y")), path.string()};
+    if (spec.has("weights")) d.weights = load_npz(path, spec["weights"].as<std::string>());  // converted by the trainer
+    return d;
   }
   if (type == "text") {
     spec.expect_keys({"type", "path", "context", "stride", "split", "validation_fraction"});

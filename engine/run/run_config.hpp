@@ -7,8 +7,8 @@
 //     train: {type: idx, images: train-images-idx3-ubyte.gz, labels: train-labels-idx1-ubyte.gz}
 //     validation: {type: idx, images: ..., labels: ...}    # evaluated after each epoch
 //
-// Data types: idx (images, labels), csv (path, label_column, header), npz
-// (path, inputs, targets), text (path, context, stride, split: train|validation,
+// Data types: idx (images, labels), csv (path, label_column, weight_column,
+// header), npz (path, inputs, targets, weights), text (path, context, stride, split: train|validation,
 // validation_fraction), synthetic (samples, shape, classes, seed). Relative
 // paths resolve against the config file's folder.
 //

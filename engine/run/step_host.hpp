@@ -33,7 +33,8 @@ class ProcessGroup;
 struct TracedStep {
   const Graph& graph;
   std::vector<ValueId> outputs;  // what its runner returns
-  ValueId input = -1, target = -1;  // the batch's leaves; target -1 without a loss
+  // The batch's leaves: target -1 without a loss, sample_weight -1 unless the loss weighs samples.
+  ValueId input = -1, target = -1, sample_weight = -1;
   // The model's variables (their layouts come from the distribution), and
   // every leaf to bind from the store: those and the optimizer's state.
   std::vector<std::pair<std::string, ValueId>> model_variables, variables;

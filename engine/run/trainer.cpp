@@ -13,6 +13,7 @@
 #include "distribution/spmd_program.hpp"
 #include "engine/config/config.hpp"
 #include "engine/data/batch_iterator.hpp"
+#include "engine/data/validation_split.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/training/metrics.hpp"
 
@@ -21,17 +22,38 @@ namespace tessera {
 
 TrainingSpec parse_training(ConfigNode node) {
   node.expect_keys({"loss", "optimizer", "metrics", "epochs", "batch_size", "steps_per_epoch", "seed", "shuffle",
-                    "checkpoint", "precision", "callbacks"});
+                    "validation_split", "class_weight", "checkpoint", "precision", "callbacks"});
   TrainingSpec spec;
   spec.loss = parse_loss(node["loss"]);
   if (!node.has("optimizer")) node.set("optimizer", "adam");
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
   for (std::size_t i = 0; i < spec.metrics.size(); ++i) {
-    const int k = metric_top_k(spec.metrics[i]);
-    if (k < 1) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], metric_names());
-    if (k > 1 && spec.loss.type == "binary_crossentropy")
-      node["metrics"].at(i).fail("'" + spec.metrics[i] + "' ranks classes, which binary_crossentropy does not have: use 'accuracy'");
+    const std::string why = metric_refusal(spec.metrics[i], spec.loss);
+    if (why.rfind("unknown", 0) == 0) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], metric_names());
+    if (!why.empty()) node["metrics"].at(i).fail(why);
+  }
+  if (auto split = node.find("validation_split")) {
+    spec.validation_split = split->as<double>();
+    if (!(spec.validation_split > 0 && spec.validation_split < 1))
+      split->fail("validation_split is the fraction of the training samples held out: it must lie in (0, 1)");
+  }
+  if (auto weights = node.find("class_weight")) {
+    if (!weights->is_map()) weights->fail("class_weight maps class ids to weights, as {0: 1.0, 1: 5.0}");
+    for (const std::string& key : weights->keys()) {
+      ConfigNode weight = (*weights)[key];
+      std::size_t used = 0;
+      std::int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+      }
+      if (id < 0 || used != key.size()) weight.fail("'" + key + "' is not a class id (an integer >= 0)");
+      const auto value = weight.as<double>();
+      if (!(std::isfinite(value) && value >= 0)) weight.fail("a class weight must be a finite number >= 0");
+      spec.class_weight[id] = value;
+    }
+    spec.class_weight_where = weights->location() + ": " + weights->path();
   }
   spec.epochs = node.get<std::int64_t>("epochs", 1);
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
@@ -72,11 +94,11 @@ TrainingSpec parse_training(ConfigNode node) {
 // training) gradients and updates, bound to the store's variables.
 struct Trainer::Program {
   Graph graph;
-  ValueId input = -1, target = -1, loss = -1, output = -1;
-  std::vector<MetricCount> metrics;    // with a loss: one per spec.metrics entry
+  ValueId input = -1, target = -1, weight = -1, loss = -1, output = -1;  // weight: -1 unless weighted
+  std::vector<MetricOps> metrics;      // with a loss: one per spec.metrics entry
   std::unique_ptr<StepRunner> runner;  // an Executor on one device, an SpmdProgram on a mesh
-  TracedStep step{.graph = graph, .outputs = {}, .input = -1, .target = -1, .model_variables = {}, .variables = {},
-                  .layer_outputs = {}};  // what the host places
+  TracedStep step{.graph = graph, .outputs = {}, .input = -1, .target = -1, .sample_weight = -1,
+                  .model_variables = {}, .variables = {}, .layer_outputs = {}};  // what the host places
   std::vector<std::pair<ValueId, Tensor>> constants;  // bound once the runner exists
 };
 
@@ -152,11 +174,11 @@ std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) 
   return {p, spmd};  // keeps the traced graph the program refers to alive
 }
 
-Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss) {
-  auto key = std::make_tuple(batch, training, with_loss);
+Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss, bool weighted) {
+  auto key = std::make_tuple(batch, training, with_loss, weighted);
   auto& slot = programs_[key];
   if (slot) return *slot;
-  std::unique_ptr<Program> p = traced_program(batch, training, with_loss);
+  std::unique_ptr<Program> p = traced_program(batch, training, with_loss, weighted);
   p->runner = host_->runner(p->step);
   p->runner->enable_profiling(profile_);
   for (const auto& [id, value] : p->constants) p->runner->bind(id, value);
@@ -164,7 +186,8 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   return *slot;
 }
 
-std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bool training, bool with_loss) {
+std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bool training, bool with_loss,
+                                                          bool weighted) {
   auto p = std::make_unique<Program>();
   Graph& g = p->graph;
   g.set_matmul_dtype(spec_.precision);
@@ -182,10 +205,11 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
     Shape per_sample = g.shape(p->output);
     Shape target = loss_target_shape(spec_.loss, per_sample);
     p->target = step.target = g.input("target", target, loss_target_dtype(spec_.loss));
-    p->loss = build_loss(g, spec_.loss, p->output, p->target);
+    if (weighted) p->weight = step.sample_weight = g.input("sample_weight", {batch});
+    p->loss = build_loss(g, spec_.loss, p->output, p->target, p->weight);
     step.outputs.push_back(p->loss);
-    p->metrics = build_metrics(g, spec_.metrics, spec_.loss, p->output, p->target, traced.constants);
-    for (const MetricCount& metric : p->metrics) step.outputs.push_back(metric.hits);
+    p->metrics = build_metrics(g, spec_.metrics, spec_.loss, p->output, p->target, p->constants);
+    for (const MetricOps& metric : p->metrics) step.outputs.insert(step.outputs.end(), metric.sums.begin(), metric.sums.end());
   }
   if (training) {
     std::vector<std::pair<std::string, ValueId>> params;
@@ -245,16 +269,18 @@ Tensor Trainer::as_model_input(const Tensor& raw, const std::string& label) cons
   return inputs.reshape(Shape(dims));
 }
 
-Dataset Trainer::model_dataset(const Dataset& data, bool evaluated) {
+Dataset Trainer::model_dataset(const Dataset& data, bool evaluated, bool class_weighted) {
   const Tensor inputs = as_model_input(data.inputs, data.label());
   const std::int64_t n = inputs.shape()[0];
+  class_weighted = class_weighted && !spec_.class_weight.empty();
+  const bool weighted = data.weights.defined() || class_weighted;
   // What the loss takes: from the evaluation program (made now, cached, and
   // partitioned, so its layout and memory errors come before training too),
   // or, for data only trained on, from a trace that allocates nothing.
   const std::int64_t batch = std::min(n, spec_.batch_size);
   std::unique_ptr<Program> traced;
-  const Program& p = evaluated ? program(batch, /*training=*/false, /*with_loss=*/true)
-                               : *(traced = traced_program(batch, /*training=*/false, /*with_loss=*/true));
+  const Program& p = evaluated ? program(batch, /*training=*/false, /*with_loss=*/true, weighted)
+                               : *(traced = traced_program(batch, /*training=*/false, /*with_loss=*/true, weighted));
   std::vector<std::int64_t> dims = p.graph.shape(p.target).dims();
   dims[0] = n;
   const DType want = p.graph.dtype(p.target);
@@ -283,18 +309,79 @@ Dataset Trainer::model_dataset(const Dataset& data, bool evaluated) {
       targets = converted_input(targets, want, data.label() + "'s targets", "the loss " + spec_.loss.type);
     }
   }
-  return Dataset{inputs, targets.reshape(Shape(dims)), data.source, data.where};
+  Dataset out{inputs, targets.reshape(Shape(dims)), data.source, data.where};
+  const Shape output = p.graph.shape(p.output);
+  if (weighted) out.weights = sample_weights(data, out.targets, class_weighted, output);
+  return out;
 }
 
-void Trainer::accumulate(Evaluation& total, const Program& p, std::int64_t batch) const {
-  const auto samples = static_cast<double>(batch);
-  total.loss += static_cast<double>(p.runner->output(p.loss).to_vector<float>()[0]) * samples;
-  // Sums over samples, so that an epoch's mean is over samples.
-  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
-    const double hits = p.runner->output(p.metrics[m].hits).to_vector<float>()[0];
-    total.metrics[spec_.metrics[m]] += hits / p.metrics[m].cases * samples;
+Tensor Trainer::sample_weights(const Dataset& data, const Tensor& targets, bool class_weighted, const Shape& output) const {
+  const std::int64_t n = targets.shape()[0];
+  std::vector<float> weights(static_cast<std::size_t>(n), 1.0f);
+  if (data.weights.defined()) {
+    const Tensor& given = data.weights;
+    if (given.rank() == 0 || given.shape()[0] != n || given.numel() != n)
+      throw ShapeError(data.label() + " has sample weights " + given.describe() + " for " + std::to_string(n) +
+                       " samples: give one weight per sample, [" + std::to_string(n) + "]");
+    const Tensor f32 = given.dtype() == DType::f32 ? given
+                                                   : converted_input(given, DType::f32, data.label() + "'s sample weights",
+                                                                     "the loss");
+    const float* values = f32.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (!(std::isfinite(values[i]) && values[i] >= 0))  // a negative weight pushes the model away from a sample
+        throw DataError(data.label() + "'s sample weight " + std::to_string(i) + " is " + std::to_string(values[i]) +
+                        ": weights must be finite numbers >= 0");
+      weights[static_cast<std::size_t>(i)] = values[i];
+    }
   }
-  total.samples += batch;
+  if (class_weighted) {
+    // One class per sample: a label, a one-hot (or probability) row, or a binary target.
+    const std::int64_t per_sample = targets.numel() / n;
+    const std::int64_t classes = output[output.rank() - 1];
+    const bool dense_row = targets.dtype() == DType::f32 && per_sample == classes && output.rank() == 2 && classes > 1;
+    if (per_sample != 1 && !dense_row)
+      throw ShapeError(spec_.class_weight_where + ": class_weight weighs each sample by its class, but " + data.label() +
+                       " has " + std::to_string(per_sample) + " target values per sample (" + targets.describe() +
+                       ") with no one class; give Dataset weights (sample weights) instead");
+    const std::int64_t known = classes == 1 ? 2 : classes;  // a single unit: classes 0 and 1
+    for (const auto& [id, w] : spec_.class_weight)
+      if (id >= known)
+        throw ConfigError(spec_.class_weight_where + ": class_weight names class " + std::to_string(id) +
+                          ", but the model's output has " + std::to_string(known) + " classes (0 to " +
+                          std::to_string(known - 1) + ")");
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t id = 0;
+      if (targets.dtype() == DType::i32) {
+        id = targets.data<std::int32_t>()[i];
+      } else if (dense_row) {  // the first largest entry, as Keras' argmax
+        const float* row = targets.data<float>() + i * classes;
+        id = std::max_element(row, row + classes) - row;
+      } else {
+        id = std::lround(targets.data<float>()[i]);  // Keras rounds binary targets
+      }
+      if (auto w = spec_.class_weight.find(id); w != spec_.class_weight.end())
+        weights[static_cast<std::size_t>(i)] *= static_cast<float>(w->second);
+    }
+  }
+  return Tensor::from_vector(weights, Shape{n});
+}
+
+void Trainer::accumulate(PassTotals& total, const Program& p, std::int64_t batch) const {
+  PassTotals batch_totals;
+  batch_totals.samples = batch;
+  batch_totals.loss = static_cast<double>(p.runner->output(p.loss).to_vector<float>()[0]) * static_cast<double>(batch);
+  for (const MetricOps& metric : p.metrics) {
+    auto& sums = batch_totals.sums.emplace_back();
+    for (ValueId id : metric.sums) {
+      const std::vector<float> values = p.runner->output(id).to_vector<float>();
+      sums.emplace_back(values.begin(), values.end());
+    }
+  }
+  total.add(batch_totals);
+}
+
+Evaluation Trainer::evaluation(const PassTotals& totals, const Program& p) const {
+  return totals.evaluation(spec_.metrics, p.metrics);
 }
 
 class Trainer::FitRun final : public FitControl {
@@ -361,9 +448,18 @@ class Trainer::FitRun final : public FitControl {
 
 std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validation,
                                    const FitCallbacks& callbacks) {
+  // Keras' validation_split: the last samples, before shuffling.
+  std::optional<std::pair<Dataset, Dataset>> split;
+  if (spec_.validation_split > 0) {
+    if (validation != nullptr)
+      throw Error("fit: training.validation_split holds out part of the training data for validation, and "
+                  "validation data was given too: use one or the other");
+    split = split_validation(train, spec_.validation_split);
+    validation = &split->second;
+  }
   // What would fail at the first step, or after the first epoch, fails
   // before any, losing no training.
-  const Dataset data = model_dataset(train, /*evaluated=*/false);
+  const Dataset data = model_dataset(split ? split->first : train, /*evaluated=*/false, /*class_weighted=*/true);
   std::optional<Dataset> checked_validation;
   if (validation != nullptr) checked_validation = model_dataset(*validation, /*evaluated=*/true);
   if (!spec_.checkpoint.dir.empty()) check_checkpoint_dir(spec_.checkpoint.dir);
@@ -399,10 +495,10 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const std::int64_t skip = epoch == first_epoch ? first_batch : 0;
     batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
+    PassTotals totals;
     for (std::int64_t b = skip; b < per_epoch && batches.next(batch); ++b) {
-      Evaluation step;
       try {
-        step = run_step(batch.inputs, batch.targets, batch.size, batch.first_row);
+        totals.add(run_step(batch.inputs, batch.targets, batch.weights, batch.size, batch.first_row));
       } catch (const NonFiniteLoss& e) {
         batches_done_ = b + 1;
         throw Error("training stopped: the loss is " + e.loss + " at epoch " + std::to_string(epoch) +
@@ -410,15 +506,9 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
                     "); lower the learning rate or clip gradients");
       }
       batches_done_ = b + 1;
-      // Back to sums over samples; divided by the epoch's samples below.
-      const auto n = static_cast<double>(step.samples);
-      log.train.loss += step.loss * n;
-      for (const auto& [name, value] : step.metrics) log.train.metrics[name] += value * n;
-      log.train.samples += step.samples;
+      log.train = evaluation(totals, program(batch.size, true, true, data.weights.defined()));
       if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, log.train);
     }
-    log.train.loss /= static_cast<double>(log.train.samples);
-    for (auto& [name, value] : log.train.metrics) value /= static_cast<double>(log.train.samples);
     if (checked_validation) log.validation = pass(*checked_validation, {});
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log.learning_rate = learning_rate_at(spec_.optimizer, step_ - 1, total_steps_) * learning_rate_scale_;
@@ -446,43 +536,47 @@ Evaluation Trainer::evaluate(const Dataset& dataset, const PassCallback& on_batc
 Evaluation Trainer::pass(const Dataset& data, const PassCallback& on_batch) {
   BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, host_->row_window());
   batches.start_epoch(0);
-  Evaluation total;
+  PassTotals total;
+  Evaluation result;
   Batch batch;
   std::int64_t done = 0;
   while (batches.next(batch)) {
-    Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true);
+    Program& p = program(batch.size, /*training=*/false, /*with_loss=*/true, batch.weights.defined());
     p.runner->bind_rows(p.input, batch.inputs, batch.first_row);
     p.runner->bind_rows(p.target, batch.targets, batch.first_row);
+    if (p.weight >= 0) p.runner->bind_rows(p.weight, batch.weights, batch.first_row);
     p.runner->run();
     accumulate(total, p, batch.size);
-    if (on_batch) on_batch(++done, batches.batches_per_epoch(), total);
+    result = evaluation(total, p);
+    if (on_batch) on_batch(++done, batches.batches_per_epoch(), result);
   }
-  if (total.samples > 0) {
-    total.loss /= static_cast<double>(total.samples);
-    for (auto& [name, value] : total.metrics) value /= static_cast<double>(total.samples);
-  }
-  return total;
+  return result;
 }
 
-Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets) {
+Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets, const Tensor& sample_weights) {
   Tensor inputs = as_model_input(raw_inputs, "data 'train_step inputs'");
-  return run_step(inputs, targets, inputs.shape()[0], 0);
+  const std::int64_t n = inputs.shape()[0];
+  if (sample_weights.defined() && (sample_weights.shape() != Shape{n} || sample_weights.dtype() != DType::f32))
+    throw ShapeError("train_step: sample weights " + sample_weights.describe() + " for " + std::to_string(n) +
+                     " samples: give f32[" + std::to_string(n) + "]");
+  const PassTotals totals = run_step(inputs, targets, sample_weights, n, 0);
+  return evaluation(totals, program(n, true, true, sample_weights.defined()));
 }
 
-Evaluation Trainer::run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row) {
-  Program& p = program(n, /*training=*/true, /*with_loss=*/true);
+PassTotals Trainer::run_step(const Tensor& inputs, const Tensor& targets, const Tensor& weights, std::int64_t n,
+                             std::int64_t first_row) {
+  Program& p = program(n, /*training=*/true, /*with_loss=*/true, weights.defined());
   p.runner->bind_rows(p.input, inputs, first_row);
   p.runner->bind_rows(p.target, targets, first_row);
+  if (p.weight >= 0) p.runner->bind_rows(p.weight, weights, first_row);
   p.runner->set_update_step(step_ + 1, static_cast<float>(learning_rate_at(spec_.optimizer, step_, total_steps_) *
                                                          learning_rate_scale_));
   p.runner->run();
   ++step_;
-  Evaluation result;
+  PassTotals result;
   accumulate(result, p, n);  // reads the loss and metrics once
-  // accumulate() sums over samples; one batch reports its means.
-  result.loss /= static_cast<double>(n);
-  for (auto& [name, value] : result.metrics) value /= static_cast<double>(n);
-  if (!std::isfinite(result.loss)) throw NonFiniteLoss(std::to_string(result.loss), step_);
+  const double loss = result.loss / static_cast<double>(n);
+  if (!std::isfinite(loss)) throw NonFiniteLoss(std::to_string(loss), step_);
   return result;
 }
 

@@ -30,6 +30,7 @@
 #include "engine/training/callbacks.hpp"
 #include "engine/training/fit_log.hpp"
 #include "engine/training/loss.hpp"
+#include "engine/training/metrics.hpp"
 #include "engine/training/optimizer.hpp"
 #include "layers/model.hpp"
 
@@ -56,7 +57,7 @@ struct CheckpointSpec {
 struct TrainingSpec {
   LossSpec loss;
   OptimizerSpec optimizer;
-  std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy (engine/training/metrics.hpp)
+  std::vector<std::string> metrics;  // accuracy, top_<k>_accuracy, mae, ... (engine/training/metrics.hpp)
   std::int64_t epochs = 1;
   std::int64_t batch_size = 32;
   // `steps_per_epoch: N`: at most N batches an epoch (Keras' steps_per_epoch),
@@ -64,6 +65,16 @@ struct TrainingSpec {
   std::int64_t steps_per_epoch = 0;
   std::uint64_t seed = 0;
   bool shuffle = true;
+  // `validation_split: 0.2`: fit() without validation data holds out the
+  // last 20% of the training samples (before shuffling) and validates on
+  // them after each epoch, as Keras does.
+  double validation_split = 0;
+  // `class_weight: {0: 1.0, 1: 5.0}`: fit() weighs each training sample's
+  // loss by its class's weight (1 for classes not named), times the sample's
+  // own weight (Dataset::weights). Its class is the sparse label, the first
+  // largest entry of a one-hot target, or a binary target rounded.
+  std::map<std::int64_t, double> class_weight;
+  std::string class_weight_where;  // "run.yaml:12:3: training.class_weight", for messages
   CheckpointSpec checkpoint;
   // `precision: bf16`: the matmuls multiply in bf16 with f32 accumulation
   // (Graph::set_matmul_dtype); variables, optimizer state and every other op
@@ -77,8 +88,8 @@ struct TrainingSpec {
 TrainingSpec parse_training(ConfigNode node);
 
 // After each batch of a pass that is not training (evaluate, predict): the
-// batches done, of how many, and for evaluate the sums so far (divide by
-// running.samples for the means); predict's holds only samples.
+// batches done, of how many, and for evaluate the loss and metrics so far
+// (over running.samples); predict's holds only samples.
 using PassCallback = std::function<void(std::int64_t batch, std::int64_t batches, const Evaluation& running)>;
 
 // Called after every training batch and at the end of every epoch.
@@ -135,7 +146,12 @@ class Trainer {
   // stopped training. Throws Error when the loss stops being finite,
   // CheckpointError when a checkpoint cannot be saved, ConfigError before the
   // first step when a callback monitors a figure the run does not log.
+  // With training.validation_split, `validation` must be null: the split
+  // is validated on (an Error otherwise). Samples weigh in the loss as their
+  // Dataset::weights and training.class_weight say; validation samples as
+  // their own weights only.
   std::vector<EpochLog> fit(const Dataset& train, const Dataset* validation, const FitCallbacks& callbacks = {});
+  // The loss weighs samples by data.weights (no class_weight); metrics are unweighted, as Keras' `metrics`.
   Evaluation evaluate(const Dataset& data, const PassCallback& on_batch = {});
   // Model outputs for inputs [N, ...], batch by batch: [N, ...output].
   Tensor predict(const Tensor& inputs, const PassCallback& on_batch = {});
@@ -149,8 +165,9 @@ class Trainer {
   // metrics (means over its N samples; samples == N). Throws Error when the
   // loss is not finite, after the update. The first call for a batch size
   // traces its program; later ones allocate nothing, so a benchmark can time
-  // steps on a fixed batch.
-  Evaluation train_step(const Tensor& inputs, const Tensor& targets);
+  // steps on a fixed batch. `sample_weights` ([N] f32, or undefined: all 1)
+  // weigh each sample's loss.
+  Evaluation train_step(const Tensor& inputs, const Tensor& targets, const Tensor& sample_weights = {});
   // The model's outputs for one batch of inputs [N, ...] in inference mode
   // (no loss, no gradients): a view into the program's memory, valid until the
   // next forward() or predict() with the same N. predict() runs this per batch.
@@ -182,29 +199,40 @@ class Trainer {
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
-  Program& program(std::int64_t batch, bool training, bool with_loss);
+  // `weighted`: the loss takes a sample weight per sample.
+  Program& program(std::int64_t batch, bool training, bool with_loss, bool weighted = false);
   // The step traced, with no runner made for it yet.
-  std::unique_ptr<Program> traced_program(std::int64_t batch, bool training, bool with_loss);
+  std::unique_ptr<Program> traced_program(std::int64_t batch, bool training, bool with_loss, bool weighted = false);
   Tensor as_model_input(const Tensor& inputs, const std::string& label) const;  // label: as Dataset::label()
   // `data` as the model and its loss take it: inputs by as_model_input;
   // targets converted to the loss's dtype (class ids of any integer width,
   // integers as floats, floats holding whole numbers as class ids) and
-  // viewed in its per-sample shape ([N] as [N, 1]). Throws ShapeError or
-  // DTypeError naming the data and the loss, before any step runs.
-  // `evaluated`: the data will be evaluated, so its program is made now.
-  Dataset model_dataset(const Dataset& data, bool evaluated);
+  // viewed in its per-sample shape ([N] as [N, 1]); weights [N] f32 as
+  // sample_weights() makes them. Throws ShapeError or DTypeError naming the
+  // data and the loss, before any step runs. `evaluated`: the data will be
+  // evaluated, so its program is made now; `class_weighted`: training
+  // data, whose weights include training.class_weight.
+  Dataset model_dataset(const Dataset& data, bool evaluated, bool class_weighted = false);
+  // Each sample's weight: data.weights (any number type; [N] or [N, 1],
+  // finite, >= 0) times, with `class_weighted`, its class's class_weight.
+  // `targets` are the converted ones; `output` the model's per-sample output shape.
+  Tensor sample_weights(const Dataset& data, const Tensor& targets, bool class_weighted, const Shape& output) const;
   // evaluate() over data model_dataset() made.
   Evaluation pass(const Dataset& data, const PassCallback& on_batch);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
-  Evaluation run_step(const Tensor& inputs, const Tensor& targets, std::int64_t n, std::int64_t first_row);
-  // Adds the loss and metrics of `p`'s last run over a batch of `batch` samples.
-  void accumulate(Evaluation& total, const Program& p, std::int64_t batch) const;
+  PassTotals run_step(const Tensor& inputs, const Tensor& targets, const Tensor& weights, std::int64_t n,
+                      std::int64_t first_row);
+  // Adds the loss and metric sums of `p`'s last run over a batch of `batch` samples.
+  void accumulate(PassTotals& total, const Program& p, std::int64_t batch) const;
+  // The loss and metrics of `totals` (any program's metric ops: their values
+  // depend on per-sample sizes alone).
+  Evaluation evaluation(const PassTotals& totals, const Program& p) const;
 
   const Model& model_;
   TrainingSpec spec_;
   VariableStore& store_;
   std::unique_ptr<StepHost> host_;  // declared before the programs, which refer to it (destroyed after)
-  std::map<std::tuple<std::int64_t, bool, bool>, std::unique_ptr<Program>> programs_;
+  std::map<std::tuple<std::int64_t, bool, bool, bool>, std::unique_ptr<Program>> programs_;
   std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;

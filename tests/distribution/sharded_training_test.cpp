@@ -403,3 +403,52 @@ TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up acr
       CHECK(program.global().value(collective.value).name != "token_embedding/embeddings");
   }
 }
+
+TEST_CASE("sample and class weights, validation_split and epoch metrics train on a mesh as on one device") {
+  const test::MeshDeviceScope scope;
+  Model model = test::zoo_model("mlp.yaml");
+  Dataset data{test::random_tensor({40, 784}, 21), test::random_labels({40}, 10, 21), "synthetic"};
+  data.weights = test::random_tensor({40}, 22, 0.0f, 2.0f);
+  const TrainingSpec training = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true, label_smoothing: 0.1}, "
+      "metrics: [precision, recall, auc], optimizer: " + kSgd + ", batch_size: 8, epochs: 2, seed: 7, "
+      "class_weight: {0: 3.0, 4: 0.5}, validation_split: 0.2}")["training"]);
+  struct Run {
+    std::vector<EpochLog> logs;
+    std::map<std::string, std::vector<float>> weights;
+  };
+  auto run = [&](const Distribution* distribution) {
+    VariableStore store;
+    std::unique_ptr<Trainer> trainer = distribution ? std::make_unique<Trainer>(model, training, store, *distribution)
+                                                    : std::make_unique<Trainer>(model, training, store, test::single_device());
+    Run r{trainer->fit(data, nullptr), {}};
+    for (const auto& v : store.variables()) r.weights[v.path] = v.value.to_vector<float>();
+    return r;
+  };
+  const Run expected = run(nullptr);
+  REQUIRE(expected.logs.size() == 2);
+  CHECK(expected.logs[0].train.samples == 32);
+  CHECK(expected.logs[0].validation.samples == 8);
+  LayoutMap megatron;
+  for (const auto& [key, axes] : kMlpMegatron) megatron.add(key, TensorLayout(axes));
+  DataParallel dp(test::mesh_devices(4));
+  ModelParallel tp(mesh_of(2, 2), megatron, "batch");
+  for (const Distribution* d : std::vector<const Distribution*>{&dp, &tp}) {
+    const Run actual = run(d);
+    INFO(d->str());
+    REQUIRE(actual.logs.size() == 2);
+    for (std::size_t e = 0; e < 2; ++e)
+      for (Evaluation EpochLog::*pass : {&EpochLog::train, &EpochLog::validation}) {
+        const Evaluation &want = expected.logs[e].*pass, &got = actual.logs[e].*pass;
+        CHECK(got.loss == doctest::Approx(want.loss).epsilon(1e-5));
+        for (const auto& [name, value] : want.metrics) {
+          INFO(name);
+          CHECK(got.metrics.at(name) == doctest::Approx(value).epsilon(1e-6));
+        }
+      }
+    for (const auto& [path, want] : expected.weights) {
+      INFO(path);
+      test::check_close(actual.weights.at(path), want, 1e-4, 2e-5);
+    }
+  }
+}

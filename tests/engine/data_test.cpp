@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/temp_dir.hpp"
+#include "tests/test_util.hpp"
 #include "backends/registry.hpp"
 #include "engine/data/batch_iterator.hpp"
 #include "engine/data/csv.hpp"
@@ -505,6 +506,37 @@ TEST_CASE("data_test: load_csv reads a table and names line and column of a bad 
   write_text(dir / "header_only.csv", "a,b\n");
   CHECK(
       contains(data_error_of([&] { load_csv(dir / "header_only.csv", 0, true); }), "no data rows"));
+}
+
+TEST_CASE("data_test: a CSV weight column becomes the sample weights, not an input") {
+  TempDir dir;
+  write_text(dir / "w.csv", "a,weight,b,label\n1,0.5,2,0\n3,2,4,1\n");
+  Dataset d = load_csv(dir / "w.csv", "label", true, "weight");
+  CHECK(d.inputs.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  REQUIRE(d.weights.defined());
+  CHECK(d.weights.to_vector<float>() == std::vector<float>{0.5f, 2});
+  CHECK(load_csv(dir / "w.csv", "-1", true, "1").weights.to_vector<float>() == std::vector<float>{0.5f, 2});
+  CHECK(!load_csv(dir / "w.csv", "-1", true).weights.defined());
+  write_text(dir / "negative.csv", "a,weight,label\n1,0.5,0\n3,-2,1\n");
+  const std::string message = data_error_of([&] { load_csv(dir / "negative.csv", "label", true, "weight"); });
+  CHECK(contains(message, (dir / "negative.csv").string() + ":3: column 1 ('weight')"));
+  CHECK(contains(message, "is not a finite number >= 0"));
+  CHECK(contains(data_error_of([&] { load_csv(dir / "w.csv", "label", true, "label"); }), "is the label column"));
+  CHECK(contains(data_error_of([&] { load_csv(dir / "w.csv", "label", true, "w"); }), "weight column 'w' does not exist"));
+  // From a config: weight_column; and validation_split beside data.validation is refused at the key.
+  std::ofstream(dir / "run.yaml") << "model: {inputs: [{name: x, shape: [3]}], layers: [{type: Dense, units: 2}]}\n"
+                                     "training: {loss: sparse_categorical_crossentropy, validation_split: 0.5}\n"
+                                     "data:\n"
+                                     "  train: {type: csv, path: w.csv, weight_column: weight}\n"
+                                     "  validation: {type: csv, path: w.csv}\n";
+  const std::string both = test::error_of<ConfigError>([&] { load_run_config(dir / "run.yaml"); });
+  CHECK(contains(both, "run.yaml:2:"));
+  CHECK(contains(both, "data.validation is given too"));
+  std::ofstream(dir / "one.yaml") << "model: {inputs: [{name: x, shape: [3]}], layers: [{type: Dense, units: 2}]}\n"
+                                     "training: {loss: sparse_categorical_crossentropy, validation_split: 0.5}\n"
+                                     "data: {train: {type: csv, path: w.csv, weight_column: weight}}\n";
+  RunConfig run = load_run_config(dir / "one.yaml");
+  CHECK(load_dataset(*run.train_data).weights.to_vector<float>() == std::vector<float>{0.5f, 2});
 }
 
 TEST_CASE("data_test: rescale: is a data setting, said by default for IDX, applied to any input type") {

@@ -467,3 +467,111 @@ TEST_CASE("steps_per_epoch caps the batches of each epoch, for quick runs") {
   CHECK_THROWS_WITH_AS(parse_training(ConfigNode::parse("training: {loss: mse, steps_per_epoch: 0}")["training"]),
                        doctest::Contains("steps_per_epoch must be >= 1"), ConfigError);
 }
+
+TEST_CASE("evaluate weighs each sample's loss by its weight, over all samples, across batches") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(20, {8}, 3, 4);  // batches of 16 and 4
+  VariableStore store;
+  Trainer trainer(model, spec(), store);
+  std::vector<float> weights(20);
+  double expected = 0;
+  for (std::int64_t i = 0; i < 20; ++i) {
+    weights[static_cast<std::size_t>(i)] = static_cast<float>(i % 4) * 0.5f;
+    Dataset one{data.inputs.rows(i, 1), data.targets.rows(i, 1), "sample"};
+    expected += weights[static_cast<std::size_t>(i)] * trainer.evaluate(one).loss;
+  }
+  data.weights = Tensor::from_vector(weights, {20});
+  const Evaluation weighted = trainer.evaluate(data);
+  CHECK(weighted.loss == doctest::Approx(expected / 20).epsilon(1e-5));
+  // Metrics stay unweighted, as Keras' `metrics` (not `weighted_metrics`).
+  data.weights = Tensor{};
+  CHECK(weighted.metrics.at("accuracy") == doctest::Approx(trainer.evaluate(data).metrics.at("accuracy")));
+  // A weight per sample, finite and >= 0.
+  data.weights = Tensor::from_vector(std::vector<float>(19, 1.0f), {19});
+  CHECK(error_of<ShapeError>([&] { trainer.evaluate(data); }).find("give one weight per sample, [20]") !=
+        std::string::npos);
+  weights[3] = -1.0f;
+  data.weights = Tensor::from_vector(weights, {20});
+  CHECK(error_of<DataError>([&] { trainer.evaluate(data); }).find("sample weight 3 is -1") != std::string::npos);
+}
+
+TEST_CASE("class_weight trains as the same weights given per sample, and a weight of 0 removes a sample") {
+  Dataset data = synthetic_classification(48, {8}, 3, 6);
+  auto trained = [](const TrainingSpec& training, const Dataset& d) {
+    Model model = classifier();
+    VariableStore store;
+    Trainer trainer(model, training, store);
+    trainer.fit(d, nullptr);
+    std::vector<float> values;
+    for (const Variable& v : store.variables()) {
+      const auto part = v.value.to_vector<float>();
+      values.insert(values.end(), part.begin(), part.end());
+    }
+    return values;
+  };
+  TrainingSpec by_class = spec();
+  by_class.class_weight = {{0, 2.0}, {2, 0.0}};  // class 1 keeps 1
+  std::vector<float> per_sample(48);
+  for (std::int64_t i = 0; i < 48; ++i) {
+    const std::int32_t label = data.targets.data<std::int32_t>()[i];
+    per_sample[static_cast<std::size_t>(i)] = label == 0 ? 2.0f : label == 2 ? 0.0f : 1.0f;
+  }
+  Dataset weighted = data;
+  weighted.weights = Tensor::from_vector(per_sample, {48});
+  const std::vector<float> expected = trained(spec(), weighted);
+  CHECK(trained(by_class, data) == expected);
+  // Class 2's samples weigh 0: whatever their inputs, training ends the same.
+  Dataset moved = weighted;
+  moved.inputs = Tensor::from_vector(data.inputs.to_vector<float>(), data.inputs.shape());
+  for (std::int64_t i = 0; i < 48; ++i)
+    if (data.targets.data<std::int32_t>()[i] == 2)
+      for (std::int64_t f = 0; f < 8; ++f) moved.inputs.data<float>()[i * 8 + f] += 3.0f;
+  CHECK(trained(spec(), moved) == expected);
+  // A class the model does not have is named.
+  TrainingSpec unknown = spec();
+  unknown.class_weight = {{5, 1.0}};
+  unknown.class_weight_where = "run.yaml:9:5: training.class_weight";
+  CHECK(error_of<ConfigError>([&] { trained(unknown, data); }) ==
+        "run.yaml:9:5: training.class_weight: class_weight names class 5, but the model's output has 3 classes (0 to 2)");
+}
+
+TEST_CASE("validation_split holds out the last samples, before shuffling, and validates on them") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(100, {8}, 3, 8);
+  VariableStore store;
+  TrainingSpec split = spec();
+  split.validation_split = 0.25;
+  Trainer trainer(model, split, store);
+  const auto logs = trainer.fit(data, nullptr);
+  CHECK(logs.back().train.samples == 75);
+  CHECK(logs.back().validation.samples == 25);
+  Dataset last{data.inputs.rows(75, 25), data.targets.rows(75, 25), "last 25"};
+  CHECK(trainer.evaluate(last).loss == doctest::Approx(logs.back().validation.loss));
+  CHECK(error_of([&] { trainer.fit(data, &data); }).find("use one or the other") != std::string::npos);
+  // As a config key: in (0, 1), and not beside data.validation.
+  CHECK(error_of<ConfigError>([] {
+          parse_training(ConfigNode::parse("training: {loss: mse, validation_split: 1.5}")["training"]);
+        }).find("<string>:1:") != std::string::npos);
+}
+
+TEST_CASE("categorical targets train with accuracy, auc, precision and recall logged per epoch") {
+  Model model = classifier();
+  Dataset data = synthetic_classification(96, {8}, 3, 9);
+  std::vector<float> one_hot(96 * 3, 0.0f);
+  for (std::int64_t i = 0; i < 96; ++i) one_hot[static_cast<std::size_t>(i * 3 + data.targets.data<std::int32_t>()[i])] = 1;
+  Dataset dense{data.inputs, Tensor::from_vector(one_hot, {96, 3}), "one-hot"};
+  VariableStore store;
+  Trainer trainer(model, parse_training(ConfigNode::parse(
+                             "training: {loss: {type: categorical_crossentropy, from_logits: true, label_smoothing: 0.1},"
+                             " metrics: [accuracy, auc, precision, recall], epochs: 6, batch_size: 16, seed: 3,"
+                             " optimizer: {type: adam, learning_rate: 0.02}}")["training"]),
+                  store);
+  const auto logs = trainer.fit(dense, &dense);
+  for (const char* name : {"accuracy", "auc", "precision", "recall"}) {
+    CAPTURE(std::string(name));
+    const double first = logs.front().validation.metrics.at(name), last = logs.back().validation.metrics.at(name);
+    CHECK(last >= first);
+    CHECK(last <= 1);
+  }
+  CHECK(logs.back().validation.metrics.at("auc") > 0.9);
+}
