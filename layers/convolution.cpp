@@ -51,7 +51,8 @@ bool parse_padding(ConfigNode& args) {
 
 std::unique_ptr<Layer> make_conv2d(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs", "filters", "kernel_size", "strides", "padding",
-                    "activation", "use_bias", "kernel_initializer", "bias_initializer"});
+                    "activation", "use_bias", "kernel_initializer", "bias_initializer", "kernel_regularizer",
+                    "bias_regularizer"});
   auto filters = args["filters"].as<std::int64_t>();
   if (filters < 1) throw ConfigError(args["filters"].location() + ": " + args["filters"].path() + ": filters must be >= 1");
   int kh, kw, sh, sw;
@@ -61,9 +62,12 @@ std::unique_ptr<Layer> make_conv2d(ConfigNode args, const std::string& name) {
   auto activation = args.get<std::string>("activation", "linear");
   check_activation(args["activation"], activation);
   bool use_bias = args.get<bool>("use_bias", true);
-  return std::make_unique<Conv2D>(name, filters, kh, kw, sh, sw, same, activation, use_bias,
-                                  initializer_arg(args, "kernel_initializer", "glorot_uniform"),
-                                  initializer_arg(args, "bias_initializer", "zeros"));
+  auto layer = std::make_unique<Conv2D>(name, filters, kh, kw, sh, sw, same, activation, use_bias,
+                                        initializer_arg(args, "kernel_initializer", "glorot_uniform"),
+                                        initializer_arg(args, "bias_initializer", "zeros"));
+  if (!use_bias && args.has("bias_regularizer")) args["bias_regularizer"].fail("the layer has no bias (use_bias: false)");
+  read_regularizers(args, *layer);
+  return layer;
 }
 
 }  // namespace tessera

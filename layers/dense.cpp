@@ -37,15 +37,18 @@ class Dense final : public Layer {
 
 std::unique_ptr<Layer> make_dense(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs", "units", "activation", "use_bias",
-                    "kernel_initializer", "bias_initializer"});
+                    "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer"});
   auto units = args["units"].as<std::int64_t>();
   if (units < 1) throw ConfigError(args["units"].location() + ": " + args["units"].path() + ": units must be >= 1");
   auto activation = args.get<std::string>("activation", "linear");
   check_activation(args["activation"], activation);
   bool use_bias = args.get<bool>("use_bias", true);
-  return std::make_unique<Dense>(name, units, activation, use_bias,
-                                 initializer_arg(args, "kernel_initializer", "glorot_uniform"),
-                                 initializer_arg(args, "bias_initializer", "zeros"));
+  auto layer = std::make_unique<Dense>(name, units, activation, use_bias,
+                                       initializer_arg(args, "kernel_initializer", "glorot_uniform"),
+                                       initializer_arg(args, "bias_initializer", "zeros"));
+  if (!use_bias && args.has("bias_regularizer")) args["bias_regularizer"].fail("the layer has no bias (use_bias: false)");
+  read_regularizers(args, *layer);
+  return layer;
 }
 
 }  // namespace tessera

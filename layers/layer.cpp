@@ -23,7 +23,13 @@ ValueId LayerContext::variable(const std::string& name, const Shape& shape, cons
   Variable& v = store_.get_or_create(path, shape, DType::f32, trainable, std::move(axis_roles), std::move(init_block));
   ValueId id = graph.variable(path, shape, v.dtype());
   traced_.emplace_back(path, id);
+  if (const Regularizer* r = current_ != nullptr ? current_->regularizer(name) : nullptr) regularized_.emplace_back(id, *r);
   return id;
+}
+
+void LayerContext::enter_layer(const Layer& layer) {
+  layer_ = layer.name();
+  current_ = &layer;
 }
 
 ValueId LayerContext::constant(const std::string& name, const Tensor& value) {

@@ -13,6 +13,7 @@
 #include "engine/graph/graph.hpp"
 #include "engine/variable_store.hpp"
 #include "layers/initializer.hpp"
+#include "layers/regularizer.hpp"
 #include "layers/tensor_split.hpp"
 
 namespace tessera {
@@ -69,14 +70,18 @@ class LayerContext {
   std::uint64_t layer_seed(std::uint64_t site = 0) const;
   // The variables created in this trace: (path, graph value) pairs.
   const std::vector<std::pair<std::string, ValueId>>& traced_variables() const { return traced_; }
-  void enter_layer(const std::string& name) { layer_ = name; }
+  // Those with a regularizer (Layer::set_regularizer), for the loss's penalty.
+  const std::vector<std::pair<ValueId, Regularizer>>& regularized() const { return regularized_; }
+  void enter_layer(const class Layer& layer);
 
  private:
   VariableStore& store_;
   std::string prefix_;
   std::string layer_;
+  const class Layer* current_ = nullptr;
   std::uint64_t seed_;
   std::vector<std::pair<std::string, ValueId>> traced_;
+  std::vector<std::pair<ValueId, Regularizer>> regularized_;
   std::vector<std::pair<ValueId, Tensor>> constants_;
   std::vector<std::pair<std::string, ValueId>> nested_;
 };
@@ -100,10 +105,18 @@ class Layer {
   virtual TensorSplit tensor_split() const { return {}; }
   // The sublayers whose outputs `call` reports (LayerContext::nested_output).
   virtual std::vector<std::string> nested_layers() const { return {}; }
+  // A penalty on the layer's variable `variable` ("kernel"), added to the loss.
+  void set_regularizer(const std::string& variable, Regularizer r) { regularizers_.emplace_back(variable, r); }
+  const Regularizer* regularizer(const std::string& variable) const {
+    for (const auto& [name, r] : regularizers_)
+      if (name == variable) return &r;
+    return nullptr;
+  }
 
  private:
   std::string type_;
   std::string name_;
+  std::vector<std::pair<std::string, Regularizer>> regularizers_;
 };
 
 // Keras activation names: linear, relu, gelu (erf), gelu_tanh, tanh, sigmoid,

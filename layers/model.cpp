@@ -189,7 +189,7 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   for (const auto& node : nodes_) {
     std::vector<ValueId> args;
     for (int s : node.sources) args.push_back(s < 0 ? traced.inputs[static_cast<std::size_t>(-s - 1)] : outputs[static_cast<std::size_t>(s)]);
-    ctx.enter_layer(node.layer->name());
+    ctx.enter_layer(*node.layer);
     // Errors about the inputs the layer gets (shapes, dtypes) point at its config.
     try {
       outputs.push_back(node.layer->call(ctx, args));
@@ -208,6 +208,7 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
   traced.constants = ctx.constants();
+  traced.regularized = ctx.regularized();
   traced.layer_outputs.insert(traced.layer_outputs.end(), ctx.nested_outputs().begin(), ctx.nested_outputs().end());
   return traced;
 }

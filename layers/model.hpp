@@ -51,6 +51,8 @@ class Model {
     // as output_paths() lists them), then the sublayers' ("block_0/attention/output").
     std::vector<std::pair<std::string, ValueId>> layer_outputs;
     std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
+    // Variables with a kernel_/bias_regularizer: the loss adds their penalty.
+    std::vector<std::pair<ValueId, Regularizer>> regularized;
   };
   // Adds the forward pass for `batch` samples to `graph`, creating (and
   // initialising from `seed`) any variable the store lacks. A layer that

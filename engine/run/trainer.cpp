@@ -207,6 +207,8 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
     p->target = step.target = g.input("target", target, loss_target_dtype(spec_.loss));
     if (weighted) p->weight = step.sample_weight = g.input("sample_weight", {batch});
     p->loss = build_loss(g, spec_.loss, p->output, p->target, p->weight);
+    // Keras adds the regularizers' penalties to the loss it reports, in evaluation too.
+    if (!traced.regularized.empty()) p->loss = g.add(p->loss, regularization_penalty(g, traced.regularized));
     step.outputs.push_back(p->loss);
     p->metrics = build_metrics(g, spec_.metrics, spec_.loss, p->output, p->target, p->constants);
     for (const MetricOps& metric : p->metrics) step.outputs.insert(step.outputs.end(), metric.sums.begin(), metric.sums.end());

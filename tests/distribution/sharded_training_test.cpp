@@ -404,9 +404,19 @@ TEST_CASE("a vocabulary-split embedding is a masked lookup whose rows add up acr
   }
 }
 
-TEST_CASE("sample and class weights, validation_split and epoch metrics train on a mesh as on one device") {
+TEST_CASE("sample and class weights, regularizers, validation_split and epoch metrics train on a mesh as on one device") {
   const test::MeshDeviceScope scope;
-  Model model = test::zoo_model("mlp.yaml");
+  // Regularized variables split (dense/kernel's columns, dense_1/kernel's rows)
+  // and whole (dense_2): their penalties add partial sums across devices.
+  Model model = Model::from_config(ConfigNode::parse(R"(
+model:
+  name: mlp
+  inputs: [{name: image, shape: [784]}]
+  layers:
+    - {type: Dense, units: 64, activation: relu, kernel_regularizer: {l1: 1.0e-4, l2: 1.0e-3}, bias_regularizer: l2}
+    - {type: Dense, units: 64, activation: relu, kernel_regularizer: l2}
+    - {type: Dense, units: 10, kernel_regularizer: l1}
+)")["model"]);
   Dataset data{test::random_tensor({40, 784}, 21), test::random_labels({40}, 10, 21), "synthetic"};
   data.weights = test::random_tensor({40}, 22, 0.0f, 2.0f);
   const TrainingSpec training = parse_training(ConfigNode::parse(

@@ -575,3 +575,59 @@ TEST_CASE("categorical targets train with accuracy, auc, precision and recall lo
   }
   CHECK(logs.back().validation.metrics.at("auc") > 0.9);
 }
+
+TEST_CASE("kernel and bias regularizers add l1 sum|w| + l2 sum w^2 to the loss, and their gradient to each step") {
+  const std::string layers = R"(
+model:
+  inputs: [{name: x, shape: [8]}]
+  layers:
+    - {type: Dense, units: 16, activation: relu, kernel_regularizer: {l1: 0.01, l2: 0.02}, bias_regularizer: l2}
+    - {type: Dense, units: 3, kernel_regularizer: l1}
+)";
+  Model regularized = Model::from_config(ConfigNode::parse(layers)["model"]);
+  Model plain = classifier();  // the same layers, seeded alike, without penalties
+  Dataset data = synthetic_classification(16, {8}, 3, 12);
+  TrainingSpec sgd = spec("{type: sgd, learning_rate: 0.1}");
+  sgd.epochs = 1;
+  VariableStore with_store, without_store;
+  Trainer with(regularized, sgd, with_store), without(plain, sgd, without_store);
+  const double with_loss = with.evaluate(data).loss, without_loss = without.evaluate(data).loss;  // makes the variables
+  auto value = [](VariableStore& store, const std::string& path) -> const Tensor& {
+    for (const Variable& v : store.variables())
+      if (v.path.size() >= path.size() && v.path.compare(v.path.size() - path.size(), path.size(), path) == 0) return v.value;
+    FAIL("no variable " << path);
+    throw Error("unreachable");
+  };
+  // Each penalty from the store's values, as Keras' L1L2 (l1 and l2 default to 0.01).
+  auto sum = [](const Tensor& t, bool squares) {
+    double s = 0;
+    for (float v : t.to_vector<float>()) s += squares ? static_cast<double>(v) * v : std::abs(static_cast<double>(v));
+    return s;
+  };
+  const Tensor k0 = value(with_store, "/dense/kernel"), b0 = value(with_store, "/dense/bias"),
+               k1 = value(with_store, "/dense_1/kernel");
+  for (const char* path : {"/dense/kernel", "/dense/bias", "/dense_1/kernel", "/dense_1/bias"})
+    CHECK(value(with_store, path).to_vector<float>() == value(without_store, path).to_vector<float>());
+  const double penalty = 0.01 * sum(k0, false) + 0.02 * sum(k0, true) + 0.01 * sum(b0, true) + 0.01 * sum(k1, false);
+  CHECK(with_loss == doctest::Approx(without_loss + penalty).epsilon(1e-5));
+  // One SGD step: the penalty's gradient, l1 sign(w) + 2 l2 w, is added to the data's.
+  const std::vector<float> before = k0.to_vector<float>();
+  with.train_step(data.inputs, data.targets);
+  without.train_step(data.inputs, data.targets);
+  const std::vector<float> a = value(with_store, "/dense/kernel").to_vector<float>(),
+                           b = value(without_store, "/dense/kernel").to_vector<float>();
+  std::vector<float> expected(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i)
+    expected[i] = b[i] - 0.1f * (0.01f * (before[i] > 0 ? 1.0f : -1.0f) + 2 * 0.02f * before[i]);
+  check_close(a, expected, 1e-5, 1e-6);
+  // Errors at the key.
+  auto error = [](const std::string& layer) {
+    return error_of<ConfigError>([&] {
+      Model::from_config(ConfigNode::parse("model: {inputs: [{name: x, shape: [8]}], layers: [" + layer + "]}")["model"]);
+    });
+  };
+  CHECK(error("{type: Dense, units: 2, kernel_regularizer: l3}").find("did you mean") != std::string::npos);
+  CHECK(error("{type: Dense, units: 2, kernel_regularizer: {l2: -1}}").find("finite number >= 0") != std::string::npos);
+  CHECK(error("{type: Dense, units: 2, use_bias: false, bias_regularizer: l2}").find("has no bias") != std::string::npos);
+  CHECK(error("{type: Dense, units: 2, kernel_regularizer: {l3: 1}}").find("<string>:1:") != std::string::npos);
+}
