@@ -159,8 +159,15 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
       return kOk;
     }
   }
-  fmt::print("Training '{}': {} parameters, {} samples, batch {}, {} epoch(s)\n", run.model.name(),
-             store.parameter_count(), train_data.size(), run.training.batch_size, run.training.epochs);
+  std::int64_t samples = train_data.size();
+  std::string held_out;
+  if (run.training.validation_split > 0 && !validation) {
+    samples = training_part(samples, run.training.validation_split);
+    held_out = fmt::format(" ({} more held out for validation: validation_split {})", train_data.size() - samples,
+                           run.training.validation_split);
+  }
+  fmt::print("Training '{}': {} parameters, {} samples{}, batch {}, {} epoch(s)\n", run.model.name(),
+             store.parameter_count(), samples, held_out, run.training.batch_size, run.training.epochs);
   if (run.distribution) {
     fmt::print("Distribution: {}\n", run.distribution->distribution->str());
     std::vector<std::string> paths = run.model.output_paths();

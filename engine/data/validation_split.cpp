@@ -18,11 +18,15 @@ Dataset rows_of(const Dataset& data, std::int64_t first, std::int64_t count, con
 
 }  // namespace
 
+std::int64_t training_part(std::int64_t n, double fraction) {
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1.0 - fraction)));
+}
+
 std::pair<Dataset, Dataset> split_validation(const Dataset& data, double fraction) {
   if (!(fraction > 0 && fraction < 1))
     throw DataError("validation_split must lie in (0, 1), got " + std::to_string(fraction));
   const std::int64_t n = data.size();
-  const auto cut = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1.0 - fraction)));
+  const std::int64_t cut = training_part(n, fraction);
   if (cut < 1 || cut >= n)
     throw DataError(data.label() + ": validation_split " + std::to_string(fraction) + " of " + std::to_string(n) +
                     " samples leaves " + (cut < 1 ? "nothing to train on" : "no sample to validate on"));

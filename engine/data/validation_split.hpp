@@ -14,4 +14,7 @@ namespace tessera {
 // not in (0, 1) or either part would be empty.
 std::pair<Dataset, Dataset> split_validation(const Dataset& data, double fraction);
 
+// How many of `n` samples split_validation keeps for training: floor(n (1 - fraction)).
+std::int64_t training_part(std::int64_t n, double fraction);
+
 }  // namespace tessera

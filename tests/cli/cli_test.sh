@@ -60,6 +60,13 @@ grep -q "^op  *ms  *share  *calls" "$work/profile.txt" || fail "--profile's tabl
 [ "$(grep -c "^Evaluating \[=*  *\] [0-9]*/200 - loss" "$work/eval.txt")" = 9 ] || fail "eval piped: $(cat "$work/eval.txt")"
 grep -q "$(printf '\033')" "$work/eval.txt" && fail "eval wrote escape codes into a pipe"
 tail -1 "$work/eval.txt" | grep -q "^train (6400 samples): loss" || fail "eval's result is not its last line"
+# validation_split: the last quarter of data.train is validated on, and said; eval --split validation finds it.
+out=$("$tessera" train "$work/run.yaml" --set training.validation_split=0.25 --set training.epochs=1 \
+  --set training.checkpoint.dir="$work/split" --set 'training.metrics=[accuracy, auc, precision, recall]')
+grep -q "192 samples (64 more held out for validation: validation_split 0.25)" <<<"$out" || fail "split not said: $out"
+grep -q "val_auc [0-9.]* - val_precision" <<<"$out" || fail "no validation metrics: $out"
+out=$("$tessera" eval "$work/run.yaml" --checkpoint "$work/split" --set training.validation_split=0.25)
+grep -q "^validation (64 samples): loss" <<<"$out" || fail "eval did not take the held-out samples: $out"
 # A data file that does not exist: the error names the config key that named it.
 sed 's|  train: {type: synthetic.*|  train: {type: csv, path: missing.csv, label_column: 8}|' "$work/run.yaml" > "$work/missing_data.yaml"
 expect_fail 3 "missing_data.yaml:19:10: data.train: .*missing.csv" -- "$tessera" train "$work/missing_data.yaml"

@@ -451,14 +451,14 @@ model:
       for (Evaluation EpochLog::*pass : {&EpochLog::train, &EpochLog::validation}) {
         const Evaluation &want = expected.logs[e].*pass, &got = actual.logs[e].*pass;
         CHECK(got.loss == doctest::Approx(want.loss).epsilon(1e-5));
-        for (const auto& [name, value] : want.metrics) {
-          INFO(name);
-          CHECK(got.metrics.at(name) == doctest::Approx(value).epsilon(1e-6));
+        for (const auto& metric : want.metrics) {  // no structured binding: Clang 14 cannot capture one in INFO
+          INFO(metric.first);
+          CHECK(got.metrics.at(metric.first) == doctest::Approx(metric.second).epsilon(1e-6));
         }
       }
-    for (const auto& [path, want] : expected.weights) {
-      INFO(path);
-      test::check_close(actual.weights.at(path), want, 1e-4, 2e-5);
+    for (const auto& variable : expected.weights) {
+      INFO(variable.first);
+      test::check_close(actual.weights.at(variable.first), variable.second, 1e-4, 2e-5);
     }
   }
 }
