@@ -29,32 +29,15 @@ TrainingSpec parse_training(ConfigNode node) {
   spec.optimizer = parse_optimizer(node["optimizer"]);
   spec.metrics = node.get<std::vector<std::string>>("metrics", {});
   for (std::size_t i = 0; i < spec.metrics.size(); ++i) {
-    const std::string why = metric_refusal(spec.metrics[i], spec.loss);
-    if (why.rfind("unknown", 0) == 0) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], metric_names());
-    if (!why.empty()) node["metrics"].at(i).fail(why);
+    if (!is_metric(spec.metrics[i])) node["metrics"].at(i).fail_unknown("metric", spec.metrics[i], metric_names());
+    if (const std::string why = metric_refusal(spec.metrics[i], spec.loss); !why.empty()) node["metrics"].at(i).fail(why);
   }
   if (auto split = node.find("validation_split")) {
     spec.validation_split = split->as<double>();
     if (!(spec.validation_split > 0 && spec.validation_split < 1))
       split->fail("validation_split is the fraction of the training samples held out: it must lie in (0, 1)");
   }
-  if (auto weights = node.find("class_weight")) {
-    if (!weights->is_map()) weights->fail("class_weight maps class ids to weights, as {0: 1.0, 1: 5.0}");
-    for (const std::string& key : weights->keys()) {
-      ConfigNode weight = (*weights)[key];
-      std::size_t used = 0;
-      std::int64_t id = -1;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-      }
-      if (id < 0 || used != key.size()) weight.fail("'" + key + "' is not a class id (an integer >= 0)");
-      const auto value = weight.as<double>();
-      if (!(std::isfinite(value) && value >= 0)) weight.fail("a class weight must be a finite number >= 0");
-      spec.class_weight[id] = value;
-    }
-    spec.class_weight_where = weights->location() + ": " + weights->path();
-  }
+  if (auto weights = node.find("class_weight")) spec.class_weight = parse_class_weight(*weights);
   spec.epochs = node.get<std::int64_t>("epochs", 1);
   spec.batch_size = node.get<std::int64_t>("batch_size", 32);
   spec.seed = static_cast<std::uint64_t>(node.get<std::int64_t>("seed", 0));
@@ -183,6 +166,7 @@ Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_
   p->runner->enable_profiling(profile_);
   for (const auto& [id, value] : p->constants) p->runner->bind(id, value);
   slot = std::move(p);
+  if (with_loss) metric_ops_ = &slot->metrics;  // any program's do: their values depend on per-sample sizes alone
   return *slot;
 }
 
@@ -312,78 +296,31 @@ Dataset Trainer::model_dataset(const Dataset& data, bool evaluated, bool class_w
     }
   }
   Dataset out{inputs, targets.reshape(Shape(dims)), data.source, data.where};
-  const Shape output = p.graph.shape(p.output);
-  if (weighted) out.weights = sample_weights(data, out.targets, class_weighted, output);
+  if (weighted) {
+    const std::vector<std::int64_t> batch_output = p.graph.shape(p.output).dims();
+    const Shape per_sample(std::vector<std::int64_t>(batch_output.begin() + 1, batch_output.end()));
+    out.weights = sample_weights(data, out.targets, class_weighted ? &spec_.class_weight : nullptr, per_sample);
+  }
   return out;
 }
 
-Tensor Trainer::sample_weights(const Dataset& data, const Tensor& targets, bool class_weighted, const Shape& output) const {
-  const std::int64_t n = targets.shape()[0];
-  std::vector<float> weights(static_cast<std::size_t>(n), 1.0f);
-  if (data.weights.defined()) {
-    const Tensor& given = data.weights;
-    if (given.rank() == 0 || given.shape()[0] != n || given.numel() != n)
-      throw ShapeError(data.label() + " has sample weights " + given.describe() + " for " + std::to_string(n) +
-                       " samples: give one weight per sample, [" + std::to_string(n) + "]");
-    const Tensor f32 = given.dtype() == DType::f32 ? given
-                                                   : converted_input(given, DType::f32, data.label() + "'s sample weights",
-                                                                     "the loss");
-    const float* values = f32.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (!(std::isfinite(values[i]) && values[i] >= 0))  // a negative weight pushes the model away from a sample
-        throw DataError(data.label() + "'s sample weight " + std::to_string(i) + " is " + std::to_string(values[i]) +
-                        ": weights must be finite numbers >= 0");
-      weights[static_cast<std::size_t>(i)] = values[i];
-    }
-  }
-  if (class_weighted) {
-    // One class per sample: a label, a one-hot (or probability) row, or a binary target.
-    const std::int64_t per_sample = targets.numel() / n;
-    const std::int64_t classes = output[output.rank() - 1];
-    const bool dense_row = targets.dtype() == DType::f32 && per_sample == classes && output.rank() == 2 && classes > 1;
-    if (per_sample != 1 && !dense_row)
-      throw ShapeError(spec_.class_weight_where + ": class_weight weighs each sample by its class, but " + data.label() +
-                       " has " + std::to_string(per_sample) + " target values per sample (" + targets.describe() +
-                       ") with no one class; give Dataset weights (sample weights) instead");
-    const std::int64_t known = classes == 1 ? 2 : classes;  // a single unit: classes 0 and 1
-    for (const auto& [id, w] : spec_.class_weight)
-      if (id >= known)
-        throw ConfigError(spec_.class_weight_where + ": class_weight names class " + std::to_string(id) +
-                          ", but the model's output has " + std::to_string(known) + " classes (0 to " +
-                          std::to_string(known - 1) + ")");
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::int64_t id = 0;
-      if (targets.dtype() == DType::i32) {
-        id = targets.data<std::int32_t>()[i];
-      } else if (dense_row) {  // the first largest entry, as Keras' argmax
-        const float* row = targets.data<float>() + i * classes;
-        id = std::max_element(row, row + classes) - row;
-      } else {
-        id = std::lround(targets.data<float>()[i]);  // Keras rounds binary targets
-      }
-      if (auto w = spec_.class_weight.find(id); w != spec_.class_weight.end())
-        weights[static_cast<std::size_t>(i)] *= static_cast<float>(w->second);
-    }
-  }
-  return Tensor::from_vector(weights, Shape{n});
-}
-
 void Trainer::accumulate(PassTotals& total, const Program& p, std::int64_t batch) const {
-  PassTotals batch_totals;
-  batch_totals.samples = batch;
-  batch_totals.loss = static_cast<double>(p.runner->output(p.loss).to_vector<float>()[0]) * static_cast<double>(batch);
-  for (const MetricOps& metric : p.metrics) {
-    auto& sums = batch_totals.sums.emplace_back();
-    for (ValueId id : metric.sums) {
-      const std::vector<float> values = p.runner->output(id).to_vector<float>();
-      sums.emplace_back(values.begin(), values.end());
+  total.samples += batch;
+  total.loss += static_cast<double>(p.runner->output(p.loss).to_vector<float>()[0]) * static_cast<double>(batch);
+  total.sums.resize(p.metrics.size());
+  for (std::size_t m = 0; m < p.metrics.size(); ++m) {
+    total.sums[m].resize(p.metrics[m].sums.size());
+    for (std::size_t s = 0; s < p.metrics[m].sums.size(); ++s) {
+      const std::vector<float> value = p.runner->output(p.metrics[m].sums[s]).to_vector<float>();  // from any device
+      std::vector<double>& sum = total.sums[m][s];
+      sum.resize(value.size());
+      for (std::size_t i = 0; i < value.size(); ++i) sum[i] += value[i];
     }
   }
-  total.add(batch_totals);
 }
 
-Evaluation Trainer::evaluation(const PassTotals& totals, const Program& p) const {
-  return totals.evaluation(spec_.metrics, p.metrics);
+Evaluation Trainer::evaluation(const PassTotals& totals) const {
+  return totals.evaluation(spec_.metrics, metric_ops_ != nullptr ? *metric_ops_ : std::vector<MetricOps>{});
 }
 
 class Trainer::FitRun final : public FitControl {
@@ -508,9 +445,9 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
                     "); lower the learning rate or clip gradients");
       }
       batches_done_ = b + 1;
-      log.train = evaluation(totals, program(batch.size, true, true, data.weights.defined()));
-      if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, log.train);
+      if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, evaluation(totals));
     }
+    log.train = evaluation(totals);
     if (checked_validation) log.validation = pass(*checked_validation, {});
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log.learning_rate = learning_rate_at(spec_.optimizer, step_ - 1, total_steps_) * learning_rate_scale_;
@@ -539,7 +476,6 @@ Evaluation Trainer::pass(const Dataset& data, const PassCallback& on_batch) {
   BatchIterator batches(data, spec_.batch_size, /*shuffle=*/false, 0, /*drop_remainder=*/false, {}, host_->row_window());
   batches.start_epoch(0);
   PassTotals total;
-  Evaluation result;
   Batch batch;
   std::int64_t done = 0;
   while (batches.next(batch)) {
@@ -549,10 +485,9 @@ Evaluation Trainer::pass(const Dataset& data, const PassCallback& on_batch) {
     if (p.weight >= 0) p.runner->bind_rows(p.weight, batch.weights, batch.first_row);
     p.runner->run();
     accumulate(total, p, batch.size);
-    result = evaluation(total, p);
-    if (on_batch) on_batch(++done, batches.batches_per_epoch(), result);
+    if (on_batch) on_batch(++done, batches.batches_per_epoch(), evaluation(total));
   }
-  return result;
+  return evaluation(total);
 }
 
 Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets, const Tensor& sample_weights) {
@@ -561,8 +496,7 @@ Evaluation Trainer::train_step(const Tensor& raw_inputs, const Tensor& targets, 
   if (sample_weights.defined() && (sample_weights.shape() != Shape{n} || sample_weights.dtype() != DType::f32))
     throw ShapeError("train_step: sample weights " + sample_weights.describe() + " for " + std::to_string(n) +
                      " samples: give f32[" + std::to_string(n) + "]");
-  const PassTotals totals = run_step(inputs, targets, sample_weights, n, 0);
-  return evaluation(totals, program(n, true, true, sample_weights.defined()));
+  return evaluation(run_step(inputs, targets, sample_weights, n, 0));
 }
 
 PassTotals Trainer::run_step(const Tensor& inputs, const Tensor& targets, const Tensor& weights, std::int64_t n,

@@ -32,6 +32,7 @@
 #include "engine/training/loss.hpp"
 #include "engine/training/metrics.hpp"
 #include "engine/training/optimizer.hpp"
+#include "engine/training/sample_weights.hpp"
 #include "layers/model.hpp"
 
 namespace tessera {
@@ -73,8 +74,7 @@ struct TrainingSpec {
   // loss by its class's weight (1 for classes not named), times the sample's
   // own weight (Dataset::weights). Its class is the sparse label, the first
   // largest entry of a one-hot target, or a binary target rounded.
-  std::map<std::int64_t, double> class_weight;
-  std::string class_weight_where;  // "run.yaml:12:3: training.class_weight", for messages
+  ClassWeights class_weight;
   CheckpointSpec checkpoint;
   // `precision: bf16`: the matmuls multiply in bf16 with f32 accumulation
   // (Graph::set_matmul_dtype); variables, optimizer state and every other op
@@ -208,15 +208,11 @@ class Trainer {
   // targets converted to the loss's dtype (class ids of any integer width,
   // integers as floats, floats holding whole numbers as class ids) and
   // viewed in its per-sample shape ([N] as [N, 1]); weights [N] f32 as
-  // sample_weights() makes them. Throws ShapeError or DTypeError naming the
-  // data and the loss, before any step runs. `evaluated`: the data will be
-  // evaluated, so its program is made now; `class_weighted`: training
-  // data, whose weights include training.class_weight.
+  // engine/training/sample_weights.hpp makes them. Throws ShapeError or
+  // DTypeError naming the data and the loss, before any step runs.
+  // `evaluated`: the data will be evaluated, so its program is made now;
+  // `class_weighted`: training data, whose weights include training.class_weight.
   Dataset model_dataset(const Dataset& data, bool evaluated, bool class_weighted = false);
-  // Each sample's weight: data.weights (any number type; [N] or [N, 1],
-  // finite, >= 0) times, with `class_weighted`, its class's class_weight.
-  // `targets` are the converted ones; `output` the model's per-sample output shape.
-  Tensor sample_weights(const Dataset& data, const Tensor& targets, bool class_weighted, const Shape& output) const;
   // evaluate() over data model_dataset() made.
   Evaluation pass(const Dataset& data, const PassCallback& on_batch);
   // train_step on rows [first_row, ...) of a batch of n samples (all of them in one process).
@@ -224,9 +220,8 @@ class Trainer {
                       std::int64_t first_row);
   // Adds the loss and metric sums of `p`'s last run over a batch of `batch` samples.
   void accumulate(PassTotals& total, const Program& p, std::int64_t batch) const;
-  // The loss and metrics of `totals` (any program's metric ops: their values
-  // depend on per-sample sizes alone).
-  Evaluation evaluation(const PassTotals& totals, const Program& p) const;
+  // The loss and metrics of `totals`.
+  Evaluation evaluation(const PassTotals& totals) const;
 
   const Model& model_;
   TrainingSpec spec_;
@@ -234,6 +229,7 @@ class Trainer {
   std::unique_ptr<StepHost> host_;  // declared before the programs, which refer to it (destroyed after)
   std::map<std::tuple<std::int64_t, bool, bool, bool>, std::unique_ptr<Program>> programs_;
   std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
+  const std::vector<MetricOps>* metric_ops_ = nullptr;  // a cached program's, for evaluation()
   std::int64_t step_ = 0;
   std::int64_t total_steps_ = 0;
   double learning_rate_scale_ = 1;  // a callback's factor on the schedule (ReduceLROnPlateau)

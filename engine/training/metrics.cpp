@@ -166,7 +166,13 @@ int metric_top_k(const std::string& name) {
   return std::stoi(digits);
 }
 
+bool is_metric(const std::string& name) {
+  const std::string metric = canonical(name);
+  return metric_top_k(metric) > 0 || metric == "mae" || metric == "mse" || is_decision(metric);
+}
+
 std::string metric_refusal(const std::string& name, const LossSpec& loss) {
+  if (!is_metric(name)) return "unknown metric '" + name + "'";
   const std::string metric = canonical(name);
   if (const int k = metric_top_k(metric); k > 0)
     return k > 1 && is_binary(loss) ? "'" + name + "' ranks classes, which binary_crossentropy does not have: use 'accuracy'"
@@ -176,8 +182,7 @@ std::string metric_refusal(const std::string& name, const LossSpec& loss) {
                ? "'" + name + "' compares outputs with targets of the same shape, but " + loss.type +
                      "'s targets are class ids (use categorical_crossentropy with one-hot targets)"
                : "";
-  if (is_decision(metric)) return "";
-  return "unknown metric '" + name + "'";
+  return "";
 }
 
 std::vector<MetricOps> build_metrics(Graph& g, const std::vector<std::string>& metrics, const LossSpec& loss,

@@ -29,6 +29,9 @@ const std::vector<std::string>& metric_names();
 // k of "accuracy" (1) or "top_<k>_accuracy" (k >= 1); 0 for any other name.
 int metric_top_k(const std::string& name);
 
+// Whether `name` is one of metric_names() (or an alias).
+bool is_metric(const std::string& name);
+
 // Why metric `name` cannot go with `loss`: an unknown name, a ranking metric
 // on a binary loss, an error metric on class ids; "" when it can.
 std::string metric_refusal(const std::string& name, const LossSpec& loss);

@@ -510,7 +510,7 @@ TEST_CASE("class_weight trains as the same weights given per sample, and a weigh
     return values;
   };
   TrainingSpec by_class = spec();
-  by_class.class_weight = {{0, 2.0}, {2, 0.0}};  // class 1 keeps 1
+  by_class.class_weight.weights = {{0, 2.0}, {2, 0.0}};  // class 1 keeps 1
   std::vector<float> per_sample(48);
   for (std::int64_t i = 0; i < 48; ++i) {
     const std::int32_t label = data.targets.data<std::int32_t>()[i];
@@ -529,8 +529,7 @@ TEST_CASE("class_weight trains as the same weights given per sample, and a weigh
   CHECK(trained(spec(), moved) == expected);
   // A class the model does not have is named.
   TrainingSpec unknown = spec();
-  unknown.class_weight = {{5, 1.0}};
-  unknown.class_weight_where = "run.yaml:9:5: training.class_weight";
+  unknown.class_weight = {.weights = {{5, 1.0}}, .where = "run.yaml:9:5: training.class_weight"};
   CHECK(error_of<ConfigError>([&] { trained(unknown, data); }) ==
         "run.yaml:9:5: training.class_weight: class_weight names class 5, but the model's output has 3 classes (0 to 2)");
 }
