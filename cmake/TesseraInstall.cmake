@@ -1,5 +1,5 @@
 # Install rules: `cmake --install build --prefix P` puts libtessera.a in P/lib,
-# the public headers in P/include/tessera/{engine,backends,layers,distribution}/, the
+# the public headers in P/include/tessera/{engine,backends,layers,distribution,testing}/, the
 # `tessera` program in P/bin, and a CMake package in P/lib/cmake/Tessera, so a
 # project can `find_package(Tessera)` and link `Tessera::tessera`
 # (examples/ is one). Included at the end of the top-level
@@ -17,7 +17,7 @@ target_include_directories(tessera PUBLIC
 # The CUDA kernels' objects are inside libtessera.a already (the OBJECT library
 # is added to tessera's sources), so the archive is all there is to install.
 install(TARGETS tessera EXPORT TesseraTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir engine backends layers distribution)
+foreach(dir engine backends layers distribution testing)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/${dir}
     FILES_MATCHING PATTERN "*.hpp")

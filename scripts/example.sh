@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Uses Tessera as a user's project would: installs the built tree (build/ by
 # default, or the build folder given as the first argument) into
-# <build>/install, builds examples/ (predict, data_parallel, generate) against that
+# <build>/install, builds examples/ (predict, data_parallel, generate, model_test) against that
 # installed package (find_package(Tessera), warnings as errors) in
 # <build>/example, and runs them on
 # configs/tiny_synthetic.yaml: predict twice, training and saving a checkpoint,
 # then loading it, which must give the same predictions; generate on a GPT
 # trained for a few steps, whose greedy text must be tessera generate's;
 # data_parallel on cpu:2 in one process and, where mpirun exists, as a job of
-# 2 processes, which must print the same losses.
+# 2 processes, which must print the same losses; model_test, a user's doctest
+# suite of a model of their own (<tessera/testing/doctest.hpp>), must pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -26,6 +27,9 @@ checkpoint="$build/example/checkpoint"
 diff <(grep '^sample' "$build/example/trained.txt") <(grep '^sample' "$build/example/loaded.txt") \
   || { echo "example: predictions from the loaded checkpoint differ from the trained model's" >&2; exit 1; }
 echo "example: the installed package builds and runs"
+
+"$build/example/model_test"
+echo "example: a user's doctest suite of their own model passes"
 
 # A GPT of the zoo after a few steps on the README's bytes: the program's
 # greedy text must be the command line's.

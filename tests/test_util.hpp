@@ -11,20 +11,11 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
+#include "testing/error_of.hpp"
 
 namespace tessera::test {
 
-// The message of the `E` that `f` throws, or "no error" (which then fails the
-// caller's check for the message it expects).
-template <typename E = Error, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;  // the message of the error a function throws (testing/error_of.hpp)
 
 // Host f32 tensor with values uniform in [low, high), from a seeded engine.
 inline Tensor random_tensor(const Shape& shape, unsigned seed, float low = -1.0f, float high = 1.0f) {
