@@ -12,10 +12,11 @@ std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
   return s;
 }
 
-ProgressBar ProgressBar::pass(std::string title, bool with_loss, bool terminal) {
+ProgressBar ProgressBar::pass(std::string title, bool with_loss, bool terminal, std::string unit) {
   ProgressBar bar(0, terminal);
   bar.title_ = std::move(title);
   bar.with_loss_ = with_loss;
+  bar.unit_ = std::move(unit);
   return bar;
 }
 
@@ -44,9 +45,9 @@ void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t 
   int filled = static_cast<int>(kWidth * batch / std::max<std::int64_t>(1, batches));
   // On a terminal: back to the line's start, and clear what a longer line left.
   const std::string title = title_.empty() ? fmt::format("Epoch {}/{}", epoch, epochs_) : title_;
-  fmt::print("{}{} [{}{}] {}/{} - {}{:.0f} samples/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
+  fmt::print("{}{} [{}{}] {}/{} - {}{:.0f} {}/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
-             batch, batches, with_loss_ ? format_evaluation(running) + " - " : "", rate, eta, terminal_ ? "" : "\n");
+             batch, batches, with_loss_ ? format_evaluation(running) + " - " : "", rate, unit_, eta, terminal_ ? "" : "\n");
   std::fflush(stdout);
 }
 

@@ -17,8 +17,9 @@ class ProgressBar {
   // "Epoch 3/10 [=====     ] 40/100 - loss ... - 812 samples/s - ETA 7s"
   ProgressBar(std::int64_t epochs, bool terminal) : epochs_(epochs), terminal_(terminal) {}
   // "Evaluating [=====     ] 40/100 - loss ... - 812 samples/s - ETA 7s";
-  // without a loss for a pass that computes none (predict).
-  static ProgressBar pass(std::string title, bool with_loss, bool terminal);
+  // without a loss for a pass that computes none (predict). `unit` names
+  // what Evaluation::samples counts ("Verifying [==   ] 3/40 - 2 tensors/s").
+  static ProgressBar pass(std::string title, bool with_loss, bool terminal, std::string unit = "samples");
 
   void on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t batches, const Evaluation& running);
   void on_epoch(const EpochLog& log);
@@ -30,6 +31,7 @@ class ProgressBar {
   bool terminal_;
   std::string title_;      // a pass's; empty: "Epoch e/E"
   bool with_loss_ = true;
+  std::string unit_ = "samples";
   // The epoch's first report (a resumed epoch starts past batch 1): rates and
   // the ETA count the batches and samples since, over the time since.
   std::int64_t epoch_ = 0, first_batch_ = 0, first_samples_ = 0;

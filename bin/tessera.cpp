@@ -431,17 +431,23 @@ int selfcheck(int cpu_devices) {
   return ok ? kOk : kFailed;
 }
 
+// A progress bar of a checkpoint operation, tensor by tensor.
+CheckpointProgress tensor_progress(ProgressBar& bar) {
+  return [&bar](std::size_t done, std::size_t total, std::uint64_t) {
+    Evaluation so_far;
+    so_far.samples = static_cast<std::int64_t>(done);
+    bar.on_batch(1, so_far.samples, static_cast<std::int64_t>(total), so_far);
+  };
+}
+
 // One safetensors file of the model's variables (no optimizer state), whole,
 // from a checkpoint of either form: the file other tools load.
 int export_checkpoint(const std::string& dir, const std::string& out) {
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"source", "tessera export of " + dir}};
   auto is_model = [](const std::string& name) { return !is_optimizer_state(name); };
-  if (std::filesystem::exists(std::filesystem::path(dir) / kShardIndexFile)) {
-    export_consolidated(dir, out, metadata, is_model);
-  } else {
-    SafetensorsFile model = load_safetensors(std::filesystem::path(dir) / "model.safetensors");
-    save_safetensors(out, model.tensors, metadata);
-  }
+  ProgressBar bar = ProgressBar::pass("Exporting", /*with_loss=*/false, terminal_output(), "tensors");
+  export_consolidated(dir, out, metadata, is_model, 64ull << 20, tensor_progress(bar));
+  bar.finish();
   SafetensorsHeader written = read_safetensors_header(out);
   fmt::print("Wrote {} tensors of '{}' to '{}'\n", written.tensors.size(), dir, out);
   return kOk;
@@ -451,7 +457,9 @@ int export_checkpoint(const std::string& dir, const std::string& out) {
 // tensor read whole against its checksum. Values that are NaN or infinite
 // load, so they are reported, and fail the check.
 int verify(const std::string& dir) {
-  const CheckpointReport r = verify_checkpoint(dir);
+  ProgressBar bar = ProgressBar::pass("Verifying", /*with_loss=*/false, terminal_output(), "tensors");
+  const CheckpointReport r = verify_checkpoint(dir, tensor_progress(bar));
+  bar.finish();
   fmt::print("'{}': {} tensors, {} bytes, in {} files: every file reads, and {} of {} blocks match their checksums\n", dir,
              r.tensors, r.bytes, r.files, r.checksummed, r.blocks);
   if (r.checksummed < r.blocks)

@@ -484,7 +484,7 @@ std::string renamed_model_hint(const std::vector<std::string>& model, const std:
          " under model: (in the model's file where the config names one)";
 }
 
-CheckpointReport verify_checkpoint(const fs::path& dir) {
+CheckpointReport verify_checkpoint(const fs::path& dir, const CheckpointProgress& progress) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw CheckpointError("verify: '" + dir.string() + "': " + (fs::exists(dir, ec) ? "is not a directory" : "no such checkpoint directory"));
@@ -517,6 +517,7 @@ CheckpointReport verify_checkpoint(const fs::path& dir) {
       report.bytes += value.nbytes();
       if (const NonFiniteCount found = count_non_finite(value); found.count > 0)
         report.non_finite.push_back(t.path + ": " + describe_non_finite(found, value.numel()));
+      if (progress) progress(report.tensors, model.size() + optimizer.size(), report.bytes);
     }
   return report;
 }

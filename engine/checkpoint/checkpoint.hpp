@@ -139,8 +139,8 @@ struct CheckpointReport {
 // header), then reads every tensor whole, one at a time, checking every
 // recorded checksum. Throws CheckpointError naming the file and tensor at the
 // first damage; tensors holding NaN or infinities (which loads refuse
-// unless asked) are listed.
-CheckpointReport verify_checkpoint(const std::filesystem::path& dir);
+// unless asked) are listed. `progress` hears of each tensor read.
+CheckpointReport verify_checkpoint(const std::filesystem::path& dir, const CheckpointProgress& progress = {});
 
 // Where each tensor of the checkpoint `dir` lies, for either form: a sharded
 // checkpoint's index, or one whole block per tensor of model.safetensors and

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/file_io.hpp"
 
@@ -484,8 +485,9 @@ void read_tensor_slice_into(const fs::path& dir, const ShardIndex& index, const 
 }
 
 void export_consolidated(const fs::path& dir, const fs::path& out, const std::map<std::string, std::string>& metadata,
-                         const std::function<bool(const std::string& tensor)>& include, std::uint64_t piece_bytes) {
-  const ShardIndex index = load_shard_index(dir);
+                         const std::function<bool(const std::string& tensor)>& include, std::uint64_t piece_bytes,
+                         const CheckpointProgress& progress) {
+  const ShardIndex index = checkpoint_index(dir);
   SliceReader reader(dir);
   std::vector<TensorSpec> entries;
   for (const auto& [name, info] : index.tensors)
@@ -493,13 +495,20 @@ void export_consolidated(const fs::path& dir, const fs::path& out, const std::ma
   std::map<std::string, std::string> merged = index.metadata;
   for (const auto& [key, value] : metadata) merged[key] = value;
   // Pieces of rows of one tensor in memory at a time, each read as it is written.
+  std::uint64_t bytes_done = 0;
   const RowsOf rows = [&](std::size_t i, std::int64_t begin, std::int64_t end) {
     ShardSlice slice = ShardSlice::whole(entries[i].shape.dims());
     if (!slice.shape.empty()) {
       slice.offset[0] = begin;
       slice.shape[0] = end - begin;
     }
-    return reader.read(index, entries[i].name, slice);
+    Tensor piece = reader.read(index, entries[i].name, slice);
+    bytes_done += piece.nbytes();
+    // The tensor's last rows: it is done once they are written, which the
+    // next piece's read follows (the report is a piece early at most).
+    if (progress && (entries[i].shape.rank() == 0 || end == entries[i].shape.dims()[0]))
+      progress(i + 1, entries.size(), bytes_done);
+    return piece;
   };
   save_safetensors(out, entries, rows, piece_bytes, merged);
 }

@@ -149,13 +149,18 @@ class CheckpointReader {
   std::unique_ptr<SliceReader> reader_;
 };
 
-// Writes every tensor of the sharded checkpoint `dir`, whole, into one
-// safetensors file `out` (in name order), with the index's metadata updated
-// by `metadata`; with `include`, only the tensors it accepts. Streams: at
-// most `piece_bytes` of one tensor's rows (or one row) is in memory at a time.
+// Called as a long checkpoint operation goes, after each tensor: how many of
+// how many are done, and the bytes of tensor data they held.
+using CheckpointProgress = std::function<void(std::size_t tensors_done, std::size_t tensors, std::uint64_t bytes_done)>;
+
+// Writes every tensor of the checkpoint `dir` (either form: sharded, or
+// model.safetensors and optimizer.safetensors), whole, into one safetensors
+// file `out` (in name order), with the index's metadata updated by
+// `metadata`; with `include`, only the tensors it accepts. Streams: at most
+// `piece_bytes` of one tensor's rows (or one row) is in memory at a time.
 void export_consolidated(const std::filesystem::path& dir, const std::filesystem::path& out,
                          const std::map<std::string, std::string>& metadata = {},
                          const std::function<bool(const std::string& tensor)>& include = {},
-                         std::uint64_t piece_bytes = 64ull << 20);
+                         std::uint64_t piece_bytes = 64ull << 20, const CheckpointProgress& progress = {});
 
 }  // namespace tessera

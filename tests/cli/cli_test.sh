@@ -149,6 +149,27 @@ PY
 expect_fail 3 "tensor 'tiny/.*model.safetensors': its bytes do not match the checksum" -- "$tessera" verify "$work/damaged"
 expect_fail 3 "its bytes do not match the checksum" -- \
   "$tessera" eval "$work/run.yaml" --checkpoint "$work/damaged" --split train
+# verify and export of a checkpoint of 60 variables (and their Adam state),
+# piped: plain progress lines, tensor by tensor, then the result.
+{
+  sed -n '/^training:/,$p' "$work/run.yaml" | sed 's/epochs: [0-9]*/epochs: 1/'
+  echo "model:"
+  echo "  name: deep"
+  echo "  inputs: [{name: x, shape: [8]}]"
+  echo "  layers:"
+  for _ in $(seq 29); do echo "    - {type: Dense, units: 4, activation: relu}"; done
+  echo "    - {type: Dense, units: 3}"
+} > "$work/deep.yaml"
+"$tessera" train "$work/deep.yaml" --set training.checkpoint.dir="$work/deep" > /dev/null
+"$tessera" verify "$work/deep" > "$work/verify_deep.txt"
+[ "$(grep -c "^Verifying \[=*  *\] [0-9]*/[0-9]* - [0-9]* tensors/s" "$work/verify_deep.txt")" -ge 5 ] ||
+  fail "verify piped shows no progress: $(cat "$work/verify_deep.txt")"
+"$tessera" export "$work/deep" "$work/deep.safetensors" > "$work/export_deep.txt"
+[ "$(grep -c "^Exporting \[=*  *\] [0-9]*/60 - [0-9]* tensors/s" "$work/export_deep.txt")" = 9 ] ||
+  fail "export piped shows no progress: $(cat "$work/export_deep.txt")"
+grep -q "$(printf '\033')" "$work/verify_deep.txt" "$work/export_deep.txt" && fail "verify or export wrote escape codes into a pipe"
+tail -1 "$work/export_deep.txt" | grep -q "^Wrote 60 tensors" || fail "export's result is not its last line"
+
 # A NaN weight whose checksum agrees (a file written so): verify lists it,
 # a load refuses it unless asked.
 cp -r "$work/ckpt" "$work/nan"

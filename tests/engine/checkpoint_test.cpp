@@ -713,8 +713,17 @@ TEST_CASE("checkpoint: verify reads every tensor against its checksum and lists 
   VariableStore store;
   classifier().build(store, 1);
   save_checkpoint(tmp / "ok", store, at(1), "");
-  const CheckpointReport ok = verify_checkpoint(tmp / "ok");
+  // Progress after each tensor read, ending at every tensor and byte.
+  std::vector<std::pair<std::size_t, std::size_t>> heard;
+  std::uint64_t bytes_heard = 0;
+  const CheckpointReport ok = verify_checkpoint(tmp / "ok", [&](std::size_t done, std::size_t total, std::uint64_t bytes) {
+    heard.emplace_back(done, total);
+    bytes_heard = bytes;
+  });
   CHECK(ok.tensors == store.variables().size());
+  REQUIRE(heard.size() == ok.tensors);
+  for (std::size_t i = 0; i < heard.size(); ++i) CHECK(heard[i] == std::pair{i + 1, ok.tensors});
+  CHECK(bytes_heard == ok.bytes);
   CHECK(ok.blocks == ok.tensors);  // one block per tensor in a single-file checkpoint
   CHECK(ok.checksummed == ok.blocks);
   CHECK(ok.non_finite.empty());

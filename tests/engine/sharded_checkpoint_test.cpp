@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -515,9 +516,18 @@ TEST_CASE("sharded checkpoint: export_consolidated writes whole tensors") {
     REQUIRE(tensors.count(name) == 1);
     CHECK(same_bytes(value, tensors.at(name)));
   }
-  // In pieces of one row, each read from the shards that hold it: the same file.
+  // In pieces of one row, each read from the shards that hold it: the same
+  // file, with progress once per tensor, after its last row.
   const fs::path by_rows = dir / "export" / "by_rows.safetensors";
-  export_consolidated(dir.path(), by_rows, {{"source", "sharded"}}, {}, 1);
+  std::vector<std::size_t> done;
+  export_consolidated(dir.path(), by_rows, {{"source", "sharded"}}, {}, 1,
+                      [&](std::size_t tensors_done, std::size_t tensors, std::uint64_t) {
+                        CHECK(tensors == file.tensors.size());
+                        done.push_back(tensors_done);
+                      });
+  std::vector<std::size_t> each(file.tensors.size());
+  std::iota(each.begin(), each.end(), std::size_t{1});
+  CHECK(done == each);
   auto bytes = [](const fs::path& p) { std::ifstream in(p, std::ios::binary); return std::string(std::istreambuf_iterator<char>(in), {}); };
   CHECK(bytes(by_rows) == bytes(out));
   // A missing shard file fails the export, naming it; no file is left behind.
