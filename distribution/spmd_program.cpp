@@ -162,23 +162,37 @@ void ShardedVariables::download() {
   for (int rank : local_ranks_) backend_for(mesh_.devices()[static_cast<std::size_t>(rank)]).synchronize();  // the host reads next
 }
 
+void ShardedVariables::read_block(CheckpointReader& reader, NonFinite non_finite, const std::string& path,
+                                  const Sharding& sharding, int rank, const Tensor& out) const {
+  const Variable& v = *store_.find(path);
+  const ShardSlice slice{sharding.block_start(v.shape(), mesh_, rank), sharding.local_shape(v.shape(), mesh_).dims()};
+  reader.read_into(path, slice, out);  // checks the checksums
+  check_finite(out, "'" + reader.dir().string() + "'", "block " + slice.str() + " of tensor '" + path + "'", non_finite);
+}
+
 void ShardedVariables::read_blocks(const std::string& path, Entry& entry) {
   const Variable& v = *store_.find(path);
   const Shape block = entry.sharding.local_shape(v.shape(), mesh_);
   const bool fresh = entry.host_blocks.empty();
   for (std::size_t i = 0; i < local_ranks_.size(); ++i) {
-    const int rank = local_ranks_[i];
-    const ShardSlice slice{entry.sharding.block_start(v.shape(), mesh_, rank), block.dims()};
-    if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.dtype(), host_device(rank)));
-    source_->read_into(path, slice, entry.host_blocks[i]);
-    check_finite(entry.host_blocks[i], "'" + source_->dir().string() + "'", "block " + slice.str() + " of tensor '" + path + "'",
-                 source_non_finite_);
+    if (fresh) entry.host_blocks.push_back(Tensor::empty(block, v.dtype(), host_device(local_ranks_[i])));
+    read_block(*source_, source_non_finite_, path, entry.sharding, local_ranks_[i], entry.host_blocks[i]);
   }
   upload(entry);
 }
 
 void ShardedVariables::read_from(const std::filesystem::path& dir, NonFinite non_finite) {
-  source_.emplace(dir, checkpoint_index(dir));  // one reader: each file's header is read once
+  // A refused load changes nothing: every block this process holds is read
+  // and checked first, one at a time, and only then read into the live
+  // blocks (again, mostly from the page cache). Reading all of them aside
+  // would need a second copy of this process's share of the model.
+  CheckpointReader reader(dir, checkpoint_index(dir));  // one reader: each file's header is read once
+  for (const auto& [path, entry] : entries_) {
+    const Variable& v = *store_.find(path);
+    const Tensor scratch = Tensor::empty(entry.sharding.local_shape(v.shape(), mesh_), v.dtype());
+    for (int rank : local_ranks_) read_block(reader, non_finite, path, entry.sharding, rank, scratch);
+  }
+  source_.emplace(std::move(reader));
   source_non_finite_ = non_finite;
   for (auto& [path, entry] : entries_) read_blocks(path, entry);
 }

@@ -97,7 +97,8 @@ class ShardedVariables {
   // are read whole at the first write_back() or sharded_save(), which then
   // forget the checkpoint (a save may replace it). Each block read is
   // refused (CheckpointError) when it holds NaN or infinities, unless
-  // `non_finite` allows them.
+  // `non_finite` allows them; the blocks held now are all checked before
+  // any changes, so a refused load leaves them and the source as they were.
   void read_from(const std::filesystem::path& dir, NonFinite non_finite = NonFinite::refuse);
   // This process's part of a sharded checkpoint: the blocks whose first copy
   // its devices hold (each block of the mesh is written once), whole store
@@ -112,6 +113,10 @@ class ShardedVariables {
   };
   // Fills `entry`'s blocks from the checkpoint source.
   void read_blocks(const std::string& path, Entry& entry);
+  // Reads device `rank`'s block of `path` split as `sharding` into `out`,
+  // refusing NaN or infinities unless `non_finite` allows them.
+  void read_block(CheckpointReader& reader, NonFinite non_finite, const std::string& path, const Sharding& sharding,
+                  int rank, const Tensor& out) const;
   // Device copies: host blocks -> blocks (after the host wrote them), and back
   // (before the host reads them). No-ops without device copies.
   void upload(Entry& entry) const;

@@ -151,6 +151,20 @@ TEST_CASE("resharding: a block holding NaN or infinities is refused unless allow
   CHECK_THROWS_WITH_AS(device0.write_back(job_processes(), std::chrono::seconds(1)),
                        doctest::Contains("tensor 'optimizer/m/w/step': 1 of 3 values"), CheckpointError);
 
+  // Blocks held when the load is refused keep their values, also those of a
+  // variable read before the one refused ("m/b" comes before "m/w"), and the
+  // refused checkpoint is not the source of blocks made later.
+  VariableStore zeros;
+  fill(zeros, false);
+  ShardedVariables held(mesh, {1}, zeros);
+  const Tensor b1 = held.blocks("m/b", columns(1))[0];
+  const Tensor w1 = held.blocks("m/w", columns(2))[0];
+  CHECK_THROWS_WITH_AS(held.read_from(dir / "ckpt"), doctest::Contains("block [0:4, 3:6] of tensor 'm/w'"), CheckpointError);
+  CHECK(b1.to_vector<float>() == std::vector<float>(3, 0.0f));  // the checkpoint's are random
+  CHECK(w1.to_vector<float>() == std::vector<float>(12, 0.0f));
+  CHECK_NOTHROW(held.write_back(job_processes(), std::chrono::seconds(1)));  // no source: the state stays the store's
+  CHECK(zeros.find("optimizer/m/w/step")->value.to_vector<float>() == std::vector<float>(3, 0.0f));
+
   ShardedVariables allowed(mesh, {1}, loaded);
   allowed.read_from(dir / "ckpt", NonFinite::allow);
   CHECK(std::isnan(allowed.blocks("m/w", columns(2))[0].data<float>()[11]));
