@@ -30,6 +30,10 @@
 namespace tessera {
 namespace {
 
+// Between two candidates' turns: longer than libgomp spins (by default
+// 300000 pauses of a core, a few milliseconds) before its threads sleep.
+constexpr std::chrono::milliseconds kPauseBetweenTurns{25};
+
 struct MeshShape {
   std::int64_t batch, model;
   std::string str() const { return std::to_string(batch) + "x" + std::to_string(model); }
@@ -336,6 +340,11 @@ class Bench {
         }
         c.accounted_ms.insert(c.accounted_ms.end(), ms.begin(), ms.end());
         c.row->round_ms.push_back(median_of({ms.begin() + 1, ms.end()}));  // the first step is the untimed one
+        // OpenMP's threads spin for a while after their last team (libgomp:
+        // milliseconds) before they sleep; a turn of sub-millisecond steps
+        // right after would share the cores with that spinning. A pause
+        // lets them sleep, so each turn starts from the same idle machine.
+        std::this_thread::sleep_for(kPauseBetweenTurns);
       }
     }
     for (Candidate& c : candidates_) {
