@@ -6,31 +6,18 @@
 #include <numeric>
 #include <random>
 
-#include "backends/registry.hpp"
 #include "distribution/distribution.hpp"
 #include "engine/core/error.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/run/run_config.hpp"
+#include "engine/run/trainer.hpp"
 #include "engine/training/loss.hpp"
-#include "engine/training/sample_weights.hpp"
 #include "layers/regularizer.hpp"
 
 namespace tessera {
 
 namespace {
-
-// `t` in dtype `to` and shape `shape` (the same element count), as the
-// trainer converts data: integers of any width to floats, whole-number floats
-// to class ids. `what` names it in the error.
-Tensor as_graph_input(const Tensor& t, DType to, const Shape& shape, const std::string& what) {
-  if (t.numel() != shape.numel())
-    throw ShapeError(what + " is " + t.describe() + " but the model takes " + std::string(dtype_name(to)) + shape.str());
-  if (t.dtype() == to) return t.reshape(shape);
-  Tensor out = Tensor::empty(t.shape(), to);
-  backend_for(Device::cpu()).cast(t, out);
-  return out.reshape(shape);
-}
 
 // Up to `count` distinct flat indices of [0, n), in order, drawn from `gen`.
 std::vector<std::int64_t> sample_elements(std::int64_t n, std::int64_t count, std::mt19937_64& gen) {
@@ -55,28 +42,17 @@ GradientCheckResult check_model_gradients(const RunConfig& run, const Dataset& d
   const TrainingSpec& spec = run.training;
   VariableStore store;
   run.model.build(store, spec.seed);
+  // The first n samples as fit() takes them: converted, shaped, weighted.
+  Dataset first{data.inputs.rows(0, n), data.targets.rows(0, n), data.source, data.where,
+                data.weights.defined() ? data.weights.rows(0, n) : Tensor{}};
+  first = Trainer(run.model, spec, store).model_data(first, /*class_weighted=*/true);
 
   // The training step's loss, as the trainer traces it, in f32 (bf16
   // matmuls would drown finite differences in rounding).
   Graph g;
   Model::Traced traced = run.model.trace(g, n, /*training=*/true, store, spec.seed);
-  const ModelInput& model_input = run.model.inputs()[0];
-  Shape input_shape = model_input.shape;
-  std::vector<std::int64_t> input_dims{n};
-  input_dims.insert(input_dims.end(), input_shape.dims().begin(), input_shape.dims().end());
-  const Tensor inputs =
-      as_graph_input(data.inputs.rows(0, n), model_input.dtype, Shape(input_dims), data.label() + "'s first inputs");
-  const ValueId target = g.input("target", loss_target_shape(spec.loss, g.shape(traced.output)), loss_target_dtype(spec.loss));
-  const Tensor targets = as_graph_input(data.targets.rows(0, n), g.dtype(target), g.shape(target),
-                                        data.label() + "'s first targets (for the loss " + spec.loss.type + ")");
-  ValueId weight = -1;
-  Tensor weights;
-  if (data.weights.defined() || !spec.class_weight.empty()) {
-    weight = g.input("sample_weight", {n});
-    Dataset first{inputs, targets, data.source, data.where, data.weights.defined() ? data.weights.rows(0, n) : Tensor{}};
-    const std::vector<std::int64_t> dims = g.shape(traced.output).dims();
-    weights = sample_weights(first, targets, spec.class_weight.empty() ? nullptr : &spec.class_weight, Shape(std::vector<std::int64_t>(dims.begin() + 1, dims.end())));
-  }
+  const ValueId target = g.input("target", first.targets.shape(), first.targets.dtype());
+  const ValueId weight = first.weights.defined() ? g.input("sample_weight", {n}) : -1;
   ValueId loss = build_loss(g, spec.loss, traced.output, target, weight);
   if (!traced.regularized.empty()) loss = g.add(loss, regularization_penalty(g, traced.regularized));
 
@@ -99,9 +75,9 @@ GradientCheckResult check_model_gradients(const RunConfig& run, const Dataset& d
     e->set_update_step(1, 0.0f);  // one step: every run draws the same dropout mask
     for (const auto& [id, value] : traced.constants) e->bind(id, value);
     for (const auto& [path, id] : traced.variables) e->bind(id, store.find(path)->value);
-    e->bind(traced.inputs[0], inputs);
-    e->bind(target, targets);
-    if (weight >= 0) e->bind(weight, weights);
+    e->bind(traced.inputs[0], first.inputs);
+    e->bind(target, first.targets);
+    if (weight >= 0) e->bind(weight, first.weights);
   }
   with_gradients.run();
 

@@ -173,6 +173,14 @@ class Trainer {
   // next forward() or predict() with the same N. predict() runs this per batch.
   Tensor forward(const Tensor& inputs);
 
+  // `data` as fit() and evaluate() run it: inputs in the model's input
+  // dtype and shape, targets as the loss takes them, sample weights [N] f32
+  // when it has any (times training.class_weight when `class_weighted`).
+  // Throws ShapeError or DTypeError naming the data and the loss.
+  Dataset model_data(const Dataset& data, bool class_weighted = false) {
+    return model_dataset(data, /*evaluated=*/false, class_weighted);
+  }
+
   std::int64_t step() const { return step_; }
   // Accumulates per-op times of every program into `sink` (see Executor).
   void enable_profiling(std::map<std::string, StepRunner::OpTime>* sink);  // optimizer steps taken

@@ -75,6 +75,13 @@ TEST_CASE("check_model_gradients: autodiff of a user's model agrees with finite 
   CHECK(m.element < 6 * 12);
   CHECK(m.autodiff != m.finite_difference);
 
+  // The data goes through fit()'s conversions and their errors: float
+  // targets that are not class ids are refused as fit() refuses them.
+  Dataset halves = data;
+  halves.targets = Tensor::from_vector(std::vector<float>(64, 0.5f), {64});
+  CHECK(test::error_of<ShapeError>([&] { check_model_gradients(run, halves); })
+            .find("a regression target needs a loss such as mse") != std::string::npos);
+
   GradientCheckOptions too_many;
   too_many.samples = 65;
   CHECK(test::error_of<DataError>([&] { check_model_gradients(run, data, too_many); })

@@ -258,13 +258,8 @@ TEST_CASE("global-norm clipping scales every gradient by one factor") {
 }
 
 TEST_CASE("bad training configs are errors with a hint") {
-  auto error_of = [](const std::string& yaml) -> std::string {
-    try {
-      parse_training(ConfigNode::parse(yaml, "run.yaml")["training"]);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error_of = [](const std::string& yaml) {
+    return test::error_of<ConfigError>([&] { parse_training(ConfigNode::parse(yaml, "run.yaml")["training"]); });
   };
   CHECK(error_of("training: {loss: mse, optimizer: adamm}").find("did you mean 'adam'") != std::string::npos);
   CHECK(error_of("training: {loss: msee}").find("unknown loss") != std::string::npos);
