@@ -12,6 +12,9 @@
 #   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
 #   TESSERA_GPU_CHECK_EPOCHS=N       # check 4 trains N epochs instead of the configs' (a quick run)
 #   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %[:mesh]
+#   TESSERA_GPU_CHECK_CASE_LIMIT=S   # seconds one GPU test case may take (default 120)
+#   TESSERA_GPU_CHECK_SANITIZE=1     # run a failed GPU test case again under compute-sanitizer
+#   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one training run of check 4, or check 5, may take (300)
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -120,8 +123,36 @@ else
 fi
 
 section "3. gpu suite"
+# Each case in its own process, under a time limit: a sticky CUDA error (an
+# illegal address poisons the context) or a hang then costs one case, not the
+# rest of the suite. A ',' in a name would split doctest's filter: '*' stands in.
 if [ $has_gpu -eq 1 ]; then
-  if "$tests" --gpu-suite --no-intro; then pass "gpu suite"; else fail "gpu suite"; fi
+  mapfile -t gpu_cases < <("$tests" --gpu-suite --list-test-cases --no-intro --reporters=console 2>/dev/null |
+    grep -vE '^(=+|\[doctest\].*)$' | sed '/^$/d')
+  echo "  ${#gpu_cases[@]} GPU test cases"
+  bad_cases=()
+  for c in "${gpu_cases[@]}"; do
+    start=$EPOCHREALTIME
+    if timeout "${TESSERA_GPU_CHECK_CASE_LIMIT:-120}" "$tests" --gpu-suite --no-intro --minimal "--test-case=${c//,/*}" >"$fallback/case.log" 2>&1; then
+      status=ok
+    else
+      rc=$?
+      status="FAILED (exit $rc$([ $rc -eq 124 ] && echo ', over the time limit'))"
+      bad_cases+=("$c")
+    fi
+    printf '  %-8s %6.1f s  %s\n' "${status%% *}" "$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {print b - a}')" "$c"
+    [ "$status" = ok ] || sed 's/^/      /' "$fallback/case.log" | tail -40
+    if [ "$status" != ok ] && [ -n "${TESSERA_GPU_CHECK_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
+      echo "      --- again under compute-sanitizer (memcheck):"
+      timeout 120 compute-sanitizer --tool memcheck --print-limit 5 "$tests" --gpu-suite --no-intro --minimal "--test-case=${c//,/*}" 2>&1 |
+        grep -vE '^\s*$' | head -60 | sed 's/^/      /'
+    fi
+  done
+  if [ ${#gpu_cases[@]} -gt 0 ] && [ ${#bad_cases[@]} -eq 0 ]; then
+    pass "gpu suite (${#gpu_cases[@]} cases)"
+  else
+    fail "gpu suite" "${#bad_cases[@]} of ${#gpu_cases[@]} cases failed"
+  fi
 else
   skip "gpu suite" "$why_no_gpu"
 fi
@@ -150,7 +181,7 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 ml
     on=(--device cpu) label=cpu dtype=f32
     [ $role = checked ] && on=("${where[@]}") label=$checked dtype=$precision
     echo "--- $model on $label in $dtype"
-    "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
+    timeout "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
       --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" \
       ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} || ok=0
   done
@@ -169,7 +200,7 @@ done
 
 section "5. sharding on logical devices of GPU 0"
 if [ $has_gpu -eq 1 ]; then
-  if TESSERA_TEST_MESH_DEVICES=cuda "$tests" --no-intro \
+  if TESSERA_TEST_MESH_DEVICES=cuda timeout "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tests" --no-intro \
     --test-case="sharded training equals one device*,AutoTP trains*,zero 1*,data parallel dropout*"; then
     pass "sharding matrix on cuda:0x8"
   else

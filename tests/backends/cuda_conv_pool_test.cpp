@@ -160,7 +160,7 @@ TEST_CASE("cuda backend supports f32 conv2d and pool2d, not bf16 yet" *
     CHECK_FALSE(gpu().supports(k, DType::bf16));
   }
   Tensor x = Tensor::empty(kInput, DType::bf16, Device::cuda(0));
-  Tensor y = Tensor::empty(Shape{2, 3, 4, 3}, DType::bf16, Device::cuda(0));
+  Tensor y = Tensor::empty(pool2d_output_shape(kInput, Pool2dArgs{}), DType::bf16, Device::cuda(0));
   CHECK_THROWS_AS(gpu().pool2d_forward(x, y, Pool2dArgs{}), UnsupportedError);
 }
 

@@ -102,6 +102,39 @@ TEST_CASE("cuda reduce_element of the CPU loops' patterns is bit-exact") {
     }
 }
 
+TEST_CASE("cuda reduce_partial split among 32 or 256 lanes matches the CPU backend") {
+  // The warp and block kernels' arithmetic: each lane's partial, then the
+  // partials combined (the kernels combine them in a tree; any order works here).
+  for (const Shape& shape : kShapes)
+    for (unsigned mask = 0; mask < (1u << shape.rank()); ++mask) {
+      const Tensor x = random_tensor(shape, 44, -2.0f, 2.0f);
+      const Shape out_shape = reduced_shape(shape, mask);
+      const ReduceIndex index = make_reduce_index(shape.dims(), out_shape.dims());
+      for (ReduceOp op : kReduceOps)
+        for (std::int64_t lanes : {32, 256}) {
+          CAPTURE(shape.str());
+          CAPTURE(out_shape.str());
+          CAPTURE(name(op));
+          CAPTURE(lanes);
+          std::vector<float> split(static_cast<std::size_t>(out_shape.numel()));
+          for (std::int64_t o = 0; o < out_shape.numel(); ++o) {
+            float total = reduce_identity(op);
+            for (std::int64_t lane = 0; lane < lanes; ++lane)
+              total = reduce_combine(op, total, reduce_partial(op, x.data<float>(), index, o, lane, lanes));
+            split[static_cast<std::size_t>(o)] = reduce_finish(op, total, index.count);
+          }
+          Tensor out = Tensor::empty(out_shape, DType::f32);
+          cpu().reduce(op, x, out);
+          if (op == ReduceOp::max) {
+            CHECK(split == out.to_vector<float>());
+          } else {
+            const double per_element = 1e-6 * static_cast<double>(shape.numel() / out_shape.numel());
+            check_close(split, out.to_vector<float>(), 1e-5, per_element);
+          }
+        }
+    }
+}
+
 TEST_CASE("cuda reduce index with more than 6 unmergeable kept axes is an UnsupportedError") {
   std::vector<std::int64_t> x(14, 2), out(14, 2);
   for (std::size_t i = 1; i < out.size(); i += 2) out[i] = 1;  // kept axes never adjacent
