@@ -61,9 +61,10 @@ def cnn():
 class Block(nn.Module):
     """Pre-LayerNorm block: x + proj(attention(LN1(x))), x + fc2(gelu(fc(LN2(x))))."""
 
-    def __init__(self, d_model=256, heads=4, ff=1024, context=128):
+    def __init__(self, d_model=256, heads=4, ff=1024, context=128, sdpa=False):
         super().__init__()
         self.heads = heads
+        self.sdpa = sdpa  # PyTorch's fused attention (flash on a GPU) instead of the same math
         self.ln1 = nn.LayerNorm(d_model, eps=1e-5)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
@@ -81,9 +82,13 @@ class Block(nn.Module):
         q = q.view(b, t, self.heads, hd).transpose(1, 2)
         k = k.view(b, t, self.heads, hd).transpose(1, 2)
         v = v.view(b, t, self.heads, hd).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / hd ** 0.5)  # / 8
-        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
-        y = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / hd ** 0.5)  # / 8
+            scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+            y = scores.softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
         return x + self.fc2(self.gelu(self.fc(self.ln2(x))))
 
@@ -92,11 +97,11 @@ class GPT(nn.Module):
     """Byte vocabulary 256, context 128, d_model 256, 4 blocks of 4 heads of 64,
     final LayerNorm, untied head without bias."""
 
-    def __init__(self, vocab=256, context=128, d_model=256, layers=4):
+    def __init__(self, vocab=256, context=128, d_model=256, layers=4, heads=4, ff=1024, sdpa=False):
         super().__init__()
         self.token_embedding = nn.Embedding(vocab, d_model)
         self.position_embedding = nn.Embedding(context, d_model)
-        self.blocks = nn.Sequential(*[Block(d_model, 4, 1024, context) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[Block(d_model, heads, ff, context, sdpa) for _ in range(layers)])
         self.final_norm = nn.LayerNorm(d_model, eps=1e-5)
         self.head = nn.Linear(d_model, vocab, bias=False)
 

@@ -14,6 +14,8 @@
 #   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %[:mesh]
 #   TESSERA_GPU_CHECK_CASE_LIMIT=S   # seconds one GPU test case may take (default 120)
 #   TESSERA_GPU_CHECK_SANITIZE=1     # run a failed GPU test case again under compute-sanitizer
+#   TESSERA_GPU_CHECK_BENCH_ARGS=... # options of bench_gpu for check 6 (--models gpt, --steps 5...)
+#   TESSERA_GPU_CHECK_BENCH_LIMIT=S  # seconds check 6 may take (420)
 #   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one training run of check 4, or check 5, may take (300)
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
@@ -30,7 +32,8 @@
 #   5. sharding     the sharding tests' matrix (MLP, CNN, GPT on 8 meshes x 3 layouts, ZeRO,
 #                   AutoTP) on logical devices of GPU 0 against cuda:0 alone
 #                   (TESSERA_TEST_MESH_DEVICES=cuda, tests/mesh_devices.hpp)
-#   Not built yet (issue 15): the GPU benchmarks.
+#   6. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
+#                   steps in f32 and bf16 against PyTorch eager on the same GPU (python3)
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -47,6 +50,10 @@ esac
 results=${OUT:-$top}/gpu-check.txt
 exec > >(tee "$results") 2>&1
 
+# The kit's big files travel gzipped (gpu-kit.sh): unpacked once, in place.
+for packed in "$kit"/bin/*.gz "$kit"/lib/*.gz; do
+  [ -e "$packed" ] && gzip -df "$packed"
+done
 [ -x "$kit/bin/tessera" ] || { echo "gpu-check: no kit in $kit: run scripts/gpu-kit.sh on a machine with the CUDA toolkit and Tessera's build dependencies first"; exit 2; }
 kit_commit=$(awk '/^commit: / {print $2}' "$kit/MANIFEST")
 echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs"
@@ -210,8 +217,20 @@ else
   skip "sharding matrix on cuda:0x8" "$why_no_gpu"
 fi
 
-section "not built yet (issue 15)"
-echo "  the GPU benchmarks against PyTorch"
+section "6. benchmarks against PyTorch on the same GPU"
+# Matmul TFLOP/s against the measured peaks; GPT and gpt_125m steps, train and
+# infer, f32 and bf16, against PyTorch eager (bench/torch_gpu.py, python3).
+if [ $has_gpu -eq 0 ]; then
+  skip "benchmarks" "$why_no_gpu"
+elif ! command -v python3 >/dev/null || ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  skip "benchmarks" "no python3 with a CUDA PyTorch here (the peer)"
+elif [ ! -x "$kit/bin/bench_gpu" ]; then
+  skip "benchmarks" "the kit has no bench_gpu (made before it existed)"
+elif timeout "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --python "$(command -v python3)" ${TESSERA_GPU_CHECK_BENCH_ARGS:-}; then
+  pass "benchmarks (figures above)"
+else
+  fail "benchmarks" "bench_gpu failed or ran past its time limit"
+fi
 
 section "summary"
 echo "gpu-check: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; the whole output is in $results"

@@ -4,7 +4,7 @@
 # registry: the binaries, built here with CUDA code for sm_80 and sm_90, and
 # every shared library they load that such a machine lacks, in gpu-kit/ at the
 # repository root (git ignores it; under 60 MiB, so that it travels beside the
-# working tree). cuBLAS, cuBLASLt and NCCL are hundreds of MB and come from the
+# working tree; its big files gzipped). cuBLAS, cuBLASLt and NCCL are hundreds of MB and come from the
 # GPU machine's CUDA toolkit or PyTorch's wheels; the kit holds stubs of them
 # (their symbols, each failing) so that its binaries also load, and its CPU
 # half runs, where they are absent.
@@ -40,7 +40,9 @@ fi
 
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/stubs"
-for binary in "$build_dir/tessera" "$build_dir/tests/tessera_tests"; do strip -o "$kit/bin/$(basename "$binary")" "$binary"; done
+for binary in "$build_dir/tessera" "$build_dir/tests/tessera_tests" "$build_dir/bench/bench_gpu"; do
+  strip -o "$kit/bin/$(basename "$binary")" "$binary"
+done
 
 # Every machine has the C and C++ runtimes; the GPU machine has the CUDA
 # libraries too big to carry. The rest is copied.
@@ -82,6 +84,10 @@ cublas_so=$(soname libcublas) cublaslt_so=$(soname libcublasLt) nccl_so=$(soname
 make_stub "$cublaslt_so" 'cublasLt' yes
 make_stub "$cublas_so" 'cublas[^L]' yes
 make_stub "$nccl_so" 'nccl' no
+
+# Files over 4 MiB travel gzipped (oneDNN: 39 MiB, 11 gzipped); gpu-check.sh
+# unpacks them. gzip is on every Debian and Ubuntu machine.
+find "$kit/bin" "$kit/lib" -type f -size +4M -exec gzip -6 {} +
 
 {
   echo "Tessera GPU kit, made by scripts/gpu-kit.sh"

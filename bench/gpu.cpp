@@ -1,0 +1,303 @@
+// bench_gpu: Tessera on one CUDA GPU against PyTorch eager on the same GPU, in
+// the same run (bench/torch_gpu.py as a subprocess, first, so that the two
+// never hold GPU memory at once).
+//
+// 1. Matmuls: N x N @ N x N through the CUDA backend, f32 (cuBLAS, no TF32)
+//    and bf16 (f32 accumulation), in TFLOP/s beside torch.matmul's. The
+//    peer's speed at the largest N, in f32, TF32 and bf16, is the GPU's
+//    measured peak: the evidence that the peer runs at its best, and the
+//    denominator of the model FLOP utilisation below.
+// 2. Steps of the zoo GPT (batch 8 x 128 tokens) and of gpt_125m (batch 8 x
+//    1024 tokens), training (AdamW) and inference, f32 and bf16
+//    (training.precision: bf16; PyTorch: autocast), one fixed random batch
+//    reused every step. The ratio is Tessera's median step over PyTorch's with
+//    F.scaled_dot_product_attention (flash attention, PyTorch at its best);
+//    the peer's time with Tessera's own attention math is printed beside it.
+//    Target (issue 15): at most 0.8 in bf16. MFU = the model's FLOPs per step
+//    (6N + 12 L T d per trained token, 2N + 4 L T d per inferred one, N the
+//    weights outside the embedding tables) over the step time and the peak of
+//    its precision.
+//
+//   bench_gpu                          # everything (about 3 minutes on an H100)
+//   bench_gpu --models gpt --modes train --precisions bf16
+//   bench_gpu --python /opt/torch/.venv/bin/python3
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/torch_peer.hpp"
+#include "engine/tessera.hpp"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct GptShape {
+  std::string name;  // models/<name>.yaml
+  std::int64_t batch, vocab, context, d_model, layers;
+};
+
+const std::vector<GptShape>& gpt_shapes() {
+  static const std::vector<GptShape> shapes{{"gpt", 8, 256, 128, 256, 4}, {"gpt_125m", 8, 256, 1024, 768, 18}};
+  return shapes;
+}
+
+const GptShape& gpt_shape(const std::string& name) {
+  for (const auto& s : gpt_shapes())
+    if (s.name == name) return s;
+  throw Error("unknown model '" + name + "' (known: gpt, gpt_125m)");
+}
+
+// Model FLOPs of one step (PaLM's accounting, appendix B): per token 6N + 12 L T d
+// to train, 2N + 4 L T d to infer; N leaves out the embedding tables.
+double step_flops(const GptShape& s, std::int64_t params, bool train) {
+  const double n = static_cast<double>(params - (s.vocab + s.context) * s.d_model);
+  const double attention = static_cast<double>(s.layers * s.context * s.d_model);
+  const double tokens = static_cast<double>(s.batch * s.context);
+  return tokens * (train ? 6 * n + 12 * attention : 2 * n + 4 * attention);
+}
+
+struct Stats {
+  double min_ms = 0, median_ms = 0, max_ms = 0;
+};
+
+Stats summarize(std::vector<double> times) {
+  Stats s;
+  if (times.empty()) return s;
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  s.min_ms = times.front();
+  s.max_ms = times.back();
+  s.median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Tessera side
+// ---------------------------------------------------------------------------
+
+// N x N @ N x N on cuda:0 in `dtype`, random N(0, 1) operands: the best of 5
+// repeats of about 2 TFLOP each, in TFLOP/s.
+double tessera_matmul_tflops(std::int64_t n, DType dtype) {
+  Backend& gpu = backend_for(Device::cuda(0));
+  auto operand = [&](std::uint64_t seed) {
+    Tensor f32 = Tensor::empty({n, n}, DType::f32, Device::cuda(0));
+    gpu.random_normal(f32, seed, 0, 0.0f, 1.0f);
+    if (dtype == DType::f32) return f32;
+    Tensor cast = Tensor::empty({n, n}, dtype, Device::cuda(0));
+    gpu.cast(f32, cast);
+    return cast;
+  };
+  const Tensor a = operand(1), b = operand(2);
+  const Tensor out = Tensor::empty({n, n}, dtype, Device::cuda(0));
+  const double flop = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  const int iters = std::max(1, static_cast<int>(2e12 / flop));
+  for (int i = 0; i < 3; ++i) gpu.matmul(a, b, nullptr, out);
+  gpu.synchronize();
+  double best = 1e300;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) gpu.matmul(a, b, nullptr, out);
+    gpu.synchronize();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / iters);
+  }
+  return flop / best / 1e12;
+}
+
+// A GPT of the zoo on cuda:0 with a trainer and one fixed random batch. Not
+// movable: the trainer refers to the model and the store.
+struct TesseraCase {
+  TesseraCase(const GptShape& shape, DType precision, const std::filesystem::path& source_dir)
+      : model(Model::from_config(ConfigNode::load_file(source_dir / "models" / (shape.name + ".yaml"))["model"])) {
+    TrainingSpec training = parse_training(ConfigNode::parse(
+        "training:\n"
+        "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
+        "  optimizer: {type: adamw, learning_rate: 3.0e-4, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8, "
+        "weight_decay: 0.01}\n"
+        "  batch_size: " + std::to_string(shape.batch) + "\n"
+        "  seed: 0\n",
+        "bench_gpu")["training"]);
+    training.precision = precision;
+    model.build(store, training.seed);
+    params = store.parameter_count();
+    trainer = std::make_unique<Trainer>(model, training, store, Device::cuda(0));
+    inputs = Tensor::empty({shape.batch, shape.context}, DType::i32);
+    targets = Tensor::empty({shape.batch, shape.context}, DType::i32);
+    std::mt19937_64 rng(0);
+    std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(shape.vocab) - 1);
+    for (Tensor* t : {&inputs, &targets})
+      for (std::int64_t i = 0; i < t->numel(); ++i) t->data<std::int32_t>()[i] = token(rng);
+  }
+  TesseraCase(const TesseraCase&) = delete;
+  TesseraCase& operator=(const TesseraCase&) = delete;
+
+  Model model;
+  VariableStore store;
+  std::unique_ptr<Trainer> trainer;
+  Tensor inputs, targets;
+  std::int64_t params = 0;
+};
+
+Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
+  Backend& gpu = backend_for(Device::cuda(0));
+  auto step = [&] {
+    if (train)
+      c.trainer->train_step(c.inputs, c.targets);
+    else
+      c.trainer->forward(c.inputs);
+    gpu.synchronize();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto start = Clock::now();
+    step();
+    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  return summarize(std::move(times));
+}
+
+// ---------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& item : items) s += (s.empty() ? "" : ",") + item;
+  return s;
+}
+
+std::string fixed(double v, int digits = 1) { return v > 0 ? fmt::format("{:.{}f}", v, digits) : "-"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gpu: Tessera against PyTorch eager on one CUDA GPU"};
+  std::vector<std::string> models{"gpt", "gpt_125m"}, precisions{"f32", "bf16"}, modes{"train", "infer"};
+  std::vector<std::int64_t> sizes{1024, 4096, 8192};
+  std::string python = "python3";
+  int steps = 20, warmup = 5;
+  app.add_option("--models", models, "gpt, gpt_125m")->delimiter(',');
+  app.add_option("--precisions", precisions, "f32, bf16")->delimiter(',');
+  app.add_option("--modes", modes, "train, infer")->delimiter(',');
+  app.add_option("--matmul-sizes", sizes, "N of the N x N matmuls (the largest gives the peaks)")->delimiter(',');
+  app.add_option("--steps", steps, "timed steps per row")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--python", python, "the Python with PyTorch (CUDA) for the peer");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (cuda_device_count() == 0) {
+      fmt::print("bench_gpu: no GPU here (CUDA backend compiled: {}): nothing to measure\n",
+                 cuda_compiled() ? "yes" : "no");
+      return 77;
+    }
+    for (const auto& m : models) gpt_shape(m);  // unknown names fail before anything runs
+    const std::filesystem::path source_dir = TESSERA_SOURCE_DIR;
+
+    // The peer first, all of it: its process ends before Tessera takes GPU memory.
+    std::sort(sizes.begin(), sizes.end());
+    const auto [output, status] = bench::run_command(fmt::format(
+        "cd '{}' && '{}' torch_gpu.py --matmul {} --models {} --precisions {} --modes {} --steps {} --warmup {} 2>&1",
+        (source_dir / "bench").string(), python, join([&] {
+          std::vector<std::string> s;
+          for (auto n : sizes) s.push_back(std::to_string(n));
+          return s;
+        }()),
+        join(models), join(precisions), join(modes), steps, warmup));
+    std::map<std::string, double> peer_matmul;  // "n dtype" -> TFLOP/s
+    std::map<std::string, json> peer_steps;     // "model precision mode attention" -> line
+    std::string peer_env = "unavailable";
+    for (const json& j : bench::json_lines(output)) {
+      const std::string kind = j.value("kind", "");
+      if (kind == "env") peer_env = "PyTorch " + j.value("torch", "?") + " on " + j.value("gpu", "?");
+      if (kind == "matmul")
+        peer_matmul[fmt::format("{} {}", j.value("n", 0), j.value("dtype", ""))] = j.value("tflops", 0.0);
+      if (kind == "step")
+        peer_steps[fmt::format("{} {} {} {}", j.value("model", ""), j.value("precision", ""), j.value("mode", ""),
+                               j.value("attention", ""))] = j;
+    }
+    if (status != 0) fmt::print("peer: torch_gpu.py failed (status {}): {}\n", status, bench::last_line(output));
+    fmt::print("bench_gpu: {}; Tessera's CUDA backend (cuBLAS)\n", peer_env);
+
+    // Matmuls.
+    const std::int64_t largest = sizes.back();
+    const double peak_bf16 = peer_matmul[fmt::format("{} bf16", largest)];
+    const double peak_f32 = peer_matmul[fmt::format("{} f32", largest)];
+    const double peak_tf32 = peer_matmul[fmt::format("{} tf32", largest)];
+    fmt::print("measured peaks (torch.matmul {}^3): bf16 {} TFLOP/s, tf32 {}, f32 {}\n\n", largest,
+               fixed(peak_bf16), fixed(peak_tf32), fixed(peak_f32));
+    fmt::print("{:<10} {:>6} {:>16} {:>16} {:>7} {:>10}\n", "matmul", "dtype", "Tessera TFLOP/s",
+               "PyTorch TFLOP/s", "ratio", "of peak");
+    for (auto n : sizes)
+      for (const std::string dtype : {"f32", "bf16"}) {
+        const double ours = tessera_matmul_tflops(n, dtype == "bf16" ? DType::bf16 : DType::f32);
+        const double theirs = peer_matmul[fmt::format("{} {}", n, dtype)];
+        const double peak = dtype == "bf16" ? peak_bf16 : peak_f32;
+        fmt::print("{:<10} {:>6} {:>16} {:>16} {:>7} {:>9}%\n", fmt::format("{}^3", n), dtype, fixed(ours),
+                   fixed(theirs), theirs > 0 ? fixed(ours / theirs, 2) : "-",
+                   peak > 0 ? fixed(100 * ours / peak) : "-");
+      }
+
+    // Steps.
+    fmt::print("\n{:<9} {:>5} {:>6} {:>12} {:>12} {:>7} {:>15} {:>8} {:>8}\n", "model", "mode", "prec.",
+               "Tessera ms", "PyTorch ms", "ratio", "PyTorch same", "MFU", "peer MFU");
+    for (const auto& m : models) {
+      const GptShape& shape = gpt_shape(m);
+      for (const auto& p : precisions) {
+        std::optional<TesseraCase> c;
+        std::string error;
+        try {
+          c.emplace(shape, p == "bf16" ? DType::bf16 : DType::f32, source_dir);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        for (const auto& mode : modes) {
+          const bool train = mode == "train";
+          Stats ours;
+          if (c) try {
+              ours = time_tessera(*c, train, warmup, steps);
+            } catch (const std::exception& e) {
+              error = e.what();
+            }
+          const json sdpa = peer_steps[fmt::format("{} {} {} sdpa", m, p, mode)];
+          const json same = peer_steps[fmt::format("{} {} {} explicit", m, p, mode)];
+          const double theirs = sdpa.is_object() ? sdpa.value("median_ms", 0.0) : 0.0;
+          const double theirs_same = same.is_object() ? same.value("median_ms", 0.0) : 0.0;
+          const double peak = p == "bf16" ? peak_bf16 : peak_f32;
+          const double flops = c ? step_flops(shape, c->params, train) : 0.0;
+          auto mfu = [&](double ms) { return ms > 0 && peak > 0 ? fixed(100 * flops / (ms * 1e-3) / (peak * 1e12)) + "%" : "-"; };
+          fmt::print("{:<9} {:>5} {:>6} {:>12} {:>12} {:>7} {:>15} {:>8} {:>8}\n", m, mode, p, fixed(ours.median_ms, 2),
+                     fixed(theirs, 2), ours.median_ms > 0 && theirs > 0 ? fixed(ours.median_ms / theirs, 2) : "-",
+                     fixed(theirs_same, 2), mfu(ours.median_ms), mfu(theirs));
+          if (!error.empty()) fmt::print("  Tessera failed: {}\n", error);
+        }
+      }
+    }
+    fmt::print("\nratio: Tessera's median step over PyTorch eager's with flash attention (target <= 0.8 in bf16);\n"
+               "\"PyTorch same\": PyTorch with Tessera's attention math (matmul, softmax, matmul).\n"
+               "MFU: model FLOPs (6N + 12LTd per trained token, 2N + 4LTd per inferred one) over the\n"
+               "step time and the measured peak of its precision.\n");
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_gpu: {}\n", e.what());
+    return 1;
+  }
+}
