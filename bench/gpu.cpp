@@ -36,6 +36,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/step_times.hpp"
 #include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
 
@@ -72,21 +73,6 @@ double step_flops(const GptShape& s, std::int64_t params, bool train) {
   const double attention = static_cast<double>(s.layers * s.context * s.d_model);
   const double tokens = static_cast<double>(s.batch * s.context);
   return tokens * (train ? 6 * n + 12 * attention : 2 * n + 4 * attention);
-}
-
-struct Stats {
-  double min_ms = 0, median_ms = 0, max_ms = 0;
-};
-
-Stats summarize(std::vector<double> times) {
-  Stats s;
-  if (times.empty()) return s;
-  std::sort(times.begin(), times.end());
-  const std::size_t n = times.size();
-  s.min_ms = times.front();
-  s.max_ms = times.back();
-  s.median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  return s;
 }
 
 // ---------------------------------------------------------------------------
@@ -155,7 +141,7 @@ struct TesseraCase {
   std::int64_t params = 0;
 };
 
-Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
+bench::StepSummary time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
   Backend& gpu = backend_for(Device::cuda(0));
   auto step = [&] {
     if (train)
@@ -164,14 +150,7 @@ Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
       c.trainer->forward(c.inputs);
     gpu.synchronize();
   };
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = Clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
-  return summarize(std::move(times));
+  return bench::summarize_steps(bench::time_steps_ms(step, warmup, steps));
 }
 
 // ---------------------------------------------------------------------------
@@ -271,7 +250,7 @@ int main(int argc, char** argv) {
         }
         for (const auto& mode : modes) {
           const bool train = mode == "train";
-          Stats ours;
+          bench::StepSummary ours;
           if (c) try {
               ours = time_tessera(*c, train, warmup, steps);
             } catch (const std::exception& e) {

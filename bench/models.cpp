@@ -50,6 +50,7 @@
 #include "bench/cpu_use.hpp"
 #include "bench/fma_peak.hpp"
 #include "bench/machine_info.hpp"
+#include "bench/step_times.hpp"
 #include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
 
@@ -104,25 +105,10 @@ const ModelSpec& model_spec(const std::string& name) {
 // Step statistics
 // ---------------------------------------------------------------------------
 
-struct Stats {
-  double min_ms = 0, median_ms = 0, max_ms = 0;
-  int steps = 0;
+struct Stats : bench::StepSummary {
   double busy = 0;  // other processes' CPU use meanwhile, in cores
   double cores = 0; // this side's CPU use meanwhile, in cores (Tessera only)
-  bool valid() const { return steps > 0; }
 };
-
-Stats summarize(std::vector<double> times) {
-  Stats s;
-  if (times.empty()) return s;
-  std::sort(times.begin(), times.end());
-  std::size_t n = times.size();
-  s.steps = static_cast<int>(n);
-  s.min_ms = times.front();
-  s.max_ms = times.back();
-  s.median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  return s;
-}
 
 // Keeps the round with the lower median.
 void keep_best(Stats& best, const Stats& round) {
@@ -191,15 +177,8 @@ Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
     backend.synchronize();
   };
   for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> times;
-  times.reserve(static_cast<std::size_t>(steps));
-  CpuUse load;
-  for (int i = 0; i < steps; ++i) {
-    auto start = Clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
-  Stats s = summarize(std::move(times));
+  CpuUse load;  // over the timed steps only
+  Stats s{bench::summarize_steps(bench::time_steps_ms(step, 0, steps))};
   s.busy = load.others();
   s.cores = load.self();
   return s;

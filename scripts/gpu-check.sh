@@ -91,6 +91,35 @@ if [ -n "$built_at" ] && [ "$built_at" != "$top" ] && [ ! -e "$built_at" ]; then
     echo "gpu-check: the tests read $built_at (where the kit was built): linked to $top"
 fi
 
+# Runs a command under a time limit, as timeout(1) does (exit 124 past it),
+# but first prints where its threads are, with cuda-gdb (the GPU machine has
+# it) or gdb: a hang and a slow run then read differently.
+limited() {
+  local limit=$1 waited=0 pid
+  shift
+  "$@" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge "$limit" ]; then
+      echo "gpu-check: '$(basename "$1")' ran past its $limit s: its threads' stacks, then it is stopped"
+      local debugger
+      debugger=$(command -v cuda-gdb || command -v gdb || true)
+      if [ -n "$debugger" ]; then
+        timeout 90 "$debugger" -p "$pid" -batch -ex "info threads" -ex "thread apply all bt 16" 2>&1 |
+          grep -E '^(Thread|#|\*? +[0-9]+ +Thread)' | head -200 | sed 's/^/    /'
+      fi
+      kill -TERM "$pid" 2>/dev/null
+      sleep 2
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid"
+      return 124
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  wait "$pid"
+}
+
 passed=() failed=() skipped=()
 pass() { passed+=("$1"); echo "gpu-check: PASS $1"; }
 fail() { failed+=("$1"); echo "gpu-check: FAIL $1${2:+: $2}"; }
@@ -140,7 +169,7 @@ if [ $has_gpu -eq 1 ]; then
   bad_cases=()
   for c in "${gpu_cases[@]}"; do
     start=$EPOCHREALTIME
-    if timeout "${TESSERA_GPU_CHECK_CASE_LIMIT:-120}" "$tests" --gpu-suite --no-intro --minimal "--test-case=${c//,/*}" >"$fallback/case.log" 2>&1; then
+    if limited "${TESSERA_GPU_CHECK_CASE_LIMIT:-120}" "$tests" --gpu-suite --no-intro --minimal "--test-case=${c//,/*}" >"$fallback/case.log" 2>&1; then
       status=ok
     else
       rc=$?
@@ -188,7 +217,7 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 ml
     on=(--device cpu) label=cpu dtype=f32
     [ $role = checked ] && on=("${where[@]}") label=$checked dtype=$precision
     echo "--- $model on $label in $dtype"
-    timeout "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
+    limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
       --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" \
       ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} || ok=0
   done
@@ -207,7 +236,8 @@ done
 
 section "5. sharding on logical devices of GPU 0"
 if [ $has_gpu -eq 1 ]; then
-  if TESSERA_TEST_MESH_DEVICES=cuda timeout "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tests" --no-intro \
+  # --duration: each case's time, so a slow case and a stuck one read differently.
+  if TESSERA_TEST_MESH_DEVICES=cuda limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tests" --no-intro --duration=true \
     --test-case="sharded training equals one device*,AutoTP trains*,zero 1*,data parallel dropout*"; then
     pass "sharding matrix on cuda:0x8"
   else
@@ -226,7 +256,7 @@ elif ! command -v python3 >/dev/null || ! python3 -c 'import torch; assert torch
   skip "benchmarks" "no python3 with a CUDA PyTorch here (the peer)"
 elif [ ! -x "$kit/bin/bench_gpu" ]; then
   skip "benchmarks" "the kit has no bench_gpu (made before it existed)"
-elif timeout "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --python "$(command -v python3)" ${TESSERA_GPU_CHECK_BENCH_ARGS:-}; then
+elif limited "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --python "$(command -v python3)" ${TESSERA_GPU_CHECK_BENCH_ARGS:-}; then
   pass "benchmarks (figures above)"
 else
   fail "benchmarks" "bench_gpu failed or ran past its time limit"

@@ -41,7 +41,7 @@ fi
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/stubs"
 for binary in "$build_dir/tessera" "$build_dir/tests/tessera_tests" "$build_dir/bench/bench_gpu"; do
-  strip -o "$kit/bin/$(basename "$binary")" "$binary"
+  strip --strip-debug -o "$kit/bin/$(basename "$binary")" "$binary"  # symbols stay: gpu-check prints stacks
 done
 
 # Every machine has the C and C++ runtimes; the GPU machine has the CUDA
