@@ -40,7 +40,10 @@ fi
 
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/stubs"
+# bench_gpu when the build has it (gpu-check.sh skips the benchmarks without it).
 for binary in "$build_dir/tessera" "$build_dir/tests/tessera_tests" "$build_dir/bench/bench_gpu"; do
+  [ -e "$binary" ] || [ "$(basename "$binary")" = bench_gpu ] || { echo "gpu-kit: $binary is missing: build first" >&2; exit 1; }
+  [ -e "$binary" ] || continue
   strip --strip-debug -o "$kit/bin/$(basename "$binary")" "$binary"  # symbols stay: gpu-check prints stacks
 done
 
@@ -79,7 +82,8 @@ make_stub() {
   rm -f "$source" "$source.map"
 }
 # cuBLAS versions its symbols (cublasCreate_v2@libcublas.so.13); NCCL does not.
-soname() { ldd "$kit"/bin/* | awk -v want="^$1[.]so" '$1 ~ want {print $1; exit}'; }
+# awk reads to the end: an early exit would kill ldd with SIGPIPE, failing the pipeline.
+soname() { ldd "$kit"/bin/* | awk -v want="^$1[.]so" '$1 ~ want && !found {print $1; found = 1}'; }
 cublas_so=$(soname libcublas) cublaslt_so=$(soname libcublasLt) nccl_so=$(soname libnccl)
 make_stub "$cublaslt_so" 'cublasLt' yes
 make_stub "$cublas_so" 'cublas[^L]' yes
