@@ -26,9 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -38,6 +36,7 @@
 
 #include "bench/step_times.hpp"
 #include "bench/torch_peer.hpp"
+#include "bench/zoo_case.hpp"
 #include "engine/tessera.hpp"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -67,13 +66,20 @@ const GptShape& gpt_shape(const std::string& name) {
 }
 
 // Model FLOPs of one step (PaLM's accounting, appendix B): per token 6N + 12 L T d
-// to train, 2N + 4 L T d to infer; N leaves out the embedding tables.
-double step_flops(const GptShape& s, std::int64_t params, bool train) {
-  const double n = static_cast<double>(params - (s.vocab + s.context) * s.d_model);
+// to train, 2N + 4 L T d to infer. N leaves out the embedding tables: per
+// block 12 d^2 + 13 d weights (attention 4 d^2 + 4 d, feed-forward 8 d^2 + 5 d
+// with ff = 4 d, two layer norms 4 d), then the final norm and the head.
+double step_flops(const GptShape& s, bool train) {
+  const double d = static_cast<double>(s.d_model);
+  const double n = static_cast<double>(s.layers) * (12 * d * d + 13 * d) + 2 * d + d * static_cast<double>(s.vocab);
   const double attention = static_cast<double>(s.layers * s.context * s.d_model);
   const double tokens = static_cast<double>(s.batch * s.context);
   return tokens * (train ? 6 * n + 12 * attention : 2 * n + 4 * attention);
 }
+
+// The reference GPT's optimizer (bench_models' and torch_gpu.py's).
+const std::string kAdamW =
+    "{type: adamw, learning_rate: 3.0e-4, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8, weight_decay: 0.01}";
 
 // ---------------------------------------------------------------------------
 // Tessera side
@@ -107,50 +113,8 @@ double tessera_matmul_tflops(std::int64_t n, DType dtype) {
   return flop / best / 1e12;
 }
 
-// A GPT of the zoo on cuda:0 with a trainer and one fixed random batch. Not
-// movable: the trainer refers to the model and the store.
-struct TesseraCase {
-  TesseraCase(const GptShape& shape, DType precision, const std::filesystem::path& source_dir)
-      : model(Model::from_config(ConfigNode::load_file(source_dir / "models" / (shape.name + ".yaml"))["model"])) {
-    TrainingSpec training = parse_training(ConfigNode::parse(
-        "training:\n"
-        "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
-        "  optimizer: {type: adamw, learning_rate: 3.0e-4, beta_1: 0.9, beta_2: 0.999, epsilon: 1.0e-8, "
-        "weight_decay: 0.01}\n"
-        "  batch_size: " + std::to_string(shape.batch) + "\n"
-        "  seed: 0\n",
-        "bench_gpu")["training"]);
-    training.precision = precision;
-    model.build(store, training.seed);
-    params = store.parameter_count();
-    trainer = std::make_unique<Trainer>(model, training, store, Device::cuda(0));
-    inputs = Tensor::empty({shape.batch, shape.context}, DType::i32);
-    targets = Tensor::empty({shape.batch, shape.context}, DType::i32);
-    std::mt19937_64 rng(0);
-    std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(shape.vocab) - 1);
-    for (Tensor* t : {&inputs, &targets})
-      for (std::int64_t i = 0; i < t->numel(); ++i) t->data<std::int32_t>()[i] = token(rng);
-  }
-  TesseraCase(const TesseraCase&) = delete;
-  TesseraCase& operator=(const TesseraCase&) = delete;
-
-  Model model;
-  VariableStore store;
-  std::unique_ptr<Trainer> trainer;
-  Tensor inputs, targets;
-  std::int64_t params = 0;
-};
-
-bench::StepSummary time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
-  Backend& gpu = backend_for(Device::cuda(0));
-  auto step = [&] {
-    if (train)
-      c.trainer->train_step(c.inputs, c.targets);
-    else
-      c.trainer->forward(c.inputs);
-    gpu.synchronize();
-  };
-  return bench::summarize_steps(bench::time_steps_ms(step, warmup, steps));
+bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int steps) {
+  return bench::summarize_steps(bench::time_steps_ms([&] { c.step(train); }, warmup, steps));
 }
 
 // ---------------------------------------------------------------------------
@@ -183,12 +147,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    for (const auto& m : models) gpt_shape(m);  // unknown names fail before anything runs
     if (cuda_device_count() == 0) {
       fmt::print("bench_gpu: no GPU here (CUDA backend compiled: {}): nothing to measure\n",
                  cuda_compiled() ? "yes" : "no");
       return 77;
     }
-    for (const auto& m : models) gpt_shape(m);  // unknown names fail before anything runs
     const std::filesystem::path source_dir = TESSERA_SOURCE_DIR;
 
     // The peer first, all of it: its process ends before Tessera takes GPU memory.
@@ -241,27 +205,30 @@ int main(int argc, char** argv) {
     for (const auto& m : models) {
       const GptShape& shape = gpt_shape(m);
       for (const auto& p : precisions) {
-        std::optional<TesseraCase> c;
-        std::string error;
+        std::optional<bench::ZooCase> c;
+        std::string build_error;
         try {
-          c.emplace(shape, p == "bf16" ? DType::bf16 : DType::f32, source_dir);
+          c.emplace(source_dir / "models" / (m + ".yaml"), shape.batch, shape.vocab, kAdamW, Device::cuda(0),
+                    p == "bf16" ? DType::bf16 : DType::f32);
         } catch (const std::exception& e) {
-          error = e.what();
+          build_error = e.what();
         }
         for (const auto& mode : modes) {
           const bool train = mode == "train";
           bench::StepSummary ours;
+          std::string error = build_error;
           if (c) try {
               ours = time_tessera(*c, train, warmup, steps);
             } catch (const std::exception& e) {
               error = e.what();
             }
-          const json sdpa = peer_steps[fmt::format("{} {} {} sdpa", m, p, mode)];
-          const json same = peer_steps[fmt::format("{} {} {} explicit", m, p, mode)];
-          const double theirs = sdpa.is_object() ? sdpa.value("median_ms", 0.0) : 0.0;
-          const double theirs_same = same.is_object() ? same.value("median_ms", 0.0) : 0.0;
+          auto peer_ms = [&](const std::string& attention) {
+            auto it = peer_steps.find(fmt::format("{} {} {} {}", m, p, mode, attention));
+            return it == peer_steps.end() ? 0.0 : it->second.value("median_ms", 0.0);
+          };
+          const double theirs = peer_ms("sdpa"), theirs_same = peer_ms("explicit");
           const double peak = p == "bf16" ? peak_bf16 : peak_f32;
-          const double flops = c ? step_flops(shape, c->params, train) : 0.0;
+          const double flops = step_flops(shape, train);
           auto mfu = [&](double ms) { return ms > 0 && peak > 0 ? fixed(100 * flops / (ms * 1e-3) / (peak * 1e12)) + "%" : "-"; };
           fmt::print("{:<9} {:>5} {:>6} {:>12} {:>12} {:>7} {:>15} {:>8} {:>8}\n", m, mode, p, fixed(ours.median_ms, 2),
                      fixed(theirs, 2), ours.median_ms > 0 && theirs > 0 ? fixed(ours.median_ms / theirs, 2) : "-",

@@ -52,6 +52,7 @@
 #include "bench/machine_info.hpp"
 #include "bench/step_times.hpp"
 #include "bench/torch_peer.hpp"
+#include "bench/zoo_case.hpp"
 #include "engine/tessera.hpp"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -119,63 +120,13 @@ void keep_best(Stats& best, const Stats& round) {
 // Tessera side
 // ---------------------------------------------------------------------------
 
-// A zoo model with its store, a trainer and one fixed random batch. Not
-// movable: the trainer refers to the model and the store.
-struct TesseraCase {
-  explicit TesseraCase(const ModelSpec& spec, const std::filesystem::path& source_dir)
-      : model(Model::from_config(
-            ConfigNode::load_file(source_dir / "models" / (spec.name + ".yaml"))["model"])) {
-    TrainingSpec training = parse_training(ConfigNode::parse(
-        "training:\n"
-        "  loss: {type: sparse_categorical_crossentropy, from_logits: true}\n"
-        "  optimizer: " + spec.optimizer + "\n"
-        "  batch_size: " + std::to_string(spec.batch) + "\n"
-        "  seed: 0\n",
-        "bench_models")["training"]);
-    model.build(store, training.seed);
-    params = store.parameter_count();  // before the optimizer adds its slots
-    trainer = std::make_unique<Trainer>(model, training, store);
+// The zoo model of `spec` on cpu:0 (bench/zoo_case.hpp).
+bench::ZooCase zoo_case(const ModelSpec& spec, const std::filesystem::path& source_dir) {
+  return bench::ZooCase(source_dir / "models" / (spec.name + ".yaml"), spec.batch, spec.classes, spec.optimizer);
+}
 
-    // Inputs: N(0, 1) floats, or tokens uniform in [0, classes); targets one
-    // label per sample, or per position for a token model.
-    const ModelInput& in = model.inputs().at(0);
-    auto dims = in.shape.dims();
-    dims.insert(dims.begin(), spec.batch);
-    inputs = Tensor::empty(Shape(dims), in.dtype);
-    std::mt19937_64 rng(0);
-    std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(spec.classes) - 1);
-    if (in.dtype == DType::f32) {
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      float* x = inputs.data<float>();
-      for (std::int64_t i = 0; i < inputs.numel(); ++i) x[i] = normal(rng);
-      targets = Tensor::empty(Shape({spec.batch}), DType::i32);
-    } else {
-      std::int32_t* x = inputs.data<std::int32_t>();
-      for (std::int64_t i = 0; i < inputs.numel(); ++i) x[i] = label(rng);
-      targets = Tensor::empty(inputs.shape(), DType::i32);
-    }
-    std::int32_t* y = targets.data<std::int32_t>();
-    for (std::int64_t i = 0; i < targets.numel(); ++i) y[i] = label(rng);
-  }
-  TesseraCase(const TesseraCase&) = delete;
-  TesseraCase& operator=(const TesseraCase&) = delete;
-
-  Model model;
-  VariableStore store;
-  std::unique_ptr<Trainer> trainer;
-  Tensor inputs, targets;
-  std::int64_t params = 0;
-};
-
-Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
-  Backend& backend = backend_for(Device::cpu());
-  auto step = [&] {
-    if (train)
-      c.trainer->train_step(c.inputs, c.targets);
-    else
-      c.trainer->forward(c.inputs);
-    backend.synchronize();
-  };
+Stats time_tessera(bench::ZooCase& c, bool train, int warmup, int steps) {
+  auto step = [&] { c.step(train); };
   for (int i = 0; i < warmup; ++i) step();
   CpuUse load;  // over the timed steps only
   Stats s{bench::summarize_steps(bench::time_steps_ms(step, 0, steps))};
@@ -186,15 +137,10 @@ Stats time_tessera(TesseraCase& c, bool train, int warmup, int steps) {
 
 // Tessera's time per op over `steps` more steps (after the timed rounds, so
 // the per-op clock reads do not touch the figures): op -> ms per step.
-std::vector<std::pair<std::string, double>> profile_tessera(TesseraCase& c, bool train, int steps) {
+std::vector<std::pair<std::string, double>> profile_tessera(bench::ZooCase& c, bool train, int steps) {
   std::map<std::string, StepRunner::OpTime> sink;
   c.trainer->enable_profiling(&sink);
-  for (int i = 0; i < steps; ++i) {
-    if (train)
-      c.trainer->train_step(c.inputs, c.targets);
-    else
-      c.trainer->forward(c.inputs);
-  }
+  for (int i = 0; i < steps; ++i) c.step(train);
   c.trainer->enable_profiling(nullptr);
   std::vector<std::pair<std::string, double>> ops;
   for (const auto& [op, t] : sink) ops.emplace_back(op, t.seconds * 1e3 / steps);
@@ -382,7 +328,7 @@ int main(int argc, char** argv) {
           if (peer.sgemm_gflops.contains(threads)) row.peer_sgemm_gflops = peer.sgemm_gflops.at(threads);
           // cpu:0 gets `threads`; a changed share drops the cached primitives.
           set_cpu_device_count(1, threads);
-          TesseraCase tessera(spec, source_dir);
+          bench::ZooCase tessera = zoo_case(spec, source_dir);
           row.tessera_params = tessera.params;
           for (int r = 0; r < rounds; ++r) {
             if (progress)

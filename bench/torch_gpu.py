@@ -37,7 +37,7 @@ except ImportError as e:  # bench_gpu reports the peer as unavailable
     print(f"cannot import torch: {e}", file=sys.stderr)
     sys.exit(3)
 
-from torch_models import GPT
+from torch_models import GPT, csv_list, time_steps
 
 # models/<name>.yaml's shapes.
 MODELS = {
@@ -96,21 +96,6 @@ def stepper(name, precision, mode, attention):
                 model(x)
             torch.cuda.synchronize()
     return params, step
-
-
-def time_steps(step, warmup, steps):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
-def csv_list(text):
-    return [item for item in text.split(",") if item]
 
 
 def main():
