@@ -54,7 +54,38 @@ void accumulate_rows(ReduceOp op, const float* __restrict x, std::int64_t rows, 
     for (std::int64_t i = 0; i < width; ++i) out[i] *= scale;
 }
 
-void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& c) {
+// Whether a column reduction splits its rows over the threads (partial rows,
+// then their sum) rather than its columns: few outputs over many rows, as a
+// convolution's bias gradient (32 or 64 columns over N*H*W rows). Split by
+// columns, each thread read half of every pair of cache lines and the 2-thread
+// sum ran slower than one thread's.
+bool split_rows(const Collapsed& c, int threads) {
+  return threads > 1 && c.inner > 1 && c.outer < threads && c.reduced >= 64 * threads;
+}
+
+// out[o, i] over the rows split in `threads` fixed shares: each share's sum
+// into its own row of `partials` [threads, inner], then those rows combined in
+// order, so a thread count always gives the same result.
+void reduce_split_rows(ReduceOp op, const float* x, float* out, const Collapsed& c, int threads,
+                       float init, float scale, float* partials) {
+  for (std::int64_t o = 0; o < c.outer; ++o) {
+    const float* xo = x + o * c.reduced * c.inner;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const std::int64_t begin = c.reduced * t / threads, end = c.reduced * (t + 1) / threads;
+      accumulate_rows(op, xo + begin * c.inner, end - begin, c.inner, c.inner, init, 1.0f,
+                      partials + t * c.inner);
+    }
+    for (std::int64_t i = 0; i < c.inner; ++i) {
+      float acc = partials[i];
+      for (int t = 1; t < threads; ++t)
+        acc = op == ReduceOp::max ? std::max(acc, partials[t * c.inner + i]) : acc + partials[t * c.inner + i];
+      out[o * c.inner + i] = acc * scale;
+    }
+  }
+}
+
+void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& c, float* partials) {
   float init = op == ReduceOp::max ? -std::numeric_limits<float>::infinity() : 0.0f;
   float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(c.reduced) : 1.0f;
   if (c.inner == 1) {
@@ -77,6 +108,7 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
   // columns, in blocks of whole 64-byte lines (a bias gradient is one outer
   // index: split by 256 columns, its 256-wide ones ran on one thread).
   const int threads = omp_get_max_threads();
+  if (split_rows(c, threads)) return reduce_split_rows(op, x, out, c, threads, init, scale, partials);
   const bool split_outer = c.outer >= threads;
   const std::int64_t per_thread = (c.inner + threads - 1) / threads;
   const std::int64_t block = split_outer ? c.inner : (per_thread + 15) / 16 * 16;
@@ -96,7 +128,11 @@ void CpuBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   if (x.shape() == out.shape()) return run_copy(x, out);
   if (auto c = collapse(x.shape(), out.shape()); c && x.dtype() == DType::f32) {  // an empty axis too: max's -inf
     KernelScope scope(threads());
-    return reduce_collapsed(op, x.data<float>(), out.data<float>(), *c);
+    float* partials = nullptr;
+    if (split_rows(*c, threads()))
+      partials = static_cast<float*>(
+          scratch_buffer("reduce partials", sizeof(float) * static_cast<std::size_t>(threads() * c->inner)).data());
+    return reduce_collapsed(op, x.data<float>(), out.data<float>(), *c, partials);
   }
   auto x_md = plain_desc(x.shape(), x.dtype());
   auto out_md = plain_desc(out.shape(), out.dtype());
