@@ -153,6 +153,9 @@ void Backend::pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& d
   c.on_device({{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   c.same_dtype({{"x", &x}, {"dy", &dy}, {"dx", &dx}}).floating("x", x);
   c.shape("dy", dy, pool2d_output_shape(x.shape(), args)).shape("dx", dx, x.shape());
+  if (args.relu_before && (args.kind != PoolKind::max || x.dtype() != DType::f32))
+    throw UnsupportedError("pool2d_backward: relu_before needs f32 max pooling, got " +
+                           std::string(tessera::name(args.kind)) + " pooling of " + x.describe());
   run_pool2d_backward(x, dy, dx, args);
 }
 

@@ -42,6 +42,9 @@ struct Pool2dArgs {
   int window_h = 2, window_w = 2;
   int stride_h = 2, stride_w = 2;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  // Backward of max pooling only: x is a ReLU's output and dx is taken through
+  // that ReLU too (zero where x <= 0), an epilogue (engine/graph/fusion.hpp).
+  bool relu_before = false;
 };
 Shape pool2d_output_shape(const Shape& x, const Pool2dArgs& args);
 

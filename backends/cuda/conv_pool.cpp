@@ -53,7 +53,7 @@ void CudaBackend::run_pool2d_backward(const Tensor& x, const Tensor& dy, const T
   const ConvGeometry g = pool_geometry(x.shape(), dy.shape(), args);
   CudaDeviceGuard guard(gpu_);
   cuda_pool2d_backward(args.kind, x.data<float>(), dy.data<float>(), dx.data<float>(), g,
-                       dx.numel(), stream_);
+                       dx.numel(), args.relu_before, stream_);
 }
 
 }  // namespace tessera

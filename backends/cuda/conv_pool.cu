@@ -40,9 +40,9 @@ __global__ void pool2d_forward_kernel(PoolKind kind, const float* x, float* y, C
 }
 
 __global__ void pool2d_backward_kernel(PoolKind kind, const float* x, const float* dy, float* dx,
-                                       ConvGeometry g, std::int64_t count) {
+                                       ConvGeometry g, std::int64_t count, bool relu_before) {
   for (std::int64_t o = first_index(); o < count; o += grid_stride())
-    dx[o] = pool2d_backward_element(kind, x, dy, g, o);
+    dx[o] = pool2d_backward_element(kind, x, dy, g, o, relu_before);
 }
 
 }  // namespace
@@ -91,10 +91,11 @@ void cuda_pool2d_forward(PoolKind kind, const float* x, float* y, const ConvGeom
 }
 
 void cuda_pool2d_backward(PoolKind kind, const float* x, const float* dy, float* dx,
-                          const ConvGeometry& g, std::int64_t dx_count, cudaStream_t stream) {
+                          const ConvGeometry& g, std::int64_t dx_count, bool relu_before,
+                          cudaStream_t stream) {
   const LaunchConfig cfg = launch_config(dx_count);
   if (cfg.blocks == 0) return;
-  pool2d_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(kind, x, dy, dx, g, dx_count);
+  pool2d_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(kind, x, dy, dx, g, dx_count, relu_before);
   cuda_check(cudaGetLastError(), "pool2d_backward_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
              __LINE__);
 }

@@ -193,10 +193,12 @@ TESSERA_HOST_DEVICE inline float pool2d_forward_element(PoolKind kind, const flo
 }
 
 // dx[index] (flat over [N, H, W, C]) = sum over the windows covering it of
-// dy / count (avg), or of dy where it is the window's first maximum (max).
+// dy / count (avg), or of dy where it is the window's first maximum (max);
+// zero where x <= 0 under relu_before (x is a ReLU's output, Pool2dArgs).
 TESSERA_HOST_DEVICE inline float pool2d_backward_element(PoolKind kind, const float* x,
                                                          const float* dy, const ConvGeometry& g,
-                                                         std::int64_t index) {
+                                                         std::int64_t index, bool relu_before) {
+  if (relu_before && !(x[index] > 0.0f)) return 0.0f;
   const Index4 at = unravel4(index, g.h, g.w, g.c);
   const std::int64_t n = at.i0, iy = at.i1, ix = at.i2, c = at.i3;
   float acc = 0.0f;

@@ -25,8 +25,9 @@ void cuda_conv2d_backward_weights(const float* x, const float* dy, float* dw, fl
 // y = pool(x); y_count = N * OH * OW * C.
 void cuda_pool2d_forward(PoolKind kind, const float* x, float* y, const ConvGeometry& g,
                          std::int64_t y_count, cudaStream_t stream);
-// dx from x and dy; dx_count = N * H * W * C.
+// dx from x and dy; dx_count = N * H * W * C. relu_before: see Pool2dArgs.
 void cuda_pool2d_backward(PoolKind kind, const float* x, const float* dy, float* dx,
-                          const ConvGeometry& g, std::int64_t dx_count, cudaStream_t stream);
+                          const ConvGeometry& g, std::int64_t dx_count, bool relu_before,
+                          cudaStream_t stream);
 
 }  // namespace tessera

@@ -43,6 +43,19 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
   std::vector<bool> absorbed(static_cast<std::size_t>(graph.node_count()), false);
   for (NodeId n : schedule) {
     const Node& node = graph.node(n);
+    if (node.kind == OpKind::pool2d_grad) {
+      // (x, dy) -> dx, then relu's unary_grad (x, dx): x is the ReLU's output.
+      const Node* relu = sole_reader(node.outputs[0]);
+      if (node.attrs.pool.kind == PoolKind::max && graph.dtype(node.inputs[0]) == DType::f32 &&
+          graph.dtype(node.outputs[0]) == DType::f32 &&
+          relu != nullptr && relu->kind == OpKind::unary_grad && relu->attrs.unary == UnaryOp::relu &&
+          relu->inputs[0] == node.inputs[0] && relu->inputs[1] == node.outputs[0] &&
+          graph.dtype(relu->outputs[0]) == DType::f32) {
+        absorbed[readers[node.outputs[0]][0]] = true;
+        fused.emplace(n, Epilogue{.activation = Activation::relu, .out = relu->outputs[0]});
+      }
+      continue;
+    }
     if (node.kind != OpKind::matmul && node.kind != OpKind::conv2d) continue;
     if (node.kind == OpKind::matmul && node.attrs.matmul.activation != Activation::none) continue;
     if (node.kind == OpKind::conv2d && node.attrs.conv.activation != Activation::none) continue;

@@ -7,6 +7,11 @@
 // that run one after the other on one device: a row-parallel matmul, whose
 // partial sums are all-reduced before the bias add, is left alone.
 //
+// In the backward pass, max pooling's gradient followed by the gradient of the
+// ReLU that produced the pooled values is one pass too (Epilogue::activation
+// relu on the pool2d_grad): the ReLU's gradient is dy where its output x > 0,
+// and the pool already reads x, so the separate pass over x and dx goes.
+//
 // A convolution's bias gradient is not fused into its weight gradient: with
 // diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's
 // training step 6-10% slower (five alternating pairs, AMD EPYC Zen 5,
@@ -22,13 +27,14 @@ namespace tessera {
 
 struct Epilogue {
   ValueId bias = -1;                        // added over the last axis, or -1
-  Activation activation = Activation::none;
+  Activation activation = Activation::none; // pool2d_grad: the gradient of this activation after it
   ValueId out = -1;                         // the value the fused call writes
 };
 
-// Finds the chains producer -> add(bias) -> activation in `schedule` whose
-// intermediate values nothing else reads (and that are not in `outputs`),
-// returns them by producer node, and removes the absorbed nodes from `schedule`.
+// Finds the chains producer -> add(bias) -> activation, and max pool2d_grad ->
+// relu's unary_grad, in `schedule` whose intermediate values nothing else reads
+// (and that are not in `outputs`), returns them by producer node, and removes
+// the absorbed nodes from `schedule`.
 std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
                                                     const std::vector<ValueId>& outputs);
 

@@ -357,6 +357,32 @@ TEST_CASE("max and avg pool2d forward and backward, with and without padding") {
   }
 }
 
+TEST_CASE("max pool2d backward through the ReLU before it zeroes dx where x is not positive") {
+  // x as a ReLU's output: zeros (ties among them too) and positives.
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor pre = random_tensor({3, 7, 6, 70}, 44);  // 70 channels: a full chunk of 64 and a rest
+  Tensor x = Tensor::empty(pre.shape(), DType::f32);
+  cpu.unary(UnaryOp::relu, pre, x);
+  for (const Pool2dArgs& args : {Pool2dArgs{.kind = PoolKind::max}, Pool2dArgs{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1}}) {
+    CAPTURE(args.window_h);
+    Tensor dy = random_tensor(pool2d_output_shape(x.shape(), args), 45);
+    auto ref = reference_pool(x, dy, args);
+    auto xv = x.to_vector<float>();
+    for (std::size_t i = 0; i < xv.size(); ++i)
+      if (!(xv[i] > 0.0f)) ref.dx[i] = 0.0f;
+    Pool2dArgs fused = args;
+    fused.relu_before = true;
+    Tensor dx = random_tensor(x.shape(), 46);  // garbage the kernel must overwrite
+    cpu.pool2d_backward(x, dy, dx, fused);
+    check_close(dx, ref.dx, 1e-5, 1e-6);
+  }
+  Pool2dArgs avg{.kind = PoolKind::avg, .relu_before = true};
+  Tensor dy = random_tensor(pool2d_output_shape(x.shape(), avg), 47);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  CHECK_THROWS_WITH_AS(cpu.pool2d_backward(x, dy, dx, avg),
+                       doctest::Contains("relu_before needs f32 max pooling"), UnsupportedError);
+}
+
 TEST_CASE("softmax and log-softmax forward and backward over the last and a middle axis") {
   Backend& cpu = backend_for(Device::cpu(0));
   Tensor x = random_tensor({3, 5, 7}, 51, -4.0f, 4.0f);

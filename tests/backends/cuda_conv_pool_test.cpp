@@ -70,6 +70,17 @@ Tensor tied_tensor(const Shape& shape) {
 
 const int kFilters = 4;
 
+// A pooling's backward as it is, and for max pooling also through a ReLU
+// before it (Pool2dArgs::relu_before).
+std::vector<Pool2dArgs> backward_args(const Pool2dArgs& args) {
+  std::vector<Pool2dArgs> all{args};
+  if (args.kind == PoolKind::max) {
+    all.push_back(args);
+    all.back().relu_before = true;
+  }
+  return all;
+}
+
 }  // namespace
 
 TEST_CASE("cuda conv2d element functions match the CPU backend") {
@@ -137,12 +148,16 @@ TEST_CASE("cuda pool2d element functions match the CPU backend, ties included") 
                     }),
                     y.to_vector<float>(), 1e-6, 1e-6);
 
-        Tensor dx = Tensor::empty(kInput, DType::f32);
-        cpu().pool2d_backward(x, dy, dx, args);
-        check_close(each(kInput.numel(), [&](std::int64_t i) {
-                      return pool2d_backward_element(kind, x.data<float>(), dy.data<float>(), g, i);
-                    }),
-                    dx.to_vector<float>(), 1e-5, 1e-6);
+        for (const Pool2dArgs& backward : backward_args(args)) {
+          CAPTURE(backward.relu_before);
+          Tensor dx = Tensor::empty(kInput, DType::f32);
+          cpu().pool2d_backward(x, dy, dx, backward);
+          check_close(each(kInput.numel(), [&](std::int64_t i) {
+                        return pool2d_backward_element(kind, x.data<float>(), dy.data<float>(), g, i,
+                                                       backward.relu_before);
+                      }),
+                      dx.to_vector<float>(), 1e-5, 1e-6);
+        }
       }
   }
 }
@@ -226,11 +241,14 @@ TEST_CASE("cuda pool2d kernels match the CPU backend, ties included" *
         gpu().pool2d_forward(gx, gy, args);
         check_close(to_host(gy).to_vector<float>(), y.to_vector<float>(), 1e-6, 1e-6);
 
-        Tensor dx = Tensor::empty(kInput, DType::f32);
-        Tensor gdx = Tensor::empty(kInput, DType::f32, Device::cuda(0));
-        cpu().pool2d_backward(x, dy, dx, args);
-        gpu().pool2d_backward(gx, gdy, gdx, args);
-        check_close(to_host(gdx).to_vector<float>(), dx.to_vector<float>(), 1e-5, 1e-6);
+        for (const Pool2dArgs& backward : backward_args(args)) {
+          CAPTURE(backward.relu_before);
+          Tensor dx = Tensor::empty(kInput, DType::f32);
+          Tensor gdx = Tensor::empty(kInput, DType::f32, Device::cuda(0));
+          cpu().pool2d_backward(x, dy, dx, backward);
+          gpu().pool2d_backward(gx, gdy, gdx, backward);
+          check_close(to_host(gdx).to_vector<float>(), dx.to_vector<float>(), 1e-5, 1e-6);
+        }
       }
   }
 }

@@ -157,6 +157,32 @@ TEST_CASE("gradient: max and average pooling") {
   }
 }
 
+TEST_CASE("gradient: max pooling of a ReLU's output, the two gradients fused into one pass") {
+  // Distinct values a step apart, none within a step of ReLU's kink at 0.
+  std::vector<float> values(2 * 4 * 6 * 3);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = 0.05f * static_cast<float>((i * 37) % values.size()) - 1.025f;
+  const Tensor at = Tensor::from_vector(values, {2, 4, 6, 3});
+  auto relu_then_pool = [](Graph& g, ValueId x) {
+    return g.pool2d(g.unary(UnaryOp::relu, x), {.kind = PoolKind::max});
+  };
+  Graph g;
+  ValueId x = g.variable("x", {2, 4, 6, 3});
+  check_gradients(g, relu_then_pool(g, x), {{x, at}});
+
+  // The plan runs relu's gradient inside the pool's: no unary_grad is left.
+  Graph h;
+  ValueId hx = h.variable("x", {2, 4, 6, 3});
+  ValueId loss = h.reduce(ReduceOp::sum, relu_then_pool(h, hx), {0, 1, 2, 3});
+  ValueId dx = append_gradients(h, loss, {hx}).at(hx);
+  MemoryPlan plan = plan_memory(h, {dx});
+  for (NodeId n : plan.schedule) CHECK(h.node(n).kind != OpKind::unary_grad);
+  REQUIRE(plan.epilogues.size() == 1);
+  CHECK(h.node(plan.epilogues.begin()->first).kind == OpKind::pool2d_grad);
+  CHECK(plan.epilogues.begin()->second.activation == Activation::relu);
+  CHECK(plan.epilogues.begin()->second.out == dx);
+}
+
 TEST_CASE("gradient: embedding scatter-adds repeated ids") {
   Graph g;
   ValueId table = g.variable("table", {5, 3});

@@ -49,6 +49,14 @@ void run_conv2d(NodeRun& r) {
   r.backend.conv2d_forward(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
 }
 
+// A ReLU's gradient after it is an epilogue (fusion.hpp): the same pass zeroes
+// dx where the pooled x is not positive.
+void run_pool2d_grad(NodeRun& r) {
+  Pool2dArgs args = r.node.attrs.pool;
+  args.relu_before = r.fused_activation() == Activation::relu;
+  r.backend.pool2d_backward(r.in(0), r.in(1), r.fused_out(), args);
+}
+
 // Sharding: the batch and the channels may split; H and W never do (that
 // would need a halo exchange). Each convolution is linear in both operands.
 constexpr DimRole kWhole{};
@@ -109,8 +117,7 @@ void ops::add_conv_pool_rules(OpRuleTable& t) {
   entry(t, OpKind::pool2d) = {
       pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }, pool2d_sharding};
   entry(t, OpKind::pool2d_grad) = {
-      nullptr, [](NodeRun& r) { r.backend.pool2d_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.pool); },
-      pool2d_grad_sharding};
+      nullptr, run_pool2d_grad, pool2d_grad_sharding};
 }
 
 }  // namespace tessera
