@@ -10,8 +10,11 @@
 // one pass, and takes a ReLU before the pool in the same pass (relu_before).
 // Average pooling excludes the padding from the divisor (Keras' behaviour)
 // and needs no workspace.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/cpu_backend.hpp"
 
@@ -40,13 +43,14 @@ std::string args_key(const Pool2dArgs& a) {
 }
 
 // One window's share of max pooling's dx over `width` channels: the window's
-// max first, then each position in order takes what is left of dy where it
-// equals the max, so the first maximum gets it. Branch-free over the channels.
+// max first (from -inf, so a NaN is passed over as oneDNN's forward passes it),
+// then each position in order takes what is left of dy where it equals the
+// max, so the first maximum gets it. Branch-free over the channels.
 inline void route_window(const float* x, const float* dy, float* dx, std::int64_t y0, std::int64_t y1,
                          std::int64_t x0, std::int64_t x1, std::int64_t w, std::int64_t c,
                          bool relu_before, std::int64_t width) {
   for (std::int64_t k = 0; k < width; ++k) {
-    float best = x[(y0 * w + x0) * c + k];
+    float best = -std::numeric_limits<float>::infinity();
     for (std::int64_t iy = y0; iy < y1; ++iy)
       for (std::int64_t ix = x0; ix < x1; ++ix) best = std::max(best, x[(iy * w + ix) * c + k]);
     float left = !relu_before || best > 0.0f ? dy[k] : 0.0f;
@@ -71,7 +75,7 @@ inline void route_window_lanes(const float* x, const float* dy, float* dx, std::
                                std::int64_t x0, std::int64_t x1, std::int64_t w, std::int64_t c,
                                bool relu_before) {
   const Lanes zero{};
-  Lanes best = *reinterpret_cast<const Lanes*>(x + (y0 * w + x0) * c);
+  Lanes best = zero - std::numeric_limits<float>::infinity();
   for (std::int64_t iy = y0; iy < y1; ++iy)
     for (std::int64_t ix = x0; ix < x1; ++ix) {
       const Lanes v = *reinterpret_cast<const Lanes*>(x + (iy * w + ix) * c);
@@ -88,14 +92,19 @@ inline void route_window_lanes(const float* x, const float* dy, float* dx, std::
     }
 }
 
-// dx of one image of f32 max pooling, channels-last x[H, W, C]: each window's
-// dy goes to its first maximum (windows that overlap add up), times x > 0
-// under relu_before. Compiled for AVX-512, AVX2 and the baseline.
+// dx of one image's channels [c_begin, c_end) of f32 max pooling,
+// channels-last x[H, W, C]: each window's dy goes to its first maximum
+// (windows that overlap add up), times x > 0 under relu_before. Compiled for
+// AVX-512, AVX2 and the baseline.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void max_pool_backward_image(const float* x, const float* dy, float* dx, std::int64_t h,
-                             std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow,
-                             const Pool2dArgs& a) {
-  std::memset(dx, 0, static_cast<std::size_t>(h * w * c) * sizeof(float));
+void max_pool_backward_channels(const float* x, const float* dy, float* dx, std::int64_t h,
+                                std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow,
+                                const Pool2dArgs& a, std::int64_t c_begin, std::int64_t c_end) {
+  if (c_begin == 0 && c_end == c)
+    std::memset(dx, 0, static_cast<std::size_t>(h * w * c) * sizeof(float));
+  else
+    for (std::int64_t at = 0; at < h * w; ++at)
+      std::fill(dx + at * c + c_begin, dx + at * c + c_end, 0.0f);
   for (std::int64_t oy = 0; oy < oh; ++oy)
     for (std::int64_t ox = 0; ox < ow; ++ox) {
       const std::int64_t y0 = std::max<std::int64_t>(oy * a.stride_h - a.pad_top, 0);
@@ -104,21 +113,28 @@ void max_pool_backward_image(const float* x, const float* dy, float* dx, std::in
       const std::int64_t x1 = std::min<std::int64_t>(ox * a.stride_w - a.pad_left + a.window_w, w);
       if (y0 >= y1 || x0 >= x1) continue;  // a window wholly in the padding
       const float* d = dy + (oy * ow + ox) * c;
-      std::int64_t c0 = 0;
-      for (; c0 + kLanes <= c; c0 += kLanes)
+      std::int64_t c0 = c_begin;
+      for (; c0 + kLanes <= c_end; c0 += kLanes)
         route_window_lanes(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before);
-      if (c0 < c) route_window(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before, c - c0);
+      if (c0 < c_end) route_window(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before, c_end - c0);
     }
 }
 
-// Images are independent, so threads split them.
+// Images are independent, and so are blocks of 16 channels (each writes its
+// own part of dx, overlapping windows included): threads split the images,
+// or with fewer images than threads (a batch of one) the images' blocks.
 void max_pool_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Pool2dArgs& a) {
   const Shape &xs = x.shape(), &ys = dy.shape();
-  const std::int64_t n_images = xs[0], image = xs[1] * xs[2] * xs[3], pooled = ys[1] * ys[2] * ys[3];
-#pragma omp parallel for schedule(static) if (n_images > 1 && x.numel() > 65536)
-  for (std::int64_t n = 0; n < n_images; ++n)
-    max_pool_backward_image(x.data<float>() + n * image, dy.data<float>() + n * pooled,
-                            dx.data<float>() + n * image, xs[1], xs[2], xs[3], ys[1], ys[2], a);
+  const std::int64_t c = xs[3], image = xs[1] * xs[2] * c, pooled = ys[1] * ys[2] * c;
+  const std::int64_t blocks = xs[0] >= omp_get_max_threads() ? 1 : (c + kLanes - 1) / kLanes;
+  const std::int64_t span = blocks == 1 ? c : kLanes, units = xs[0] * blocks;
+#pragma omp parallel for schedule(static) if (units > 1 && x.numel() > 65536)
+  for (std::int64_t u = 0; u < units; ++u) {
+    const std::int64_t n = u / blocks, c_begin = u % blocks * span;
+    max_pool_backward_channels(x.data<float>() + n * image, dy.data<float>() + n * pooled,
+                               dx.data<float>() + n * image, xs[1], xs[2], c, ys[1], ys[2], a, c_begin,
+                               std::min(c, c_begin + span));
+  }
 }
 
 dnnl::pooling_forward::desc forward_desc(dnnl::prop_kind kind, const memory::desc& x_md,

@@ -85,7 +85,8 @@ void reduce_split_rows(ReduceOp op, const float* x, float* out, const Collapsed&
   }
 }
 
-void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& c, float* partials) {
+void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& c, int threads,
+                      float* partials) {
   float init = op == ReduceOp::max ? -std::numeric_limits<float>::infinity() : 0.0f;
   float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(c.reduced) : 1.0f;
   if (c.inner == 1) {
@@ -107,7 +108,6 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
   // Threads split the outer index when there are enough of them, else the
   // columns, in blocks of whole 64-byte lines (a bias gradient is one outer
   // index: split by 256 columns, its 256-wide ones ran on one thread).
-  const int threads = omp_get_max_threads();
   if (split_rows(c, threads)) return reduce_split_rows(op, x, out, c, threads, init, scale, partials);
   const bool split_outer = c.outer >= threads;
   const std::int64_t per_thread = (c.inner + threads - 1) / threads;
@@ -132,7 +132,7 @@ void CpuBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
     if (split_rows(*c, threads()))
       partials = static_cast<float*>(
           scratch_buffer("reduce partials", sizeof(float) * static_cast<std::size_t>(threads() * c->inner)).data());
-    return reduce_collapsed(op, x.data<float>(), out.data<float>(), *c, partials);
+    return reduce_collapsed(op, x.data<float>(), out.data<float>(), *c, threads(), partials);
   }
   auto x_md = plain_desc(x.shape(), x.dtype());
   auto out_md = plain_desc(out.shape(), out.dtype());

@@ -10,7 +10,8 @@
 // In the backward pass, max pooling's gradient followed by the gradient of the
 // ReLU that produced the pooled values is one pass too (Epilogue::activation
 // relu on the pool2d_grad): the ReLU's gradient is dy where its output x > 0,
-// and the pool already reads x, so the separate pass over x and dx goes.
+// and the pool already reads x, so the separate pass over x and dx goes
+// (where x <= 0 the fused pass writes 0 even if the pooled gradient was inf).
 //
 // A convolution's bias gradient is not fused into its weight gradient: with
 // diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's

@@ -390,23 +390,27 @@ TEST_CASE("reduce: a larger tensor over its leading and trailing axes") {
 
 TEST_CASE("reduce: a bias gradient's few columns over many rows, at 1, 2 and 3 threads") {
   // [N*H*W, C] to [1, C]: the rows split over the threads (partial rows, then
-  // their sum); one thread count gives the same bits every time.
+  // their sum), per outer index; one thread count gives the same bits every time.
   auto& backend = dynamic_cast<CpuBackend&>(cpu());
   const int saved = backend.threads();
-  Tensor x = random_tensor({4099, 2, 16}, 53, -4.0f, 4.0f);
-  const Shape shape{1, 2, 16};
-  for (int threads : {1, 2, 3})
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
-      CAPTURE(threads);
-      CAPTURE(name(op));
-      backend.set_threads(threads);
-      Tensor out = Tensor::empty(shape, DType::f32), again = Tensor::empty(shape, DType::f32);
-      cpu().reduce(op, x, out);
-      cpu().reduce(op, x, again);
-      backend.set_threads(saved);
-      check_close(out, reduce_ref(op, x, shape), 1e-5, 1e-4);
-      CHECK(out.to_vector<float>() == again.to_vector<float>());
-    }
+  const std::vector<std::pair<Shape, Shape>> cases = {{{4099, 2, 16}, {1, 2, 16}}, {{2, 4099, 16}, {2, 1, 16}}};
+  for (const auto& c : cases) {
+    const Shape& shape = c.second;
+    const Tensor x = random_tensor(c.first, 53, -4.0f, 4.0f);
+    for (int threads : {1, 2, 3})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
+        CAPTURE(shape.str());
+        CAPTURE(threads);
+        CAPTURE(name(op));
+        backend.set_threads(threads);
+        Tensor out = Tensor::empty(shape, DType::f32), again = Tensor::empty(shape, DType::f32);
+        cpu().reduce(op, x, out);
+        cpu().reduce(op, x, again);
+        backend.set_threads(saved);
+        check_close(out, reduce_ref(op, x, shape), 1e-5, 1e-4);
+        CHECK(out.to_vector<float>() == again.to_vector<float>());
+      }
+  }
 }
 
 // ------------------------------------------------ broadcast and transpose ----

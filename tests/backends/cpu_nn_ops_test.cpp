@@ -360,7 +360,7 @@ TEST_CASE("max and avg pool2d forward and backward, with and without padding") {
 TEST_CASE("max pool2d backward through the ReLU before it zeroes dx where x is not positive") {
   // x as a ReLU's output: zeros (ties among them too) and positives.
   Backend& cpu = backend_for(Device::cpu(0));
-  Tensor pre = random_tensor({3, 7, 6, 70}, 44);  // 70 channels: a full chunk of 64 and a rest
+  Tensor pre = random_tensor({3, 7, 6, 70}, 44);  // 70 channels: four vectors of 16 and a rest of 6
   Tensor x = Tensor::empty(pre.shape(), DType::f32);
   cpu.unary(UnaryOp::relu, pre, x);
   for (const Pool2dArgs& args : {Pool2dArgs{.kind = PoolKind::max}, Pool2dArgs{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1}}) {
@@ -374,6 +374,23 @@ TEST_CASE("max pool2d backward through the ReLU before it zeroes dx where x is n
     fused.relu_before = true;
     Tensor dx = random_tensor(x.shape(), 46);  // garbage the kernel must overwrite
     cpu.pool2d_backward(x, dy, dx, fused);
+    check_close(dx, ref.dx, 1e-5, 1e-6);
+  }
+  SUBCASE("one image, its 16-channel blocks split over 2 threads") {
+    auto& backend = dynamic_cast<CpuBackend&>(cpu);
+    const int saved = backend.threads();
+    Tensor one = Tensor::empty({1, 40, 30, 70}, DType::f32);  // above the parallel threshold
+    cpu.unary(UnaryOp::relu, random_tensor(one.shape(), 48), one);
+    const Pool2dArgs args{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1, true};
+    Tensor dy = random_tensor(pool2d_output_shape(one.shape(), args), 49);
+    auto ref = reference_pool(one, dy, args);
+    auto xv = one.to_vector<float>();
+    for (std::size_t i = 0; i < xv.size(); ++i)
+      if (!(xv[i] > 0.0f)) ref.dx[i] = 0.0f;
+    Tensor dx = random_tensor(one.shape(), 50);
+    backend.set_threads(2);
+    cpu.pool2d_backward(one, dy, dx, args);
+    backend.set_threads(saved);
     check_close(dx, ref.dx, 1e-5, 1e-6);
   }
   Pool2dArgs avg{.kind = PoolKind::avg, .relu_before = true};

@@ -181,6 +181,11 @@ TEST_CASE("gradient: max pooling of a ReLU's output, the two gradients fused int
   CHECK(h.node(plan.epilogues.begin()->first).kind == OpKind::pool2d_grad);
   CHECK(plan.epilogues.begin()->second.activation == Activation::relu);
   CHECK(plan.epilogues.begin()->second.out == dx);
+
+  // The pool's own gradient kept as an output: nothing is fused.
+  const NodeId pool_grad = plan.epilogues.begin()->first;
+  MemoryPlan kept = plan_memory(h, {dx, h.node(pool_grad).outputs[0]});
+  CHECK(kept.epilogues.empty());
 }
 
 TEST_CASE("gradient: embedding scatter-adds repeated ids") {
