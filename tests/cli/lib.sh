@@ -104,10 +104,15 @@ stop_rank() {
   for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
   [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
   victim=""
-  for pid in $(pgrep -f "$work/run.yaml"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+  for _ in $(seq 20); do  # a rank on another host can show up in /proc a little later
+    for pid in $(pgrep -f "$work/run.yaml"); do
+      tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+    done
+    [ -z "$victim" ] && kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
   done
-  [ -n "$victim" ] || fail "no process of rank $rank found"
+  [ -n "$victim" ] || fail "no process of rank $rank found; the job $(kill -0 "$job" 2>/dev/null && echo "still runs" ||
+    echo "had ended"); processes naming run.yaml: $(pgrep -af "$work/run.yaml" | cut -c1-160); its output: $(tail -n 20 "$work/$name.out")"
   start=$SECONDS
   kill "-$signal" "$victim"
   set +e; wait "$job"; rc=$?; set -e
