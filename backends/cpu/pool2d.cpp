@@ -67,8 +67,9 @@ inline void route_window(const float* x, const float* dy, float* dx, std::int64_
 // The same over 16 channels at once, in GCC's vector types (one AVX-512
 // register, two AVX2 ones), which the target clones below compile per ISA:
 // written as loops, the 16 lanes were unrolled into branches and ran 8x slower.
-// Unaligned, and allowed to alias the float tensors it views.
-using Lanes = float __attribute__((vector_size(64), aligned(4), may_alias));
+// Unaligned, and allowed to alias the float tensors it views (as __m512_u is
+// declared: Clang ignores `aligned` in the `using` form and assumed 64 bytes).
+typedef float Lanes __attribute__((vector_size(64), aligned(4), may_alias));
 constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(float);
 
 inline void route_window_lanes(const float* x, const float* dy, float* dx, std::int64_t y0, std::int64_t y1,
