@@ -25,10 +25,6 @@
 #include "distribution/strategies.hpp"
 #include "engine/tessera.hpp"
 
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
-
 namespace {
 
 using namespace tessera;

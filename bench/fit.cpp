@@ -46,10 +46,6 @@
 #include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
 
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
-
 namespace {
 
 using namespace tessera;

@@ -55,10 +55,6 @@
 #include "bench/zoo_case.hpp"
 #include "engine/tessera.hpp"
 
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
-
 namespace {
 
 using namespace tessera;
