@@ -74,22 +74,11 @@ TESSERA_HOST_DEVICE inline float reduce_finish(ReduceOp op, float total, std::in
   return op == ReduceOp::mean ? total * (1.0f / static_cast<float>(count)) : total;
 }
 
-// out[out_index] of the reduction `op` of x, in the CPU loops' order.
+// out[out_index] of the reduction `op` of x, in the CPU loops' order: one
+// lane over every reduced element, ascending.
 TESSERA_HOST_DEVICE inline float reduce_element(ReduceOp op, const float* x,
                                                 const ReduceIndex& index, std::int64_t out_index) {
-  const float* base = x + index.kept(out_index);
-  if (op == ReduceOp::max) {
-    float acc = -INFINITY;
-    for (std::int64_t r = 0; r < index.count; ++r) {
-      const float v = base[index.reduced(r)];
-      acc = acc < v ? v : acc;  // std::max(acc, v), as the CPU loop: NaNs are skipped
-    }
-    return acc;
-  }
-  float acc = 0.0f;
-  for (std::int64_t r = 0; r < index.count; ++r) acc += base[index.reduced(r)];
-  if (op == ReduceOp::mean) acc *= 1.0f / static_cast<float>(index.count);
-  return acc;
+  return reduce_finish(op, reduce_partial(op, x, index, out_index, 0, 1), index.count);
 }
 
 }  // namespace tessera

@@ -176,4 +176,29 @@ TEST_CASE("cuda reduce kernel matches the CPU backend for every op and set of re
   }
 }
 
+TEST_CASE("cuda reduce gives the same bits on every run, on the warp and block paths too" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  // Many outputs of 4096 (a warp each), 40 columns over 4096 rows, and one
+  // output of 2^20 elements (a block, grid-stride).
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3000, 4096}, {3000, 1}}, {{4096, 40}, {1, 40}}, {{1024, 1024}, {1, 1}}};
+  for (const auto& c : cases) {
+    const Tensor x = random_tensor(c.first, 44, -2.0f, 2.0f);
+    const Tensor gx = to_gpu(x);
+    for (ReduceOp op : kReduceOps) {
+      CAPTURE(c.first.str());
+      CAPTURE(name(op));
+      Tensor once = Tensor::empty(c.second, DType::f32, Device::cuda(0));
+      Tensor twice = Tensor::empty(c.second, DType::f32, Device::cuda(0));
+      gpu().reduce(op, gx, once);
+      gpu().reduce(op, gx, twice);
+      CHECK(to_host(once).to_vector<float>() == to_host(twice).to_vector<float>());
+      Tensor out = Tensor::empty(c.second, DType::f32);
+      cpu().reduce(op, x, out);
+      const double per_element = 1e-6 * static_cast<double>(c.first.numel() / c.second.numel());
+      check_close(to_host(once).to_vector<float>(), out.to_vector<float>(), 1e-5, per_element);
+    }
+  }
+}
+
 #endif  // TESSERA_HAVE_CUDA
