@@ -13,12 +13,13 @@
 //    reused every step. The ratio is Tessera's median step over PyTorch's with
 //    F.scaled_dot_product_attention (flash attention, PyTorch at its best);
 //    the peer's time with Tessera's own attention math is printed beside it.
-//    Target (issue 15): at most 0.8 in bf16. MFU = the model's FLOPs per step
+//    Target (issue 15): at most 0.8 in bf16. The exit status is 1 when a
+//    model's parameter count differs from the peer's, 2 when a side failed. MFU = the model's FLOPs per step
 //    (6N + 12 L T d per trained token, 2N + 4 L T d per inferred one, N the
 //    weights outside the embedding tables) over the step time and the peak of
 //    its precision.
 //
-//   bench_gpu                          # everything (about 3 minutes on an H100)
+//   bench_gpu                          # everything
 //   bench_gpu --models gpt --modes train --precisions bf16
 //   bench_gpu --python /opt/torch/.venv/bin/python3
 #include <algorithm>
@@ -32,6 +33,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/step_times.hpp"
@@ -117,12 +119,6 @@ bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int s
 // The report
 // ---------------------------------------------------------------------------
 
-std::string join(const std::vector<std::string>& items) {
-  std::string s;
-  for (const auto& item : items) s += (s.empty() ? "" : ",") + item;
-  return s;
-}
-
 std::string fixed(double v, int digits = 1) { return v > 0 ? fmt::format("{:.{}f}", v, digits) : "-"; }
 
 }  // namespace
@@ -154,13 +150,10 @@ int main(int argc, char** argv) {
     // The peer first, all of it: its process ends before Tessera takes GPU memory.
     std::sort(sizes.begin(), sizes.end());
     const auto [output, status] = bench::run_command(fmt::format(
-        "cd '{}' && '{}' torch_gpu.py --matmul {} --models {} --precisions {} --modes {} --steps {} --warmup {} 2>&1",
-        (source_dir / "bench").string(), python, join([&] {
-          std::vector<std::string> s;
-          for (auto n : sizes) s.push_back(std::to_string(n));
-          return s;
-        }()),
-        join(models), join(precisions), join(modes), steps, warmup));
+        "cd {} && {} torch_gpu.py --matmul {} --models {} --precisions {} --modes {} --steps {} --warmup {} 2>&1",
+        bench::shell_quote((source_dir / "bench").string()), bench::shell_quote(python), fmt::join(sizes, ","),
+        fmt::join(models, ","), fmt::join(precisions, ","), fmt::join(modes, ","), steps, warmup));
+    int exit_status = status == 0 ? 0 : 2;
     std::map<std::string, double> peer_matmul;  // "n dtype" -> TFLOP/s
     std::map<std::string, json> peer_steps;     // "model precision mode attention" -> line
     std::string peer_env = "unavailable";
@@ -229,7 +222,16 @@ int main(int argc, char** argv) {
           fmt::print("{:<9} {:>5} {:>6} {:>12} {:>12} {:>7} {:>15} {:>8} {:>8}\n", m, mode, p, fixed(ours.median_ms, 2),
                      fixed(theirs, 2), ours.median_ms > 0 && theirs > 0 ? fixed(ours.median_ms / theirs, 2) : "-",
                      fixed(theirs_same, 2), mfu(ours.median_ms), mfu(theirs));
-          if (!error.empty()) fmt::print("  Tessera failed: {}\n", error);
+          if (!error.empty()) {
+            fmt::print("  Tessera failed: {}\n", error);
+            exit_status = 2;
+          }
+          const auto peer = peer_steps.find(fmt::format("{} {} {} sdpa", m, p, mode));
+          if (c && peer != peer_steps.end() && peer->second.value("params", std::int64_t{0}) != c->params) {
+            fmt::print("  parameter counts differ: Tessera {}, PyTorch {}\n", c->params,
+                       peer->second.value("params", std::int64_t{0}));
+            exit_status = std::max(exit_status, 1);
+          }
         }
       }
     }
@@ -237,7 +239,7 @@ int main(int argc, char** argv) {
                "\"PyTorch same\": PyTorch with Tessera's attention math (matmul, softmax, matmul).\n"
                "MFU: model FLOPs (6N + 12LTd per trained token, 2N + 4LTd per inferred one) over the\n"
                "step time and the measured peak of its precision.\n");
-    return 0;
+    return exit_status;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_gpu: {}\n", e.what());
     return 1;

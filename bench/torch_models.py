@@ -94,8 +94,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Byte vocabulary 256, context 128, d_model 256, 4 blocks of 4 heads of 64,
-    final LayerNorm, untied head without bias."""
+    """Pre-norm GPT: token and position embeddings, `layers` blocks of `heads`
+    heads (feed-forward `ff` wide), final LayerNorm, untied head without bias.
+    The defaults are the zoo GPT (models/gpt.yaml): byte vocabulary 256,
+    context 128, d_model 256, 4 blocks of 4 heads of 64."""
 
     def __init__(self, vocab=256, context=128, d_model=256, layers=4, heads=4, ff=1024, sdpa=False):
         super().__init__()
