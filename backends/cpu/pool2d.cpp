@@ -64,17 +64,24 @@ inline void route_window(const float* x, const float* dy, float* dx, std::int64_
   }
 }
 
-// The same over 16 channels at once, in GCC's vector types (one AVX-512
-// register, two AVX2 ones), which the target clones below compile per ISA:
-// written as loops, the 16 lanes were unrolled into branches and ran 8x slower.
-// Unaligned, and allowed to alias the float tensors it views (as __m512_u is
-// declared: Clang ignores `aligned` in the `using` form and assumed 64 bytes).
-typedef float Lanes __attribute__((vector_size(64), aligned(4), may_alias));
-constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(float);
+// The same over a vector of channels at once, in GCC's vector types of
+// kBytes: written as loops, the lanes were unrolled into branches and ran 8x
+// slower. Each ISA gets its own register width: 16 lanes (64 bytes) compiled
+// for AVX2 were lowered lane by lane through the stack, 24x slower than 8
+// lanes on a Zen 1. Unaligned, and allowed to alias the float tensors it views
+// (as __m512_u is declared: Clang ignores `aligned` in the `using` form and
+// assumed the vector's size).
+template <int kBytes>
+struct FloatLanes {
+  typedef float type __attribute__((vector_size(kBytes), aligned(4), may_alias));
+};
 
-inline void route_window_lanes(const float* x, const float* dy, float* dx, std::int64_t y0, std::int64_t y1,
-                               std::int64_t x0, std::int64_t x1, std::int64_t w, std::int64_t c,
-                               bool relu_before) {
+template <int kBytes>
+[[gnu::always_inline]] inline void route_window_lanes(const float* x, const float* dy, float* dx, std::int64_t y0,
+                                                      std::int64_t y1, std::int64_t x0, std::int64_t x1,
+                                                      std::int64_t w, std::int64_t c, bool relu_before) {
+  using Lanes = typename FloatLanes<kBytes>::type;
+  static_assert(alignof(Lanes) == alignof(float));
   const Lanes zero{};
   Lanes best = zero - std::numeric_limits<float>::infinity();
   for (std::int64_t iy = y0; iy < y1; ++iy)
@@ -93,14 +100,19 @@ inline void route_window_lanes(const float* x, const float* dy, float* dx, std::
     }
 }
 
+// Threads split work in blocks of this many channels (below).
+constexpr std::int64_t kBlock = 16;
+
 // dx of one image's channels [c_begin, c_end) of f32 max pooling,
 // channels-last x[H, W, C]: each window's dy goes to its first maximum
-// (windows that overlap add up), times x > 0 under relu_before. Compiled for
-// AVX-512, AVX2 and the baseline.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void max_pool_backward_channels(const float* x, const float* dy, float* dx, std::int64_t h,
-                                std::int64_t w, std::int64_t c, std::int64_t oh, std::int64_t ow,
-                                const Pool2dArgs& a, std::int64_t c_begin, std::int64_t c_end) {
+// (windows that overlap add up), times x > 0 under relu_before; kBytes / 4
+// channels at a time, the rest one by one.
+template <int kBytes>
+[[gnu::always_inline]] inline void max_pool_backward_channels(const float* x, const float* dy, float* dx,
+                                                              std::int64_t h, std::int64_t w, std::int64_t c,
+                                                              std::int64_t oh, std::int64_t ow, const Pool2dArgs& a,
+                                                              std::int64_t c_begin, std::int64_t c_end) {
+  constexpr std::int64_t lanes = kBytes / static_cast<std::int64_t>(sizeof(float));
   if (c_begin == 0 && c_end == c)
     std::memset(dx, 0, static_cast<std::size_t>(h * w * c) * sizeof(float));
   else
@@ -115,10 +127,36 @@ void max_pool_backward_channels(const float* x, const float* dy, float* dx, std:
       if (y0 >= y1 || x0 >= x1) continue;  // a window wholly in the padding
       const float* d = dy + (oy * ow + ox) * c;
       std::int64_t c0 = c_begin;
-      for (; c0 + kLanes <= c_end; c0 += kLanes)
-        route_window_lanes(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before);
+      for (; c0 + lanes <= c_end; c0 += lanes)
+        route_window_lanes<kBytes>(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before);
       if (c0 < c_end) route_window(x + c0, d + c0, dx + c0, y0, y1, x0, x1, w, c, a.relu_before, c_end - c0);
     }
+}
+
+// One body compiled three times, each in its ISA's widest registers, picked
+// once by the CPU the process runs on.
+using ChannelsKernel = void (*)(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t,
+                                std::int64_t, std::int64_t, const Pool2dArgs&, std::int64_t, std::int64_t);
+[[gnu::target("avx512f")]] void max_pool_backward_channels_avx512(
+    const float* x, const float* dy, float* dx, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t oh,
+    std::int64_t ow, const Pool2dArgs& a, std::int64_t c_begin, std::int64_t c_end) {
+  max_pool_backward_channels<64>(x, dy, dx, h, w, c, oh, ow, a, c_begin, c_end);
+}
+[[gnu::target("avx2")]] void max_pool_backward_channels_avx2(
+    const float* x, const float* dy, float* dx, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t oh,
+    std::int64_t ow, const Pool2dArgs& a, std::int64_t c_begin, std::int64_t c_end) {
+  max_pool_backward_channels<32>(x, dy, dx, h, w, c, oh, ow, a, c_begin, c_end);
+}
+void max_pool_backward_channels_sse(const float* x, const float* dy, float* dx, std::int64_t h, std::int64_t w,
+                                    std::int64_t c, std::int64_t oh, std::int64_t ow, const Pool2dArgs& a,
+                                    std::int64_t c_begin, std::int64_t c_end) {
+  max_pool_backward_channels<16>(x, dy, dx, h, w, c, oh, ow, a, c_begin, c_end);
+}
+ChannelsKernel channels_kernel_for_this_cpu() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return max_pool_backward_channels_avx512;
+  if (__builtin_cpu_supports("avx2")) return max_pool_backward_channels_avx2;
+  return max_pool_backward_channels_sse;
 }
 
 // Images are independent, and so are blocks of 16 channels (each writes its
@@ -127,14 +165,15 @@ void max_pool_backward_channels(const float* x, const float* dy, float* dx, std:
 void max_pool_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Pool2dArgs& a) {
   const Shape &xs = x.shape(), &ys = dy.shape();
   const std::int64_t c = xs[3], image = xs[1] * xs[2] * c, pooled = ys[1] * ys[2] * c;
-  const std::int64_t blocks = xs[0] >= omp_get_max_threads() ? 1 : (c + kLanes - 1) / kLanes;
-  const std::int64_t span = blocks == 1 ? c : kLanes, units = xs[0] * blocks;
+  static const ChannelsKernel channels_kernel = channels_kernel_for_this_cpu();
+  const std::int64_t blocks = xs[0] >= omp_get_max_threads() ? 1 : (c + kBlock - 1) / kBlock;
+  const std::int64_t span = blocks == 1 ? c : kBlock, units = xs[0] * blocks;
 #pragma omp parallel for schedule(static) if (units > 1 && x.numel() > 65536)
   for (std::int64_t u = 0; u < units; ++u) {
     const std::int64_t n = u / blocks, c_begin = u % blocks * span;
-    max_pool_backward_channels(x.data<float>() + n * image, dy.data<float>() + n * pooled,
-                               dx.data<float>() + n * image, xs[1], xs[2], c, ys[1], ys[2], a, c_begin,
-                               std::min(c, c_begin + span));
+    channels_kernel(x.data<float>() + n * image, dy.data<float>() + n * pooled,
+                    dx.data<float>() + n * image, xs[1], xs[2], c, ys[1], ys[2], a, c_begin,
+                    std::min(c, c_begin + span));
   }
 }
 
