@@ -402,20 +402,24 @@ TEST_CASE("max pool2d backward through the ReLU before it zeroes dx where x is n
 
 TEST_CASE("softmax and log-softmax forward and backward over the last and a middle axis") {
   Backend& cpu = backend_for(Device::cpu(0));
-  Tensor x = random_tensor({3, 5, 7}, 51, -4.0f, 4.0f);
-  Tensor dy = random_tensor(x.shape(), 52);
-  for (int axis : {-1, 1, 0})
-    for (bool log : {false, true}) {
-      CAPTURE(axis);
-      CAPTURE(log);
-      int a = x.shape().normalize_axis(axis);
-      Tensor y = Tensor::empty(x.shape(), DType::f32);
-      cpu.softmax(x, y, axis, log);
-      check_close(y, reference_softmax(x, a, log), 1e-5, 1e-6);
-      Tensor dx = Tensor::empty(x.shape(), DType::f32);
-      cpu.softmax_backward(y, dy, dx, axis, log);
-      check_close(dx, reference_softmax_backward(y, dy, a, log), 1e-4, 1e-6);
-    }
+  // Rows of 7, and 130 rows of 131 (vector lanes and a tail, split over the threads).
+  for (const Shape& shape : {Shape{3, 5, 7}, Shape{2, 65, 131}}) {
+    Tensor x = random_tensor(shape, 51, -4.0f, 4.0f);
+    Tensor dy = random_tensor(x.shape(), 52);
+    for (int axis : {-1, 1, 0})
+      for (bool log : {false, true}) {
+        CAPTURE(shape.str());
+        CAPTURE(axis);
+        CAPTURE(log);
+        int a = x.shape().normalize_axis(axis);
+        Tensor y = Tensor::empty(x.shape(), DType::f32);
+        cpu.softmax(x, y, axis, log);
+        check_close(y, reference_softmax(x, a, log), 1e-5, 1e-6);
+        Tensor dx = Tensor::empty(x.shape(), DType::f32);
+        cpu.softmax_backward(y, dy, dx, axis, log);
+        check_close(dx, reference_softmax_backward(y, dy, a, log), 1e-4, 1e-6);
+      }
+  }
 }
 
 TEST_CASE("layer norm forward (y, mean, rstd) and backward (dx, dgamma, dbeta)") {
