@@ -5,8 +5,6 @@
 // The tensor is viewed as [outer, n, inner] with the softmax over the middle
 // axis: the result is the same as over the original axis, and shapes that
 // differ only outside the axis share a primitive.
-#include <omp.h>
-
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -35,11 +33,13 @@ std::string view_key(const Shape& view, DType dtype, bool log) {
 // dx of one row of n from y and dy: softmax y * (dy - sum(dy * y)), log-softmax
 // dy - exp(y) * sum(dy). oneDNN 2.6 runs this backward in its reference
 // implementation where it has no AVX-512 (ref:any: 6.8 ms a call on the zoo
-// GPT's attention weights on a Zen 1, 6x its jitted forward); these two passes
-// over a row are memory-bound.
+// GPT's attention weights on a Zen 1, 6x its jitted forward). The softmax's
+// two passes are vectorised and memory-bound; the log-softmax's exp is scalar,
+// as in oneDNN's reference. The sum's order is fixed per ISA, so a machine
+// repeats its bits; AVX-512 and AVX2 machines differ in the last ones. dx may
+// be dy (an in-place backward): each element is read before it is written.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void softmax_backward_row(const float* __restrict y, const float* __restrict dy, float* __restrict dx,
-                          std::int64_t n, bool log) {
+void softmax_backward_row(const float* __restrict y, const float* dy, float* dx, std::int64_t n, bool log) {
   float sum = 0.0f;
   if (log) {
 #pragma omp simd reduction(+ : sum)

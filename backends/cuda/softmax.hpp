@@ -1,7 +1,7 @@
 // Softmax and log-softmax over any axis, forward and backward, as host/device
 // functions of one row: softmax.cu runs one thread per row, and tests check
 // them on the host against the CPU backend (oneDNN's softmax_accurate and
-// softmax_log).
+// softmax_log, and the CPU's own loop for f32 backward over the last axis).
 //
 // The tensor is viewed as [outer, n, inner] around the axis: row r of the
 // outer × inner rows starts at (r / inner) * n * inner + r % inner and steps

@@ -1,6 +1,7 @@
 // The CUDA backend's softmax kernel bodies (backends/cuda/softmax.hpp),
 // checked on the host: softmax_row and softmax_backward_row run over every row
-// match the CPU backend (oneDNN) for softmax and log-softmax, over the first,
+// match the CPU backend (oneDNN, or its own loop for f32 backward over the
+// last axis) for softmax and log-softmax, over the first,
 // a middle and the last axis, for odd sizes (1, 7, 65537) and ranks 1-4. The
 // cases at the end (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
