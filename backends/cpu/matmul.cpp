@@ -1,6 +1,10 @@
 // Matmul on oneDNN: transposes are expressed as strides of the memory
 // descriptors (no copy), the bias and activation as a fused bias and eltwise
-// post-op, alpha as the output scale.
+// post-op, alpha as the output scale. One shape family on AVX2 runs against a
+// transposed copy of b (transpose_b_first below).
+#include <immintrin.h>
+#include <omp.h>
+
 #include <bit>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -49,6 +53,64 @@ bool any_bf16(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor
   return is(a) || is(b) || is(out) || (bias != nullptr && is(*bias));
 }
 
+// Whether oneDNN runs its AVX2 sgemm here (a CPU without AVX-512).
+bool onednn_avx2_gemm() {
+  static const bool avx2 = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
+  return avx2;
+}
+
+// Whether a[M, K] @ b[K, N] runs faster as a @ bt^T, bt[N, K] a transposed
+// copy of b (the layout of PyTorch's Linear weights). oneDNN 2.6's AVX2 sgemm
+// takes few rows (1/M + 1/N >= 0.0038) to its no-copy kernel, which is slow on
+// b's rows 4 KiB apart (N a multiple of 1024), where its AVX-512 sgemm copies
+// such operands first. On a Zen 1, one thread: 128x784x1024 7.84 ms against
+// 5.52 through the transposed view, 128x1024x1024 9.46 against 7.63,
+// 64x256x1024 2.31 against 0.90, while transposing b costs a memory pass
+// (bench/README.md, "Few rows against N-major weights"). Below 64 rows the
+// gain does not pay for the copy; from 512 rows both forms run alike.
+bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args) {
+  if (args.transpose_a || args.transpose_b || a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::f32 ||
+      b.dtype() != DType::f32 || !onednn_avx2_gemm())
+    return false;
+  const std::int64_t m = a.shape()[0], n = b.shape()[1];
+  return n % 1024 == 0 && m >= 64 && m < 512;
+}
+
+// out[c, r] = in[r, c] for in[rows, cols], in 8x8 blocks of AVX2 registers
+// (scalar at the edges); threads split the rows. Only called where oneDNN
+// runs its AVX2 sgemm, so the CPU has AVX2.
+[[gnu::target("avx2")]] void transpose_f32_avx2(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t whole_rows = rows / 8 * 8, whole_cols = cols / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < whole_rows; r += 8) {
+    for (std::int64_t c = 0; c < whole_cols; c += 8) {
+      __m256 v[8], t[8];
+      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(out + (c + i) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
+        _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+      }
+    }
+    for (std::int64_t i = r; i < r + 8; ++i)
+      for (std::int64_t c = whole_cols; c < cols; ++c) out[c * rows + i] = in[i * cols + c];
+  }
+  for (std::int64_t r = whole_rows; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 }  // namespace
 
 void CpuBackend::matmul_widened(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
@@ -74,6 +136,17 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     return run_matmul(a.reshape({rows, k}), b, bias, out.reshape({rows, n}), args);
   }
   if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
+  if (transpose_b_first(a, b, args)) {
+    const std::int64_t k = b.shape()[0], n = b.shape()[1];
+    Tensor bt = scratch_tensor("matmul b transposed", {n, k}, DType::f32);
+    {
+      KernelScope scope(threads());
+      transpose_f32_avx2(b.data<float>(), bt.data<float>(), k, n);
+    }
+    MatmulArgs through_bt = args;
+    through_bt.transpose_b = true;
+    return run_matmul(a, bt, bias, out, through_bt);
+  }
   int rank = out.rank();
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +
                     (args.transpose_b ? "T" : "") + (bias ? cache_key(*bias) : "-") +

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/registry.hpp"
@@ -44,6 +45,27 @@ TEST_CASE("matmul with either operand transposed") {
       cpu.matmul(a, b, nullptr, out, {.transpose_a = ta, .transpose_b = tb});
       check_close(out, reference_matmul(a, b, ta, tb), 1e-5, 1e-5);
     }
+}
+
+TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
+  // On a CPU where oneDNN runs its AVX2 sgemm, these take the transposed copy
+  // of b (backends/cpu/matmul.cpp); elsewhere oneDNN's own path. K of 37
+  // leaves rows of b outside the 8x8 blocks; 2 threads split the blocks.
+  Backend& cpu = backend_for(Device::cpu(0));
+  auto& backend = dynamic_cast<CpuBackend&>(cpu);
+  const int saved = backend.threads();
+  backend.set_threads(2);
+  for (const auto& [m, k, n] : {std::tuple{64, 37, 1024}, std::tuple{100, 19, 2048}, std::tuple{511, 8, 1024}}) {
+    CAPTURE(m);
+    Tensor a = random_tensor({m, k}, 8), b = random_tensor({k, n}, 9), bias = random_tensor({n}, 10);
+    Tensor out = Tensor::empty({m, n}, DType::f32);
+    cpu.matmul(a, b, &bias, out, {.activation = Activation::relu, .alpha = 0.5f});
+    auto ref = reference_matmul(a, b, false, false);
+    auto bv = bias.to_vector<float>();
+    for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = std::max(0.0f, 0.5f * ref[i] + bv[i % static_cast<std::size_t>(n)]);
+    check_close(out, ref, 1e-5, 1e-5);
+  }
+  backend.set_threads(saved);
 }
 
 TEST_CASE("matmul fuses bias, activation and alpha") {
