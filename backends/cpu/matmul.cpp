@@ -79,34 +79,41 @@ bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args)
   return n % 1024 == 0 && m >= 64 && m < 512;
 }
 
-// out[c, r] = in[r, c] for in[rows, cols], in 8x8 blocks of AVX2 registers
-// (scalar at the edges); threads split the rows. Only called where oneDNN
-// runs its AVX2 sgemm, so the CPU has AVX2.
-[[gnu::target("avx2")]] void transpose_f32_avx2(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t whole_rows = rows / 8 * 8, whole_cols = cols / 8 * 8;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < whole_rows; r += 8) {
-    for (std::int64_t c = 0; c < whole_cols; c += 8) {
-      __m256 v[8], t[8];
-      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(out + (c + i) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
-        _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-      }
+// Rows [r, r + 8) of out[c, r] = in[r, c], in 8x8 blocks of AVX2 registers
+// (scalar past the last whole block of columns).
+[[gnu::target("avx2")]] void transpose_eight_rows_avx2(const float* in, float* out, std::int64_t rows,
+                                                        std::int64_t cols, std::int64_t r) {
+  const std::int64_t whole_cols = cols / 8 * 8;
+  for (std::int64_t c = 0; c < whole_cols; c += 8) {
+    __m256 v[8], t[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
     }
-    for (std::int64_t i = r; i < r + 8; ++i)
-      for (std::int64_t c = whole_cols; c < cols; ++c) out[c * rows + i] = in[i * cols + c];
+    for (int i = 0; i < 8; i += 4) {
+      v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_ps(out + (c + i) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
+      _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+    }
   }
+  for (std::int64_t i = r; i < r + 8; ++i)
+    for (std::int64_t c = whole_cols; c < cols; ++c) out[c * rows + i] = in[i * cols + c];
+}
+
+// out[c, r] = in[r, c] for in[rows, cols]; threads split the blocks of 8 rows.
+// Only called where oneDNN runs its AVX2 sgemm, so the CPU has AVX2. The
+// parallel loop calls the AVX2 function rather than being one: Clang does not
+// give a target attribute to the function it outlines a parallel region into.
+void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t whole_rows = rows / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < whole_rows; r += 8) transpose_eight_rows_avx2(in, out, rows, cols, r);
   for (std::int64_t r = whole_rows; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
@@ -141,7 +148,7 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     Tensor bt = scratch_tensor("matmul b transposed", {n, k}, DType::f32);
     {
       KernelScope scope(threads());
-      transpose_f32_avx2(b.data<float>(), bt.data<float>(), k, n);
+      transpose_f32(b.data<float>(), bt.data<float>(), k, n);
     }
     MatmulArgs through_bt = args;
     through_bt.transpose_b = true;

@@ -35,21 +35,25 @@ std::string view_key(const Shape& view, DType dtype, bool log) {
 // implementation where it has no AVX-512 (ref:any: 6.8 ms a call on the zoo
 // GPT's attention weights on a Zen 1, 6x its jitted forward). The softmax's
 // two passes are vectorised and memory-bound; the log-softmax's exp is scalar,
-// as in oneDNN's reference. The sum's order is fixed per ISA, so a machine
-// repeats its bits; AVX-512 and AVX2 machines differ in the last ones. dx may
+// as in oneDNN's reference. The sum's order is fixed, so every run repeats its
+// bits. dx may
 // be dy (an in-place backward): each element is read before it is written.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void softmax_backward_row(const float* __restrict y, const float* dy, float* dx, std::int64_t n, bool log) {
+  // The sum in 16 running partial sums, which vectorise without reordering
+  // any one of them, then those in order and the tail.
+  constexpr std::int64_t kPartials = 16;
+  float partial[kPartials] = {};
+  const std::int64_t whole = n / kPartials * kPartials;
+  for (std::int64_t i = 0; i < whole; i += kPartials)
+    for (std::int64_t j = 0; j < kPartials; ++j) partial[j] += log ? dy[i + j] : dy[i + j] * y[i + j];
   float sum = 0.0f;
-  if (log) {
-#pragma omp simd reduction(+ : sum)
-    for (std::int64_t i = 0; i < n; ++i) sum += dy[i];
+  for (float p : partial) sum += p;
+  for (std::int64_t i = whole; i < n; ++i) sum += log ? dy[i] : dy[i] * y[i];
+  if (log)
     for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] - std::exp(y[i]) * sum;
-  } else {
-#pragma omp simd reduction(+ : sum)
-    for (std::int64_t i = 0; i < n; ++i) sum += dy[i] * y[i];
+  else
     for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - sum);
-  }
 }
 
 }  // namespace
