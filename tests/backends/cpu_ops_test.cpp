@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <limits>
-#include <tuple>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/registry.hpp"
@@ -55,7 +54,11 @@ TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   auto& backend = dynamic_cast<CpuBackend&>(cpu);
   const int saved = backend.threads();
   backend.set_threads(2);
-  for (const auto& [m, k, n] : {std::tuple{64, 37, 1024}, std::tuple{100, 19, 2048}, std::tuple{511, 8, 1024}}) {
+  struct Case {
+    std::int64_t m, k, n;
+  };
+  for (const Case& c : {Case{64, 37, 1024}, Case{100, 19, 2048}, Case{511, 8, 1024}}) {
+    const std::int64_t m = c.m, k = c.k, n = c.n;
     CAPTURE(m);
     Tensor a = random_tensor({m, k}, 8), b = random_tensor({k, n}, 9), bias = random_tensor({n}, 10);
     Tensor out = Tensor::empty({m, n}, DType::f32);
