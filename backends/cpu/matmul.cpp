@@ -79,12 +79,11 @@ bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args)
   return n % 1024 == 0 && m >= 64 && m < 512;
 }
 
-// Rows [r, r + 8) of out[c, r] = in[r, c], in 8x8 blocks of AVX2 registers
-// (scalar past the last whole block of columns).
+// Rows [r, r + 8) of out[c, r] = in[r, c], in 8x8 blocks of AVX2 registers;
+// cols is a multiple of 8 (transpose_b_first takes N a multiple of 1024).
 [[gnu::target("avx2")]] void transpose_eight_rows_avx2(const float* in, float* out, std::int64_t rows,
                                                         std::int64_t cols, std::int64_t r) {
-  const std::int64_t whole_cols = cols / 8 * 8;
-  for (std::int64_t c = 0; c < whole_cols; c += 8) {
+  for (std::int64_t c = 0; c < cols; c += 8) {
     __m256 v[8], t[8];
     for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
     for (int i = 0; i < 8; i += 2) {
@@ -102,11 +101,10 @@ bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args)
       _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
     }
   }
-  for (std::int64_t i = r; i < r + 8; ++i)
-    for (std::int64_t c = whole_cols; c < cols; ++c) out[c * rows + i] = in[i * cols + c];
 }
 
-// out[c, r] = in[r, c] for in[rows, cols]; threads split the blocks of 8 rows.
+// out[c, r] = in[r, c] for in[rows, cols], cols a multiple of 8; threads
+// split the blocks of 8 rows, the last rows are copied one by one.
 // Only called where oneDNN runs its AVX2 sgemm, so the CPU has AVX2. The
 // parallel loop calls the AVX2 function rather than being one: Clang does not
 // give a target attribute to the function it outlines a parallel region into.

@@ -150,8 +150,8 @@ using ChannelsKernel = void (*)(const float*, const float*, float*, std::int64_t
   max_pool_backward_channels<32>(x, dy, dx, h, w, c, oh, ow, a, c_begin, c_end);
 }
 void max_pool_backward_channels_baseline(const float* x, const float* dy, float* dx, std::int64_t h, std::int64_t w,
-                                    std::int64_t c, std::int64_t oh, std::int64_t ow, const Pool2dArgs& a,
-                                    std::int64_t c_begin, std::int64_t c_end) {
+                                         std::int64_t c, std::int64_t oh, std::int64_t ow, const Pool2dArgs& a,
+                                         std::int64_t c_begin, std::int64_t c_end) {
   max_pool_backward_channels<16>(x, dy, dx, h, w, c, oh, ow, a, c_begin, c_end);
 }
 ChannelsKernel channels_kernel_for_this_cpu() {

@@ -33,11 +33,9 @@ std::string view_key(const Shape& view, DType dtype, bool log) {
 // dx of one row of n from y and dy: softmax y * (dy - sum(dy * y)), log-softmax
 // dy - exp(y) * sum(dy). oneDNN 2.6 runs this backward in its reference
 // implementation where it has no AVX-512 (ref:any: 6.8 ms a call on the zoo
-// GPT's attention weights on a Zen 1, 6x its jitted forward). The softmax's
-// two passes are vectorised and memory-bound; the log-softmax's exp is scalar,
-// as in oneDNN's reference. The sum's order is fixed, so every run repeats its
-// bits. dx may
-// be dy (an in-place backward): each element is read before it is written.
+// GPT's attention weights on a Zen 1, 6x its jitted forward). The sum's order
+// is fixed, so every run repeats its bits. dx may be dy (an in-place
+// backward): each element is read before it is written.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void softmax_backward_row(const float* __restrict y, const float* dy, float* dx, std::int64_t n, bool log) {
   // The sum in 16 running partial sums, which vectorise without reordering
