@@ -17,6 +17,9 @@
 #   TESSERA_GPU_CHECK_BENCH_ARGS=... # options of bench_gpu for check 6 (--models gpt, --steps 5...)
 #   TESSERA_GPU_CHECK_BENCH_LIMIT=S  # seconds check 6 may take (420)
 #   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one training run of check 4, or check 5, may take (300)
+#   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 7: those models' training
+#                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
+#                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -34,6 +37,7 @@
 #                   (TESSERA_TEST_MESH_DEVICES=cuda, tests/mesh_devices.hpp)
 #   6. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
 #                   steps in f32 and bf16 against PyTorch eager on the same GPU (python3)
+#   7. profiles     optional (TESSERA_GPU_CHECK_PROFILE): a model's training op by op on cuda:0
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -259,6 +263,25 @@ elif limited "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --pyth
   pass "benchmarks (figures above)"
 else
   fail "benchmarks" "bench_gpu failed or ran past its time limit"
+fi
+
+section "7. op profiles on $device"
+# Optional: where a training step's time goes, op by op (tessera train --profile).
+if [ -z "${TESSERA_GPU_CHECK_PROFILE:-}" ]; then
+  skip "op profiles" "TESSERA_GPU_CHECK_PROFILE names no model"
+elif [ $has_gpu -eq 0 ]; then
+  skip "op profiles" "$why_no_gpu"
+else
+  for case in $TESSERA_GPU_CHECK_PROFILE; do
+    IFS=: read -r model precision <<<"$case"
+    echo "--- $model in ${precision:=f32} on $device"
+    if CUDA_LAUNCH_BLOCKING=1 limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "scripts/gpu-check/$model.yaml" \
+      --device "$device" --set training.precision="$precision" --set training.checkpoint.dir="$fallback/profile" --profile; then
+      pass "op profile of $model in $precision"
+    else
+      fail "op profile of $model in $precision"
+    fi
+  done
 fi
 
 section "summary"
