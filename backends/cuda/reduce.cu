@@ -1,9 +1,20 @@
-// The reduction kernels (reduce.hpp). An output that reduces few elements
-// gets one thread, which loops over them; one that reduces many gets a warp,
-// or a whole block when the outputs are too few to fill the GPU, whose
-// threads split its elements and combine their partials in a fixed tree. No
-// atomics: the same input gives the same bits on every run and every device.
+// The reduction kernels (reduce.hpp), no atomics: the same input gives the
+// same bits on every run and every device.
+//
+// With a view [outer, count, inner]:
+// - inner 1 (each output's elements contiguous): few elements, a thread per
+//   output; many, a warp per output; many per output and few outputs (a norm,
+//   a loss), chunks of each output's elements over many blocks of 1024
+//   threads, whose partials a second kernel totals in a fixed order;
+// - inner > 1 (a bias gradient: a sum over rows per column): blocks of 32
+//   consecutive columns, so that a warp loads 128 contiguous bytes, by 32 row
+//   lanes whose partials meet in shared memory; or a thread per output, which
+//   is coalesced too, when the outputs fill the GPU or few rows are summed.
+// Without a view, the ReduceIndex kernels: a thread, a warp or a block per
+// output, with index divisions per element.
 #include "backends/cuda/reduce_kernels.hpp"
+
+#include <algorithm>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/launch.hpp"
@@ -11,24 +22,35 @@
 namespace tessera {
 namespace {
 
-// Below this many reduced elements per output, a thread per output is best.
-constexpr std::int64_t kThreadPerOutputBelow = 32;
-// A block per output when each reduces at least this many and they are fewer
-// than kBlockPerOutputMaxOutputs: a warp each would leave most SMs idle.
-constexpr std::int64_t kBlockPerOutputFrom = 4096;
-constexpr std::int64_t kBlockPerOutputMaxOutputs = 2048;
 constexpr int kWarp = 32;
-
-__global__ void reduce_thread_per_output(ReduceOp op, const float* x, float* out, ReduceIndex index,
-                                         std::int64_t out_count) {
-  for (std::int64_t o = first_index(); o < out_count; o += grid_stride())
-    out[o] = reduce_element(op, x, index, o);
-}
 
 __device__ float warp_combine(ReduceOp op, float acc) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
     acc = reduce_combine(op, acc, __shfl_down_sync(0xffffffffu, acc, offset));
   return acc;  // lane 0 holds the warp's total
+}
+
+// Thread 0 gets the block's total: each warp combines its lanes, then warp 0
+// the warps' totals. Every thread of the block must call it.
+__device__ float block_combine(ReduceOp op, float acc) {
+  __shared__ float warp_totals[kReduceChunkThreads / kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  acc = warp_combine(op, acc);
+  if (lane == 0) warp_totals[warp] = acc;
+  __syncthreads();
+  float total = reduce_identity(op);
+  if (warp == 0) total = warp_combine(op, lane < warps ? warp_totals[lane] : reduce_identity(op));
+  __syncthreads();  // warp_totals may be rewritten by the caller's next round
+  return total;
+}
+
+// --- ReduceIndex kernels (any set of axes) ---------------------------------------
+
+__global__ void reduce_thread_per_output(ReduceOp op, const float* x, float* out, ReduceIndex index,
+                                         std::int64_t out_count) {
+  for (std::int64_t o = first_index(); o < out_count; o += grid_stride())
+    out[o] = reduce_element(op, x, index, o);
 }
 
 // Warp w of the grid reduces outputs w, w + warps, ... (the loop bound is the
@@ -43,34 +65,124 @@ __global__ void reduce_warp_per_output(ReduceOp op, const float* x, float* out, 
   }
 }
 
-// Block b reduces outputs b, b + blocks, ...: each warp combines its lanes,
-// then warp 0 combines the warps' totals.
 __global__ void reduce_block_per_output(ReduceOp op, const float* x, float* out, ReduceIndex index,
                                         std::int64_t out_count) {
-  __shared__ float warp_totals[kLaunchThreads / kWarp];
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int warps = static_cast<int>(blockDim.x) / kWarp;
   for (std::int64_t o = blockIdx.x; o < out_count; o += gridDim.x) {
-    const float total = warp_combine(op, reduce_partial(op, x, index, o, threadIdx.x, blockDim.x));
-    if (lane == 0) warp_totals[warp] = total;
+    const float total = block_combine(op, reduce_partial(op, x, index, o, threadIdx.x, blockDim.x));
+    if (threadIdx.x == 0) out[o] = reduce_finish(op, total, index.count);
+  }
+}
+
+// --- ReduceView kernels ------------------------------------------------------------
+
+__global__ void view_thread_per_output(ReduceOp op, const float* x, float* out, ReduceView view) {
+  const std::int64_t out_count = view.outer * view.inner;
+  for (std::int64_t o = first_index(); o < out_count; o += grid_stride())
+    out[o] = reduce_finish(op, reduce_view_partial(op, x, view, o, 0, view.count, 0, 1), view.count);
+}
+
+__global__ void view_warp_per_output(ReduceOp op, const float* x, float* out, ReduceView view) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const std::int64_t warps = grid_stride() / kWarp, out_count = view.outer * view.inner;
+  for (std::int64_t o = first_index() / kWarp; o < out_count; o += warps) {
+    const float total = warp_combine(op, reduce_view_partial(op, x, view, o, 0, view.count, lane, kWarp));
+    if (lane == 0) out[o] = reduce_finish(op, total, view.count);
+  }
+}
+
+// Block (s, o) reduces chunk s of output o into partials[o * chunks + s].
+__global__ void __launch_bounds__(kReduceChunkThreads)
+    view_chunks(ReduceOp op, const float* x, float* partials, ReduceView view, std::int64_t chunk) {
+  const std::int64_t s = blockIdx.x, o = blockIdx.y;
+  const std::int64_t begin = s * chunk, end = begin + chunk < view.count ? begin + chunk : view.count;
+  const float total = block_combine(op, reduce_view_partial(op, x, view, o, begin, end, threadIdx.x, blockDim.x));
+  if (threadIdx.x == 0) partials[o * gridDim.x + s] = total;
+}
+
+// A warp per output totals its chunks' partials.
+__global__ void view_chunk_totals(ReduceOp op, const float* partials, float* out, std::int64_t chunks,
+                                  std::int64_t count, std::int64_t out_count) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const std::int64_t warps = grid_stride() / kWarp;
+  for (std::int64_t o = first_index() / kWarp; o < out_count; o += warps) {
+    float acc = reduce_identity(op);
+    for (std::int64_t s = lane; s < chunks; s += kWarp) acc = reduce_combine(op, acc, partials[o * chunks + s]);
+    const float total = warp_combine(op, acc);
+    if (lane == 0) out[o] = reduce_finish(op, total, count);
+  }
+}
+
+// Block tile t covers columns [c0, c0 + 32) of outer index a; thread (col,
+// row lane) sums rows row_lane, row_lane + 32, ...; row lane 0 then adds the
+// 32 partials of its column in order.
+__global__ void __launch_bounds__(kWarp * kReduceColumnRowLanes)
+    view_column_tiles(ReduceOp op, const float* x, float* out, ReduceView view) {
+  __shared__ float partials[kReduceColumnRowLanes][kWarp + 1];  // +1: no bank conflicts
+  const int col = static_cast<int>(threadIdx.x), row_lane = static_cast<int>(threadIdx.y);
+  const std::int64_t tiles_per_outer = reduce_ceil_div(view.inner, kWarp), tiles = view.outer * tiles_per_outer;
+  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const std::int64_t a = t / tiles_per_outer, c = (t - a * tiles_per_outer) * kWarp + col;
+    const bool inside = c < view.inner;
+    const std::int64_t o = a * view.inner + c;
+    partials[row_lane][col] =
+        inside ? reduce_view_partial(op, x, view, o, 0, view.count, row_lane, kReduceColumnRowLanes)
+               : reduce_identity(op);
     __syncthreads();
-    if (warp == 0) {
-      const float block_total = warp_combine(op, lane < warps ? warp_totals[lane] : reduce_identity(op));
-      if (lane == 0) out[o] = reduce_finish(op, block_total, index.count);
+    if (row_lane == 0 && inside) {
+      float total = partials[0][col];
+      for (int l = 1; l < kReduceColumnRowLanes; ++l) total = reduce_combine(op, total, partials[l][col]);
+      out[o] = reduce_finish(op, total, view.count);
     }
-    __syncthreads();  // warp_totals is rewritten by the next output
+    __syncthreads();
   }
 }
 
 }  // namespace
 
+void cuda_reduce_view(ReduceOp op, const float* x, float* out, const ReduceView& view, float* scratch,
+                      cudaStream_t stream) {
+  const std::int64_t outputs = view.outer * view.inner;
+  if (outputs <= 0) return;
+  const ReducePlan plan = plan_reduce(view);
+  switch (plan.kernel) {
+    case ReducePlan::thread_per_output: {
+      const LaunchConfig cfg = launch_config(outputs);
+      view_thread_per_output<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, out, view);
+      break;
+    }
+    case ReducePlan::warp_per_output: {
+      const LaunchConfig cfg = launch_config(outputs * kWarp);
+      view_warp_per_output<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, out, view);
+      break;
+    }
+    case ReducePlan::chunks_then_totals: {
+      // outputs < kReduceBlockPerOutputMaxOutputs and chunks <= ceil(target / outputs):
+      // at most target + outputs partials, within kReduceScratchFloats.
+      const dim3 grid(static_cast<unsigned>(plan.chunks), static_cast<unsigned>(outputs));
+      view_chunks<<<grid, kReduceChunkThreads, 0, stream>>>(op, x, scratch, view, plan.chunk);
+      cuda_check(cudaGetLastError(), "view_chunks kernel launch", __FILE__, __LINE__);
+      const LaunchConfig cfg = launch_config(outputs * kWarp);
+      view_chunk_totals<<<cfg.blocks, cfg.threads, 0, stream>>>(op, scratch, out, plan.chunks, view.count, outputs);
+      break;
+    }
+    case ReducePlan::column_tiles: {
+      const std::int64_t tiles = view.outer * reduce_ceil_div(view.inner, kWarp);
+      const dim3 block(kWarp, kReduceColumnRowLanes);
+      view_column_tiles<<<static_cast<unsigned>(std::min<std::int64_t>(tiles, kLaunchMaxBlocks)), block, 0, stream>>>(
+          op, x, out, view);
+      break;
+    }
+  }
+  cuda_check(cudaGetLastError(), "reduce kernel launch", __FILE__, __LINE__);
+}
+
 void cuda_reduce(ReduceOp op, const float* x, float* out, const ReduceIndex& index,
                  std::int64_t out_count, cudaStream_t stream) {
   if (out_count <= 0) return;
-  if (index.count < kThreadPerOutputBelow) {
+  if (index.count < kReduceThreadPerOutputBelow) {
     const LaunchConfig cfg = launch_config(out_count);
     reduce_thread_per_output<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, out, index, out_count);
-  } else if (index.count >= kBlockPerOutputFrom && out_count < kBlockPerOutputMaxOutputs) {
+  } else if (index.count >= kReduceBlockPerOutputFrom && out_count < kReduceBlockPerOutputMaxOutputs) {
     reduce_block_per_output<<<static_cast<int>(out_count), kLaunchThreads, 0, stream>>>(op, x, out, index, out_count);
   } else {
     const LaunchConfig cfg = launch_config(out_count * kWarp);

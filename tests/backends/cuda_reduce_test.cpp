@@ -1,10 +1,12 @@
-// The CUDA backend's reduction kernel body (backends/cuda/reduce.hpp), checked
-// on the host: the index helper visits every input element once, and
+// The CUDA backend's reduction kernel bodies (backends/cuda/reduce.hpp),
+// checked on the host: the index helper visits every input element once;
 // reduce_element run over every output element matches the CPU backend for
-// odd sizes (1, 7, 65537 elements), ranks 1-4 and every set of reduced axes.
-// The cases at the end (test suite "gpu", CUDA builds only) run the kernel.
+// odd sizes (1, 7, 65537 elements), ranks 1-4 and every set of reduced axes;
+// the views' plans, walked lane by lane as the kernels split them, match it
+// too. The cases at the end (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +42,29 @@ std::vector<float> host_reduce(ReduceOp op, const Tensor& x, const Shape& out) {
   std::vector<float> result(static_cast<std::size_t>(out.numel()));
   for (std::int64_t o = 0; o < out.numel(); ++o)
     result[static_cast<std::size_t>(o)] = reduce_element(op, x.data<float>(), index, o);
+  return result;
+}
+
+// The reduction of a view as plan_reduce splits it: each output's lanes (a
+// warp, a chunk's block, a column's row lanes) over their elements, the
+// partials then combined in order (the kernels use a fixed tree; any order
+// agrees within rounding).
+std::vector<float> host_planned_reduce(ReduceOp op, const Tensor& x, const ReduceView& view) {
+  const ReducePlan plan = plan_reduce(view);
+  std::int64_t chunk = view.count, lanes = 1;
+  if (plan.kernel == ReducePlan::warp_per_output) lanes = 32;
+  if (plan.kernel == ReducePlan::chunks_then_totals) chunk = plan.chunk, lanes = kReduceChunkThreads;
+  if (plan.kernel == ReducePlan::column_tiles) lanes = kReduceColumnRowLanes;
+  std::vector<float> result(static_cast<std::size_t>(view.outer * view.inner));
+  for (std::int64_t o = 0; o < view.outer * view.inner; ++o) {
+    float total = reduce_identity(op);
+    for (std::int64_t begin = 0; begin < view.count; begin += chunk)
+      for (std::int64_t lane = 0; lane < lanes; ++lane)
+        total = reduce_combine(op, total,
+                               reduce_view_partial(op, x.data<float>(), view, o, begin,
+                                                   std::min(begin + chunk, view.count), lane, lanes));
+    result[static_cast<std::size_t>(o)] = reduce_finish(op, total, view.count);
+  }
   return result;
 }
 
@@ -135,6 +160,72 @@ TEST_CASE("cuda reduce_partial split among 32 or 256 lanes matches the CPU backe
     }
 }
 
+TEST_CASE("cuda reduce view: one run of reduced axes, one lane adds as the CPU loops") {
+  // Where the reduced axes are one run, the view covers x and its
+  // thread-per-output sum is reduce_element's, bit for bit.
+  for (const Shape& shape : kShapes)
+    for (unsigned mask = 0; mask < (1u << shape.rank()); ++mask) {
+      const Shape out_shape = reduced_shape(shape, mask);
+      CAPTURE(shape.str());
+      CAPTURE(out_shape.str());
+      const auto view = make_reduce_view(shape.dims(), out_shape.dims());
+      if (!view) continue;
+      const ReduceIndex index = make_reduce_index(shape.dims(), out_shape.dims());
+      REQUIRE(view->outer * view->count * view->inner == shape.numel());
+      REQUIRE(view->count == index.count);
+      const Tensor x = random_tensor(shape, 45, -2.0f, 2.0f);
+      for (ReduceOp op : kReduceOps)
+        for (std::int64_t o = 0; o < out_shape.numel(); ++o)
+          REQUIRE(reduce_finish(op, reduce_view_partial(op, x.data<float>(), *view, o, 0, view->count, 0, 1),
+                                view->count) == reduce_element(op, x.data<float>(), index, o));
+    }
+  CHECK_FALSE(make_reduce_view({2, 3, 4}, {1, 3, 1}));  // kept axis between reduced ones
+  CHECK_FALSE(make_reduce_view({2, 3, 4, 5}, {1, 3, 1, 5}));
+  const auto bias = make_reduce_view({8, 1, 16, 12}, {1, 1, 1, 12});  // extent-1 axes aside
+  REQUIRE(bias);
+  CHECK(bias->outer == 1);
+  CHECK(bias->count == 128);
+  CHECK(bias->inner == 12);
+}
+
+TEST_CASE("cuda reduce plans, walked lane by lane, match the CPU backend") {
+  struct Case {
+    Shape x, out;
+    ReducePlan::Kernel kernel;
+  };
+  const std::vector<Case> cases = {
+      {{1000, 10}, {1000, 1}, ReducePlan::thread_per_output},     // few elements each
+      {{50, 100}, {50, 1}, ReducePlan::warp_per_output},          // rows
+      {{3000, 4096}, {3000, 1}, ReducePlan::warp_per_output},     // many rows
+      {{2, 70001}, {2, 1}, ReducePlan::chunks_then_totals},       // a norm of each of two
+      {{300, 1000}, {1, 1}, ReducePlan::chunks_then_totals},      // a loss
+      {{100, 40}, {1, 40}, ReducePlan::column_tiles},             // a bias gradient
+      {{6, 300, 33}, {6, 1, 33}, ReducePlan::column_tiles},       // a middle axis
+      {{40, 70000}, {1, 70000}, ReducePlan::thread_per_output}};  // columns filling the GPU
+  for (const Case& c : cases) {
+    const auto view = make_reduce_view(c.x.dims(), c.out.dims());
+    REQUIRE(view);
+    const ReducePlan plan = plan_reduce(*view);
+    CAPTURE(c.x.str());
+    CAPTURE(c.out.str());
+    CHECK(plan.kernel == c.kernel);
+    if (plan.kernel == ReducePlan::chunks_then_totals) {
+      CHECK(plan.chunks > 1);
+      CHECK(plan.chunk * plan.chunks >= view->count);
+      CHECK(plan.chunk * (plan.chunks - 1) < view->count);  // no empty chunk
+      CHECK(plan.chunks * view->outer <= kReduceScratchFloats);
+    }
+    const Tensor x = random_tensor(c.x, 46, -2.0f, 2.0f);
+    for (ReduceOp op : kReduceOps) {
+      CAPTURE(name(op));
+      Tensor out = Tensor::empty(c.out, DType::f32);
+      cpu().reduce(op, x, out);
+      const double per_element = 1e-6 * static_cast<double>(view->count);
+      check_close(host_planned_reduce(op, x, *view), out.to_vector<float>(), 1e-5, per_element);
+    }
+  }
+}
+
 TEST_CASE("cuda reduce index with more than 6 unmergeable kept axes is an UnsupportedError") {
   std::vector<std::int64_t> x(14, 2), out(14, 2);
   for (std::size_t i = 1; i < out.size(); i += 2) out[i] = 1;  // kept axes never adjacent
@@ -178,10 +269,15 @@ TEST_CASE("cuda reduce kernel matches the CPU backend for every op and set of re
 
 TEST_CASE("cuda reduce gives the same bits on every run, on the warp and block paths too" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  // Many outputs of 4096 (a warp each), 40 columns over 4096 rows, and one
-  // output of 2^20 elements (a block, grid-stride).
+  // Each plan of a view (reduce.hpp's plan_reduce): many outputs of 4096 (a
+  // warp each); columns (a bias gradient's [batch, time, features] over the
+  // first two axes; a middle axis); chunks of one output of 2^20 elements and
+  // of four of 300000; and an index without a view (a kept middle axis), a
+  // block per output.
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3000, 4096}, {3000, 1}}, {{4096, 40}, {1, 40}}, {{1024, 1024}, {1, 1}}};
+      {{3000, 4096}, {3000, 1}}, {{4096, 40}, {1, 40}},     {{8, 1024, 768}, {1, 1, 768}},
+      {{6, 5000, 33}, {6, 1, 33}}, {{1024, 1024}, {1, 1}}, {{4, 300000}, {4, 1}},
+      {{64, 100, 64}, {1, 100, 1}}};
   for (const auto& c : cases) {
     const Tensor x = random_tensor(c.first, 44, -2.0f, 2.0f);
     const Tensor gx = to_gpu(x);
