@@ -10,13 +10,17 @@
 
 namespace tessera {
 
-// layer_norm_row for every row of x viewed as [rows, features].
+// Layer norm of every row of x viewed as [rows, features]: the passes of
+// layer_norm.hpp split over a warp per row where layer_norm_warp_per_row, else
+// layer_norm_row in a thread per row.
 void cuda_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                      float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
                      cudaStream_t stream);
 
-// layer_norm_backward_row for every row, then layer_norm_param_grad for every
-// feature (dgamma and dbeta are overwritten; zero when there are no rows).
+// dx of every row, split the same way (layer_norm_backward_row where a thread
+// takes the row), then dgamma and dbeta of every feature, each the sum of 16
+// row-lanes' layer_norm_param_grad_partial in row-lane order (dgamma and dbeta
+// are overwritten; zero when there are no rows).
 void cuda_layer_norm_backward(const float* x, const float* gamma, const float* mean,
                               const float* rstd, const float* dy, float* dx, float* dgamma,
                               float* dbeta, std::int64_t rows, std::int64_t features,

@@ -1,6 +1,9 @@
-// Softmax kernels: one thread per row (softmax.hpp), three passes over it.
-// Simple and exact; a warp per row would serve long rows better when a
-// profile asks for it.
+// Softmax kernels (softmax.hpp). Over the last axis, rows of at least
+// kSoftmaxWarpFrom elements get a warp each: lane l reads j = l, l + 32, ...,
+// so each load of the warp is one coalesced run, and the lanes' max and sums
+// meet in a shuffle tree. Otherwise a thread takes each row: with inner > 1
+// adjacent rows are adjacent in memory, so the threads' loads coalesce. No
+// atomics: every run gives the same bits.
 #include "backends/cuda/softmax_kernels.hpp"
 
 #include <cstdint>
@@ -11,9 +14,37 @@
 namespace tessera {
 namespace {
 
+constexpr int kWarp = 32;
+static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
+
+// Lane 0's total in the fixed tree of offsets 16, 8, 4, 2, 1, then given to
+// every lane (a butterfly could leave lanes with different bits: max is not
+// commutative on -0 and +0).
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = softmax_max_combine(v, __shfl_down_sync(0xffffffffu, v, offset));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
 __global__ void softmax_kernel(const float* x, float* y, SoftmaxRows rows, bool log) {
   for (std::int64_t r = first_index(); r < rows.count(); r += grid_stride())
     softmax_row(x, y, rows, r, log);
+}
+
+// Warp w of the grid takes rows w, w + warps, ...: the bound is the same for
+// the whole warp, so every lane reaches each shuffle.
+__global__ void softmax_warp_kernel(const float* x, float* y, SoftmaxRows rows, bool log) {
+  const std::int64_t lane = threadIdx.x % kWarp, warps = grid_stride() / kWarp;
+  for (std::int64_t r = first_index() / kWarp; r < rows.count(); r += warps) {
+    const float max = warp_max(softmax_partial_max(x, rows, r, lane, kWarp));
+    const float sum = warp_sum(softmax_partial_sum(x, rows, r, max, lane, kWarp));
+    softmax_write(x, y, rows, r, max, sum, log, lane, kWarp);
+  }
 }
 
 __global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx,
@@ -22,22 +53,49 @@ __global__ void softmax_backward_kernel(const float* y, const float* dy, float* 
     softmax_backward_row(y, dy, dx, rows, r, log);
 }
 
+__global__ void softmax_backward_warp_kernel(const float* y, const float* dy, float* dx,
+                                             SoftmaxRows rows, bool log) {
+  const std::int64_t lane = threadIdx.x % kWarp, warps = grid_stride() / kWarp;
+  for (std::int64_t r = first_index() / kWarp; r < rows.count(); r += warps) {
+    const float sum = warp_sum(softmax_backward_partial(y, dy, rows, r, log, lane, kWarp));
+    softmax_backward_write(y, dy, dx, rows, r, sum, log, lane, kWarp);
+  }
+}
+
+// A warp's worth of threads per row on the warp path, else one.
+LaunchConfig softmax_launch(const SoftmaxRows& rows) {
+  if (rows.n == 0) return {0, kLaunchThreads};
+  return launch_config(softmax_warp_per_row(rows) ? rows.count() * kWarp : rows.count());
+}
+
 }  // namespace
 
 void cuda_softmax(const float* x, float* y, const SoftmaxRows& rows, bool log, cudaStream_t stream) {
-  const LaunchConfig cfg = launch_config(rows.n == 0 ? 0 : rows.count());
+  const LaunchConfig cfg = softmax_launch(rows);
   if (cfg.blocks == 0) return;
-  softmax_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(x, y, rows, log);
-  cuda_check(cudaGetLastError(), "softmax_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+  if (softmax_warp_per_row(rows)) {
+    softmax_warp_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(x, y, rows, log);
+    cuda_check(cudaGetLastError(), "softmax_warp_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+               __LINE__);
+  } else {
+    softmax_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(x, y, rows, log);
+    cuda_check(cudaGetLastError(), "softmax_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+  }
 }
 
 void cuda_softmax_backward(const float* y, const float* dy, float* dx, const SoftmaxRows& rows,
                            bool log, cudaStream_t stream) {
-  const LaunchConfig cfg = launch_config(rows.n == 0 ? 0 : rows.count());
+  const LaunchConfig cfg = softmax_launch(rows);
   if (cfg.blocks == 0) return;
-  softmax_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(y, dy, dx, rows, log);
-  cuda_check(cudaGetLastError(), "softmax_backward_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
-             __LINE__);
+  if (softmax_warp_per_row(rows)) {
+    softmax_backward_warp_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(y, dy, dx, rows, log);
+    cuda_check(cudaGetLastError(), "softmax_backward_warp_kernel<<<blocks, 256, 0, stream>>>",
+               __FILE__, __LINE__);
+  } else {
+    softmax_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(y, dy, dx, rows, log);
+    cuda_check(cudaGetLastError(), "softmax_backward_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+               __LINE__);
+  }
 }
 
 }  // namespace tessera

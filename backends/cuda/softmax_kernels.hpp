@@ -8,10 +8,12 @@
 
 namespace tessera {
 
-// softmax_row for every row of `rows`.
+// Softmax of every row of `rows`: the passes of softmax.hpp split over a warp
+// per row where softmax_warp_per_row, else softmax_row in a thread per row.
 void cuda_softmax(const float* x, float* y, const SoftmaxRows& rows, bool log, cudaStream_t stream);
 
-// softmax_backward_row for every row of `rows`.
+// The backward of every row of `rows`, split the same way
+// (softmax_backward_row where a thread takes the row).
 void cuda_softmax_backward(const float* y, const float* dy, float* dx, const SoftmaxRows& rows,
                            bool log, cudaStream_t stream);
 

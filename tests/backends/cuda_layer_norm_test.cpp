@@ -1,10 +1,14 @@
 // The CUDA backend's layer norm kernel bodies (backends/cuda/layer_norm.hpp),
 // checked on the host against the CPU backend (oneDNN): y, mean, rstd, dx,
-// dgamma and dbeta for odd sizes (1, 7, 65537 features or rows) and ranks 1-4.
-// The cases at the end (test suite "gpu", CUDA builds only) run the kernels.
+// dgamma and dbeta for odd sizes (1, 7, 65537 features or rows), rows of 768
+// and 1024 features, and ranks 1-4, both from the one-lane row functions (the
+// thread-per-row kernels) and from the lane-split passes combined as the
+// kernels combine them (32 lanes per row, 16 row-lanes per feature). The
+// cases at the end (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/cuda/layer_norm.hpp"
@@ -21,7 +25,7 @@ Backend& cpu() { return backend_for(Device::cpu(0)); }
 
 const std::vector<Shape> kShapes = {Shape{1},    Shape{7},       Shape{65537},   Shape{3, 7},
                                     Shape{65537, 3}, Shape{2, 65537}, Shape{2, 3, 5},
-                                    Shape{2, 3, 4, 7}};
+                                    Shape{2, 3, 4, 7}, Shape{5, 768},  Shape{3, 1024}};
 constexpr float kEpsilon = 1e-5f;
 
 struct Result {
@@ -49,9 +53,97 @@ void compare(const Tensor& got, const Tensor& want, const char* what, double ato
   check_close(got.to_vector<float>(), want.to_vector<float>(), 1e-4, atol);
 }
 
+// The warp kernels' combine of the lanes' partials: lane 0's total after
+// shuffles down by lanes / 2, ..., 2, 1 (lanes a power of 2).
+float tree_sum(std::vector<float> partials) {
+  for (std::size_t offset = partials.size() / 2; offset > 0; offset /= 2)
+    for (std::size_t l = 0; l < offset; ++l) partials[l] += partials[l + offset];
+  return partials[0];
+}
+
+// The warp-per-row forward on the host: each pass split over `lanes` lanes.
+void host_layer_norm_lanes(const Tensor& x, const Tensor& gamma, const Tensor& beta, Result& got,
+                           std::int64_t rows, std::int64_t features, std::int64_t lanes) {
+  const float* in = x.data<float>();
+  std::vector<float> partials(static_cast<std::size_t>(lanes));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t l = 0; l < lanes; ++l)
+      partials[static_cast<std::size_t>(l)] = layer_norm_partial_sum(in, features, r, l, lanes);
+    const float mu = layer_norm_mean(tree_sum(partials), features);
+    for (std::int64_t l = 0; l < lanes; ++l)
+      partials[static_cast<std::size_t>(l)] = layer_norm_partial_squares(in, features, r, mu, l, lanes);
+    const float rs = layer_norm_rstd(tree_sum(partials), features, kEpsilon);
+    for (std::int64_t l = 0; l < lanes; ++l)
+      layer_norm_write(in, gamma.data<float>(), beta.data<float>(), got.y.data<float>(), features, r,
+                       mu, rs, l, lanes);
+    got.mean.data<float>()[r] = mu;
+    got.rstd.data<float>()[r] = rs;
+  }
+}
+
+// The warp-per-row dx on the host, from the statistics in `stats`.
+void host_layer_norm_dx_lanes(const Tensor& x, const Tensor& gamma, const Tensor& dy,
+                              const Result& stats, Result& got, std::int64_t rows,
+                              std::int64_t features, std::int64_t lanes) {
+  std::vector<float> g(static_cast<std::size_t>(lanes)), gx(static_cast<std::size_t>(lanes));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mu = stats.mean.data<float>()[r], rs = stats.rstd.data<float>()[r];
+    for (std::int64_t l = 0; l < lanes; ++l) {
+      const LayerNormGradSums part = layer_norm_backward_partial(
+          x.data<float>(), gamma.data<float>(), dy.data<float>(), features, r, mu, rs, l, lanes);
+      g[static_cast<std::size_t>(l)] = part.g;
+      gx[static_cast<std::size_t>(l)] = part.gx;
+    }
+    LayerNormGradSums sums;
+    sums.g = tree_sum(g);
+    sums.gx = tree_sum(gx);
+    for (std::int64_t l = 0; l < lanes; ++l)
+      layer_norm_backward_write(x.data<float>(), gamma.data<float>(), dy.data<float>(),
+                                got.dx.data<float>(), features, r, mu, rs, sums, l, lanes);
+  }
+}
+
+// The param-grad kernel on the host: `lanes` row-lanes' partials per feature,
+// added in row-lane order.
+void host_layer_norm_param_grad_lanes(const Tensor& x, const Tensor& dy, const Result& stats,
+                                      Result& got, std::int64_t rows, std::int64_t features,
+                                      std::int64_t lanes) {
+  for (std::int64_t f = 0; f < features; ++f) {
+    LayerNormParamSums total;
+    for (std::int64_t l = 0; l < lanes; ++l) {
+      const LayerNormParamSums part =
+          layer_norm_param_grad_partial(x.data<float>(), stats.mean.data<float>(),
+                                        stats.rstd.data<float>(), dy.data<float>(), rows, features,
+                                        f, l, lanes);
+      total.dgamma = l == 0 ? part.dgamma : total.dgamma + part.dgamma;
+      total.dbeta = l == 0 ? part.dbeta : total.dbeta + part.dbeta;
+    }
+    got.dgamma.data<float>()[f] = total.dgamma;
+    got.dbeta.data<float>()[f] = total.dbeta;
+  }
+}
+
+#if TESSERA_HAVE_CUDA
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.numel()) * sizeof(float)) == 0;
+}
+#endif
+
+// Every output of the host kernels against the CPU's.
+void compare_all(const Result& got, const Result& want, std::int64_t rows) {
+  compare(got.y, want.y, "y");
+  compare(got.mean, want.mean, "mean");
+  compare(got.rstd, want.rstd, "rstd");
+  compare(got.dx, want.dx, "dx", 1e-4);
+  // Sums over up to 65537 rows.
+  compare(got.dgamma, want.dgamma, "dgamma", 1e-6 * static_cast<double>(rows) + 1e-5);
+  compare(got.dbeta, want.dbeta, "dbeta", 1e-6 * static_cast<double>(rows) + 1e-5);
+}
+
 }  // namespace
 
-TEST_CASE("cuda layer norm row functions match the CPU backend") {
+TEST_CASE("cuda layer norm row functions, by one lane and split among lanes, match the CPU backend") {
   for (const Shape& shape : kShapes) {
     CAPTURE(shape.str());
     const std::int64_t features = shape[shape.rank() - 1], rows = shape.numel() / features;
@@ -72,14 +164,21 @@ TEST_CASE("cuda layer norm row functions match the CPU backend") {
       layer_norm_param_grad(x.data<float>(), want.mean.data<float>(), want.rstd.data<float>(),
                             dy.data<float>(), got.dgamma.data<float>(), got.dbeta.data<float>(),
                             rows, features, f);
-    compare(got.y, want.y, "y");
-    compare(got.mean, want.mean, "mean");
-    compare(got.rstd, want.rstd, "rstd");
-    compare(got.dx, want.dx, "dx", 1e-4);
-    // Sums over up to 65537 rows.
-    compare(got.dgamma, want.dgamma, "dgamma", 1e-6 * static_cast<double>(rows) + 1e-5);
-    compare(got.dbeta, want.dbeta, "dbeta", 1e-6 * static_cast<double>(rows) + 1e-5);
+    compare_all(got, want, rows);
+    // Split as the kernels split them: 32 lanes a row, 16 row-lanes a feature.
+    Result split = allocate(shape);
+    host_layer_norm_lanes(x, gamma, beta, split, rows, features, 32);
+    host_layer_norm_dx_lanes(x, gamma, dy, want, split, rows, features, 32);
+    host_layer_norm_param_grad_lanes(x, dy, want, split, rows, features, 16);
+    compare_all(split, want, rows);
   }
+}
+
+TEST_CASE("cuda layer norm takes a warp per row from 32 features") {
+  CHECK(layer_norm_warp_per_row(768));
+  CHECK(layer_norm_warp_per_row(32));
+  CHECK_FALSE(layer_norm_warp_per_row(31));
+  CHECK_FALSE(layer_norm_warp_per_row(1));
 }
 
 // --- the kernels on a GPU --------------------------------------------------------
@@ -112,6 +211,45 @@ TEST_CASE("cuda layer norm kernels match the CPU backend" * doctest::test_suite(
     compare(to_host(got.dx), want.dx, "dx", 1e-4);
     compare(to_host(got.dgamma), want.dgamma, "dgamma", 1e-6 * rows + 1e-5);
     compare(to_host(got.dbeta), want.dbeta, "dbeta", 1e-6 * rows + 1e-5);
+  }
+}
+
+TEST_CASE("cuda layer norm warp-per-row and param-grad kernels match the CPU backend and repeat bit for bit" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const std::vector<Shape> shapes = {Shape{300, 768}, Shape{64, 1024}, Shape{3, 37, 33}, Shape{1, 40}};
+  for (const Shape& shape : shapes) {
+    CAPTURE(shape.str());
+    const std::int64_t features = shape[shape.rank() - 1];
+    CHECK(layer_norm_warp_per_row(features));
+    const Tensor x = random_tensor(shape, 69, -3.0f, 5.0f), dy = random_tensor(shape, 70);
+    const Tensor gamma = random_tensor(Shape{features}, 71, 0.5f, 1.5f);
+    const Tensor beta = random_tensor(Shape{features}, 72);
+    const Result want = cpu_layer_norm(x, gamma, beta, dy);
+    const Tensor gx = to_gpu(x), ggamma = to_gpu(gamma), gbeta = to_gpu(beta), gdy = to_gpu(dy);
+    const double rows = static_cast<double>(shape.numel() / features);
+    std::vector<Tensor> first;
+    for (int run = 0; run < 2; ++run) {
+      CAPTURE(run);
+      Result got = allocate(shape, Device::cuda(0));
+      gpu().layer_norm(gx, ggamma, gbeta, got.y, got.mean, got.rstd, kEpsilon);
+      gpu().layer_norm_backward(gx, ggamma, got.mean, got.rstd, gdy, got.dx, got.dgamma, got.dbeta);
+      const std::vector<Tensor> host = {to_host(got.y),  to_host(got.mean),   to_host(got.rstd),
+                                        to_host(got.dx), to_host(got.dgamma), to_host(got.dbeta)};
+      compare(host[0], want.y, "y");
+      compare(host[1], want.mean, "mean");
+      compare(host[2], want.rstd, "rstd");
+      compare(host[3], want.dx, "dx", 1e-4);
+      compare(host[4], want.dgamma, "dgamma", 1e-6 * rows + 1e-5);
+      compare(host[5], want.dbeta, "dbeta", 1e-6 * rows + 1e-5);
+      if (run == 0) {
+        first = host;
+      } else {
+        for (std::size_t i = 0; i < host.size(); ++i) {
+          CAPTURE(i);  // y, mean, rstd, dx, dgamma, dbeta
+          CHECK(same_bits(host[i], first[i]));
+        }
+      }
+    }
   }
 }
 

@@ -1,12 +1,15 @@
 // The CUDA backend's softmax kernel bodies (backends/cuda/softmax.hpp),
 // checked on the host: softmax_row and softmax_backward_row run over every row
-// match the CPU backend (oneDNN, or its own loop for f32 backward over the
-// last axis) for softmax and log-softmax, over the first,
-// a middle and the last axis, for odd sizes (1, 7, 65537) and ranks 1-4. The
-// cases at the end (test suite "gpu", CUDA builds only) run the kernels.
+// (the thread-per-row kernels), and the lane-split passes over 32 lanes
+// combined in the warp kernels' shuffle tree, match the CPU backend (oneDNN,
+// or its own loop for f32 backward over the last axis) for softmax and
+// log-softmax, over the first, a middle and the last axis, for odd sizes
+// (1, 7, 65537), rows of 768 and 1024, and ranks 1-4. The cases at the end
+// (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/cuda/softmax.hpp"
@@ -23,7 +26,8 @@ Backend& cpu() { return backend_for(Device::cpu(0)); }
 
 const std::vector<Shape> kShapes = {Shape{1},       Shape{7},          Shape{65537},
                                     Shape{3, 7},    Shape{2, 65537},   Shape{7, 1, 5},
-                                    Shape{3, 5, 7}, Shape{2, 3, 4, 5}, Shape{65537, 2}};
+                                    Shape{3, 5, 7}, Shape{2, 3, 4, 5}, Shape{65537, 2},
+                                    Shape{3, 1024}, Shape{5, 768}};
 
 // oneDNN's exp and log are polynomial approximations, off by up to a few 1e-6
 // absolutely near 0 (log-softmax of a dominant logit, log(1 + tiny)), and it
@@ -47,6 +51,57 @@ std::vector<float> host_softmax_backward(const Tensor& y, const Tensor& dy, int 
   return dx;
 }
 
+// The warp kernels' combine of the lanes' partials: lane 0's total after
+// shuffles down by lanes / 2, ..., 2, 1 (lanes a power of 2).
+template <typename Combine>
+float tree_combine(std::vector<float> partials, Combine combine) {
+  for (std::size_t offset = partials.size() / 2; offset > 0; offset /= 2)
+    for (std::size_t l = 0; l < offset; ++l) partials[l] = combine(partials[l], partials[l + offset]);
+  return partials[0];
+}
+
+float add(float a, float b) { return a + b; }
+
+// The warp-per-row kernels on the host: each pass split over `lanes` lanes.
+std::vector<float> host_softmax_lanes(const Tensor& x, int axis, bool log, std::int64_t lanes) {
+  const SoftmaxRows rows = rows_of(x.shape(), axis);
+  const float* in = x.data<float>();
+  std::vector<float> y(static_cast<std::size_t>(x.numel()));
+  std::vector<float> partials(static_cast<std::size_t>(lanes));
+  for (std::int64_t r = 0; r < rows.count(); ++r) {
+    for (std::int64_t l = 0; l < lanes; ++l)
+      partials[static_cast<std::size_t>(l)] = softmax_partial_max(in, rows, r, l, lanes);
+    const float max = tree_combine(partials, softmax_max_combine);
+    for (std::int64_t l = 0; l < lanes; ++l)
+      partials[static_cast<std::size_t>(l)] = softmax_partial_sum(in, rows, r, max, l, lanes);
+    const float sum = tree_combine(partials, add);
+    for (std::int64_t l = 0; l < lanes; ++l) softmax_write(in, y.data(), rows, r, max, sum, log, l, lanes);
+  }
+  return y;
+}
+
+std::vector<float> host_softmax_backward_lanes(const Tensor& y, const Tensor& dy, int axis, bool log,
+                                               std::int64_t lanes) {
+  const SoftmaxRows rows = rows_of(y.shape(), axis);
+  std::vector<float> dx(static_cast<std::size_t>(y.numel()));
+  std::vector<float> partials(static_cast<std::size_t>(lanes));
+  for (std::int64_t r = 0; r < rows.count(); ++r) {
+    for (std::int64_t l = 0; l < lanes; ++l)
+      partials[static_cast<std::size_t>(l)] =
+          softmax_backward_partial(y.data<float>(), dy.data<float>(), rows, r, log, l, lanes);
+    const float sum = tree_combine(partials, add);
+    for (std::int64_t l = 0; l < lanes; ++l)
+      softmax_backward_write(y.data<float>(), dy.data<float>(), dx.data(), rows, r, sum, log, l, lanes);
+  }
+  return dx;
+}
+
+#if TESSERA_HAVE_CUDA
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+#endif
+
 }  // namespace
 
 TEST_CASE("cuda softmax rows cover every element once, along any axis") {
@@ -62,7 +117,7 @@ TEST_CASE("cuda softmax rows cover every element once, along any axis") {
   }
 }
 
-TEST_CASE("cuda softmax_row and softmax_backward_row match the CPU backend over first, middle, last axes") {
+TEST_CASE("cuda softmax rows, by one lane and by 32, match the CPU backend over first, middle, last axes") {
   for (const Shape& shape : kShapes) {
     // Large logits too: the max subtraction keeps exp finite.
     const Tensor x = random_tensor(shape, 51, -30.0f, 30.0f);
@@ -77,8 +132,20 @@ TEST_CASE("cuda softmax_row and softmax_backward_row match the CPU backend over 
         cpu().softmax_backward(y, dy, dx, axis, log);
         check_close(host_softmax(x, axis, log), y.to_vector<float>(), kRtol, kAtol);
         check_close(host_softmax_backward(y, dy, axis, log), dx.to_vector<float>(), kRtol, kAtol);
+        // Split over a warp's 32 lanes, as the warp kernels run a row.
+        check_close(host_softmax_lanes(x, axis, log, 32), y.to_vector<float>(), kRtol, kAtol);
+        check_close(host_softmax_backward_lanes(y, dy, axis, log, 32), dx.to_vector<float>(), kRtol, kAtol);
       }
   }
+}
+
+TEST_CASE("cuda softmax takes a warp per row over the last axis from 32 elements") {
+  CHECK(softmax_warp_per_row(rows_of(Shape{64, 1024}, 1)));
+  CHECK(softmax_warp_per_row(rows_of(Shape{65537}, 0)));
+  CHECK(softmax_warp_per_row(rows_of(Shape{2, 3, 32}, 2)));
+  CHECK_FALSE(softmax_warp_per_row(rows_of(Shape{2, 3, 31}, 2)));
+  CHECK_FALSE(softmax_warp_per_row(rows_of(Shape{64, 1024}, 0)));  // inner 1024: a thread per row
+  CHECK_FALSE(softmax_warp_per_row(rows_of(Shape{3, 64, 2}, 1)));
 }
 
 // --- the kernels on a GPU --------------------------------------------------------
@@ -116,6 +183,45 @@ TEST_CASE("cuda softmax kernels match the CPU backend over first, middle, last a
         check_close(to_host(gy).to_vector<float>(), y.to_vector<float>(), kRtol, kAtol);
         check_close(to_host(gdx).to_vector<float>(), dx.to_vector<float>(), kRtol, kAtol);
       }
+  }
+}
+
+TEST_CASE("cuda softmax warp-per-row kernels match the CPU backend and repeat bit for bit" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const Device cuda = Device::cuda(0);
+  const std::vector<Shape> shapes = {Shape{64, 1024}, Shape{37, 1000}, Shape{2, 3, 33}, Shape{5, 768}};
+  for (const Shape& shape : shapes) {
+    const int axis = shape.rank() - 1;
+    CAPTURE(shape.str());
+    CHECK(softmax_warp_per_row(rows_of(shape, axis)));
+    const Tensor x = random_tensor(shape, 55, -30.0f, 30.0f);
+    const Tensor dy = random_tensor(shape, 56);
+    const Tensor gx = to_gpu(x), gdy = to_gpu(dy);
+    for (bool log : {false, true}) {
+      CAPTURE(log);
+      Tensor y = Tensor::empty(shape, DType::f32), dx = Tensor::empty(shape, DType::f32);
+      cpu().softmax(x, y, axis, log);
+      cpu().softmax_backward(y, dy, dx, axis, log);
+      const Tensor gy_in = to_gpu(y);  // the same y on both sides
+      std::vector<float> first_y, first_dx;
+      for (int run = 0; run < 2; ++run) {
+        CAPTURE(run);
+        Tensor gy = Tensor::empty(shape, DType::f32, cuda), gdx = Tensor::empty(shape, DType::f32, cuda);
+        gpu().softmax(gx, gy, axis, log);
+        gpu().softmax_backward(gy_in, gdy, gdx, axis, log);
+        const std::vector<float> got_y = to_host(gy).to_vector<float>();
+        const std::vector<float> got_dx = to_host(gdx).to_vector<float>();
+        check_close(got_y, y.to_vector<float>(), kRtol, kAtol);
+        check_close(got_dx, dx.to_vector<float>(), kRtol, kAtol);
+        if (run == 0) {
+          first_y = got_y;
+          first_dx = got_dx;
+        } else {
+          CHECK(same_bits(got_y, first_y));
+          CHECK(same_bits(got_dx, first_dx));
+        }
+      }
+    }
   }
 }
 
