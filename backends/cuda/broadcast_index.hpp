@@ -30,15 +30,32 @@ struct BroadcastIndex {
   std::int64_t a_stride[kMaxDims] = {};   // element strides of a per output axis
   std::int64_t b_stride[kMaxDims] = {};
 
-  TESSERA_HOST_DEVICE BroadcastOffsets operator()(std::int64_t out_index) const {
-    BroadcastOffsets o;
+  TESSERA_HOST_DEVICE BroadcastOffsets operator()(std::int64_t out_index) const { return at(out_index); }
+
+  // In Index arithmetic: std::uint32_t where narrow() holds (StridedIndex::at
+  // says why).
+  template <typename Index = std::int64_t>
+  TESSERA_HOST_DEVICE BroadcastOffsets at(Index out_index) const {
+    Index a = 0, b = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      const std::int64_t coord = out_index % extent[d];
-      out_index /= extent[d];
-      o.a += coord * a_stride[d];
-      o.b += coord * b_stride[d];
+      const Index e = static_cast<Index>(extent[d]);
+      const Index coord = out_index % e;
+      out_index /= e;
+      a += coord * static_cast<Index>(a_stride[d]);
+      b += coord * static_cast<Index>(b_stride[d]);
     }
-    return o;
+    return {static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)};
+  }
+
+  // Whether at<std::uint32_t> gives the offsets of every output index below `count`.
+  bool narrow(std::int64_t count) const {
+    std::int64_t largest_a = 0, largest_b = 0;
+    for (int d = 0; d < rank; ++d) {
+      largest_a += (extent[d] - 1) * a_stride[d];
+      largest_b += (extent[d] - 1) * b_stride[d];
+    }
+    constexpr std::int64_t limit = std::int64_t{1} << 32;
+    return count <= limit && largest_a < limit && largest_b < limit;
   }
 };
 

@@ -22,12 +22,20 @@ __global__ void unary_backward_kernel(UnaryOp op, const float* x, const float* d
     dx[i] = unary_backward(op, x[i], dy[i]);
 }
 
+template <typename Index>
 __global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* out,
                               BroadcastIndex index, std::int64_t count) {
   for (std::int64_t i = first_index(); i < count; i += grid_stride()) {
-    const BroadcastOffsets o = index(i);
+    const BroadcastOffsets o = index.at(static_cast<Index>(i));
     out[i] = binary_apply(op, a[o.a], b[o.b]);
   }
+}
+
+// Operands of the output's shape (the index merged them into one contiguous
+// axis): no index arithmetic, whose 64-bit divisions cost as much as the loads.
+__global__ void binary_same_shape_kernel(BinaryOp op, const float* a, const float* b, float* out,
+                                         std::int64_t count) {
+  for (std::int64_t i = first_index(); i < count; i += grid_stride()) out[i] = binary_apply(op, a[i], b[i]);
 }
 
 }  // namespace
@@ -52,7 +60,12 @@ void cuda_binary(BinaryOp op, const float* a, const float* b, float* out,
                  const BroadcastIndex& index, std::int64_t count, cudaStream_t stream) {
   const LaunchConfig cfg = launch_config(count);
   if (cfg.blocks == 0) return;
-  binary_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, index, count);
+  if (index.rank == 1 && index.a_stride[0] == 1 && index.b_stride[0] == 1)
+    binary_same_shape_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, count);
+  else if (index.narrow(count))
+    binary_kernel<std::uint32_t><<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, index, count);
+  else
+    binary_kernel<std::int64_t><<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, index, count);
   cuda_check(cudaGetLastError(), "binary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
 }
 

@@ -10,16 +10,20 @@
 namespace tessera {
 namespace {
 
-template <typename Word>
+template <typename Word, typename Index>
 __global__ void strided_copy_kernel(const Word* src, Word* dst, StridedCopy copy) {
-  for (std::int64_t i = first_index(); i < copy.count; i += grid_stride()) copy(src, dst, i);
+  for (std::int64_t i = first_index(); i < copy.count; i += grid_stride()) copy.operator()<Word, Index>(src, dst, i);
 }
 
 template <typename Word>
 void launch(const void* src, void* dst, const StridedCopy& copy, const LaunchConfig& cfg,
             cudaStream_t stream) {
-  strided_copy_kernel<Word><<<cfg.blocks, cfg.threads, 0, stream>>>(
-      static_cast<const Word*>(src), static_cast<Word*>(dst), copy);
+  const auto* from = static_cast<const Word*>(src);
+  auto* to = static_cast<Word*>(dst);
+  if (copy.narrow())
+    strided_copy_kernel<Word, std::uint32_t><<<cfg.blocks, cfg.threads, 0, stream>>>(from, to, copy);
+  else
+    strided_copy_kernel<Word, std::int64_t><<<cfg.blocks, cfg.threads, 0, stream>>>(from, to, copy);
 }
 
 template <typename Word>

@@ -18,10 +18,12 @@ struct StridedCopy {
   std::int64_t src_base = 0, dst_base = 0;
   std::int64_t count = 0;  // elements to copy
 
-  template <typename Word>
+  template <typename Word, typename Index = std::int64_t>
   TESSERA_HOST_DEVICE void operator()(const Word* from, Word* to, std::int64_t i) const {
-    to[dst_base + dst(i)] = from[src_base + src(i)];
+    to[dst_base + dst.at(static_cast<Index>(i))] = from[src_base + src.at(static_cast<Index>(i))];
   }
+  // Whether 32-bit index arithmetic covers it (StridedIndex::narrow).
+  bool narrow() const { return src.narrow(count) && dst.narrow(count); }
 };
 
 // cache[b, h, positions[b] + t, k] = rows[b, h, t, k], element i of rows

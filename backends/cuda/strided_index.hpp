@@ -26,14 +26,29 @@ struct StridedIndex {
   std::int64_t extent[kMaxDims] = {};  // outermost first
   std::int64_t stride[kMaxDims] = {};  // in elements
 
-  TESSERA_HOST_DEVICE std::int64_t operator()(std::int64_t flat) const {
-    std::int64_t offset = 0;
+  TESSERA_HOST_DEVICE std::int64_t operator()(std::int64_t flat) const { return at(flat); }
+
+  // The map in Index arithmetic: std::uint32_t where narrow() holds, since a
+  // GPU divides 32-bit integers in a few instructions and 64-bit ones in a
+  // long software routine, which costs more than the element's load.
+  template <typename Index = std::int64_t>
+  TESSERA_HOST_DEVICE std::int64_t at(Index flat) const {
+    Index offset = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      offset += (flat % extent[d]) * stride[d];
-      flat /= extent[d];
+      const Index e = static_cast<Index>(extent[d]);
+      offset += (flat % e) * static_cast<Index>(stride[d]);
+      flat /= e;
     }
-    return offset;
+    return static_cast<std::int64_t>(offset);
   }
+
+  // Whether at<std::uint32_t> gives every offset of flat indices [0, count).
+  bool narrow(std::int64_t count) const {
+    std::int64_t largest = 0;  // the offset of the last element of every axis
+    for (int d = 0; d < rank; ++d) largest += (extent[d] - 1) * stride[d];
+    return count <= kNarrowLimit && largest < kNarrowLimit;
+  }
+  static constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 32;
 };
 
 // Row-major element strides of `dims`.

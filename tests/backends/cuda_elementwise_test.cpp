@@ -133,9 +133,11 @@ void check_broadcast_index(const std::vector<std::int64_t>& a, const std::vector
                            const std::vector<std::int64_t>& out) {
   const BroadcastIndex index = make_broadcast_index(a, b, out);
   CHECK(index.rank <= BroadcastIndex::kMaxDims);
+  CHECK(index.narrow(numel(out)));
   for (std::int64_t i = 0; i < numel(out); ++i) {
-    const BroadcastOffsets o = index(i);
-    if (o.a != reference_offset(a, out, i) || o.b != reference_offset(b, out, i)) {
+    const BroadcastOffsets o = index(i), narrow = index.at(static_cast<std::uint32_t>(i));
+    if (o.a != reference_offset(a, out, i) || o.b != reference_offset(b, out, i) || narrow.a != o.a ||
+        narrow.b != o.b) {
       FAIL_CHECK("output element " << i << ": offsets (" << o.a << ", " << o.b << "), expected ("
                                    << reference_offset(a, out, i) << ", "
                                    << reference_offset(b, out, i) << ")");
@@ -256,6 +258,13 @@ TEST_CASE("cuda broadcast index merges contiguous axes and drops extent-1 axes")
   CHECK(index.b_stride[0] == 0);
   CHECK(index.b_stride[1] == 3);
   CHECK(index.b_stride[2] == 1);
+}
+
+TEST_CASE("cuda broadcast index takes 32-bit arithmetic only where every offset fits") {
+  const std::int64_t big = std::int64_t{1} << 31;
+  CHECK(make_broadcast_index({big}, {1}, {big}).narrow(big));
+  CHECK(make_broadcast_index({2, big}, {big}, {2, big}).narrow(2 * big));  // the last index is 2^32 - 1
+  CHECK_FALSE(make_broadcast_index({4, big}, {1}, {4, big}).narrow(4 * big));
 }
 
 TEST_CASE("cuda broadcast index with more than 6 unmergeable axes is an UnsupportedError") {
