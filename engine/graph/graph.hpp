@@ -50,10 +50,13 @@ class Graph {
 
   // Dense algebra.
   ValueId matmul(ValueId a, ValueId b, const MatmulArgs& args = {});
+  // The product of bf16 operands accumulated and kept in f32 (`out` f32), or
+  // in the operands' dtype: what mixed precision's matmuls build.
+  ValueId matmul(ValueId a, ValueId b, const MatmulArgs& args, DType out);
   // Mixed precision: from now on, a matmul of f32 operands casts them to
-  // `dtype` (bf16: bf16 inputs, f32 accumulation in the kernel) and its
-  // product back to f32, gradients' matmuls included; every other op and the
-  // variables stay f32. f32 (the default) builds matmuls as they are.
+  // `dtype` (bf16) and keeps their product in f32 (accumulated there by the
+  // kernel, never rounded to bf16), gradients' matmuls included; every other
+  // op and the variables stay f32. f32 (the default) builds matmuls as they are.
   void set_matmul_dtype(DType dtype) { matmul_dtype_ = dtype; }
   ValueId conv2d(ValueId x, ValueId w, const Conv2dArgs& args);
   ValueId pool2d(ValueId x, const Pool2dArgs& args);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "engine/config/config.hpp"
+#include "engine/graph/autodiff.hpp"
 #include "engine/graph/graph.hpp"
 #include "engine/run/trainer.hpp"
 #include "tests/classifier.hpp"
@@ -56,19 +57,34 @@ void check_close_to_f32(const std::string& file, const Tensor& x, const Tensor& 
 
 }  // namespace
 
-TEST_CASE("mixed precision: a matmul of f32 operands multiplies in bf16 and returns f32") {
+TEST_CASE("mixed precision: a matmul of f32 operands multiplies in bf16 and keeps the product in f32") {
   Graph g;
   g.set_matmul_dtype(DType::bf16);
   ValueId a = g.input("a", {4, 8}), b = g.variable("b", {8, 3});
   ValueId y = g.matmul(a, b);
   CHECK(g.dtype(y) == DType::f32);
-  const Node& back = g.node(g.value(y).producer);
-  REQUIRE(back.kind == OpKind::cast);
-  const Node& product = g.node(g.value(back.inputs[0]).producer);
-  REQUIRE(product.kind == OpKind::matmul);
+  const Node& product = g.node(g.value(y).producer);
+  REQUIRE(product.kind == OpKind::matmul);  // no cast after it: the kernel writes f32
   for (ValueId operand : product.inputs) CHECK(g.dtype(operand) == DType::bf16);
+
+  // The gradients: dy rounded to bf16 once, both gradients' products kept in
+  // f32, and no cast of a gradient back to f32.
+  const ValueId loss = g.reduce(ReduceOp::sum, y, {0, 1});
+  const auto grads = append_gradients(g, loss, {a, b});
+  for (ValueId v : {a, b}) {
+    const Node& grad = g.node(g.value(grads.at(v)).producer);
+    CHECK(g.dtype(grads.at(v)) == DType::f32);
+    CHECK(grad.kind == OpKind::matmul);
+  }
+  int casts_to_bf16 = 0, casts_to_f32 = 0;
+  for (NodeId n = 0; n < g.node_count(); ++n)
+    if (g.node(n).kind == OpKind::cast) ++(g.node(n).attrs.dtype == DType::bf16 ? casts_to_bf16 : casts_to_f32);
+  CHECK(casts_to_bf16 == 3);  // a, b and dy
+  CHECK(casts_to_f32 == 0);
+
   ValueId h = g.cast(a, DType::bf16);
   CHECK(g.dtype(g.matmul(h, g.cast(b, DType::bf16))) == DType::bf16);  // bf16 operands stay as they are
+  CHECK_THROWS_AS(g.matmul(a, b, {}, DType::bf16), DTypeError);          // f32 operands keep f32
 }
 
 TEST_CASE("mixed precision: the zoo's MLP trains within 5% of f32 per step") {

@@ -11,11 +11,23 @@ namespace tessera {
 ValueId Graph::matmul(ValueId a, ValueId b, const MatmulArgs& args) {
   check_same_dtype("matmul", a, b);
   check_floating("matmul", a);
+  // A bias add and activation after the f32 product stay fusable into the
+  // matmul (fusion.hpp), with no cast between them.
   if (dtype(a) == DType::f32 && matmul_dtype_ != DType::f32)
-    return cast(matmul(cast(a, matmul_dtype_), cast(b, matmul_dtype_), args), DType::f32);
+    return matmul(cast(a, matmul_dtype_), cast(b, matmul_dtype_), args, DType::f32);
+  return matmul(a, b, args, dtype(a));
+}
+
+ValueId Graph::matmul(ValueId a, ValueId b, const MatmulArgs& args, DType out) {
+  check_same_dtype("matmul", a, b);
+  check_floating("matmul", a);
+  if (out != dtype(a) && !(dtype(a) == DType::bf16 && out == DType::f32))
+    throw DTypeError("matmul: a product of " + std::string(dtype_name(dtype(a))) + " operands is kept in " +
+                     std::string(dtype_name(dtype(a))) + (dtype(a) == DType::bf16 ? " or f32" : "") + ", not " +
+                     std::string(dtype_name(out)));
   OpAttrs attrs;
   attrs.matmul = args;
-  return single(OpKind::matmul, {a, b}, attrs, matmul_output_shape(shape(a), shape(b), args), dtype(a));
+  return single(OpKind::matmul, {a, b}, attrs, matmul_output_shape(shape(a), shape(b), args), out);
 }
 
 namespace {
@@ -25,8 +37,13 @@ namespace {
 std::vector<ValueId> matmul_grads(Graph& g, const Node& n, const std::vector<ValueId>& dys) {
   ValueId a = n.inputs[0], b = n.inputs[1], dy = dys[0];
   const MatmulArgs& args = n.attrs.matmul;
+  // A mixed product (bf16 operands, f32 out) gets f32 gradients the same way:
+  // dy rounded to bf16 once, the gradients' products kept in f32. The casts
+  // that made the operands then pass them on as they are.
+  const DType kept = g.dtype(n.outputs[0]);
+  dy = g.cast(dy, g.dtype(a));
   auto mm = [&](ValueId l, ValueId r, bool tl, bool tr) {
-    return g.matmul(l, r, {.transpose_a = tl, .transpose_b = tr, .alpha = args.alpha});
+    return g.matmul(l, r, {.transpose_a = tl, .transpose_b = tr, .alpha = args.alpha}, kept);
   };
   bool ta = args.transpose_a, tb = args.transpose_b;
   ValueId da = !ta ? mm(dy, b, false, !tb) : (!tb ? mm(b, dy, false, true) : mm(b, dy, true, true));
