@@ -115,7 +115,7 @@ class CudaBackend final : public Backend {
  private:
   void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
-  float* reduce_scratch();          // the reduce kernels' partials (reduce.cpp)
+  float* partials_scratch();        // kReduceScratchFloats for partial sums: reduce, layer norm (reduce.cpp)
 
   int gpu_;
   CudaAllocator allocator_;
@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   cublasLtContext* cublas_lt_ = nullptr;
   std::shared_ptr<Buffer> cublas_workspace_;  // freed after the handles (member order)
-  std::shared_ptr<Buffer> reduce_scratch_;
+  std::shared_ptr<Buffer> partials_scratch_;
 };
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.

@@ -3,6 +3,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/layer_norm_kernels.hpp"
+#include "backends/cuda/reduce.hpp"
 
 namespace tessera {
 
@@ -24,7 +25,8 @@ void CudaBackend::run_layer_norm_backward(const Tensor& x, const Tensor& gamma, 
   CudaDeviceGuard guard(gpu_);
   cuda_layer_norm_backward(x.data<float>(), gamma.data<float>(), mean.data<float>(),
                            rstd.data<float>(), dy.data<float>(), dx.data<float>(),
-                           dgamma.data<float>(), dbeta.data<float>(), rows, features, stream_);
+                           dgamma.data<float>(), dbeta.data<float>(), rows, features, partials_scratch(),
+                           kReduceScratchFloats, stream_);
 }
 
 }  // namespace tessera

@@ -78,10 +78,23 @@ __global__ void layer_norm_dx_warp_kernel(const float* x, const float* gamma, co
 // Block (kParamFeatures, kParamRowLanes) takes feature tiles blockIdx.x,
 // blockIdx.x + gridDim.x, ...; the bound is the same for the whole block, so
 // every thread reaches each __syncthreads.
+// Block (tile, chunk) sums the rows of its chunk, [chunk * rows_per_chunk,
+// ...), into dgamma and dbeta at chunk * features (the outputs themselves
+// when there is one chunk, partials otherwise).
 __global__ void __launch_bounds__(kParamFeatures * kParamRowLanes)
     layer_norm_param_grad_kernel(const float* x, const float* mean, const float* rstd,
                                  const float* dy, float* dgamma, float* dbeta, std::int64_t rows,
-                                 std::int64_t features) {
+                                 std::int64_t features, std::int64_t rows_per_chunk) {
+  const std::int64_t first_row = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
+  const std::int64_t chunk_rows =
+      first_row + rows_per_chunk < rows ? rows_per_chunk : (rows > first_row ? rows - first_row : 0);
+  x += first_row * features;
+  dy += first_row * features;
+  mean += first_row;
+  rstd += first_row;
+  dgamma += static_cast<std::int64_t>(blockIdx.y) * features;
+  dbeta += static_cast<std::int64_t>(blockIdx.y) * features;
+  rows = chunk_rows;
   __shared__ float dgamma_part[kParamRowLanes][kParamFeatures];
   __shared__ float dbeta_part[kParamRowLanes][kParamFeatures];
   const int column = static_cast<int>(threadIdx.x), row_lane = static_cast<int>(threadIdx.y);
@@ -105,6 +118,21 @@ __global__ void __launch_bounds__(kParamFeatures * kParamRowLanes)
       dbeta[f] = db;
     }
     __syncthreads();  // the partials are rewritten by the next tile
+  }
+}
+
+// dgamma[f] and dbeta[f]: the chunks' partials added in chunk order.
+__global__ void layer_norm_param_chunk_totals(const float* partial_dgamma, const float* partial_dbeta,
+                                              float* dgamma, float* dbeta, std::int64_t features,
+                                              std::int64_t chunks) {
+  for (std::int64_t f = first_index(); f < features; f += grid_stride()) {
+    float dg = partial_dgamma[f], db = partial_dbeta[f];
+    for (std::int64_t c = 1; c < chunks; ++c) {
+      dg += partial_dgamma[c * features + f];
+      db += partial_dbeta[c * features + f];
+    }
+    dgamma[f] = dg;
+    dbeta[f] = db;
   }
 }
 
@@ -132,7 +160,7 @@ void cuda_layer_norm(const float* x, const float* gamma, const float* beta, floa
 void cuda_layer_norm_backward(const float* x, const float* gamma, const float* mean,
                               const float* rstd, const float* dy, float* dx, float* dgamma,
                               float* dbeta, std::int64_t rows, std::int64_t features,
-                              cudaStream_t stream) {
+                              float* scratch, std::int64_t scratch_floats, cudaStream_t stream) {
   if (features <= 0) return;
   if (rows > 0 && layer_norm_warp_per_row(features)) {
     const LaunchConfig cfg = launch_config(rows * kWarp);
@@ -148,12 +176,22 @@ void cuda_layer_norm_backward(const float* x, const float* gamma, const float* m
                __LINE__);
   }
   // With no rows this still runs, writing zeros.
+  const LayerNormParamChunks plan = layer_norm_param_chunks(rows, features, scratch_floats);
   const std::int64_t tiles = (features + kParamFeatures - 1) / kParamFeatures;
-  const int blocks = static_cast<int>(tiles < kLaunchMaxBlocks ? tiles : kLaunchMaxBlocks);
-  layer_norm_param_grad_kernel<<<blocks, dim3(kParamFeatures, kParamRowLanes), 0, stream>>>(
-      x, mean, rstd, dy, dgamma, dbeta, rows, features);
-  cuda_check(cudaGetLastError(), "layer_norm_param_grad_kernel<<<tiles, (32, 16), 0, stream>>>",
+  const dim3 grid(static_cast<unsigned>(tiles < kLaunchMaxBlocks ? tiles : kLaunchMaxBlocks),
+                  static_cast<unsigned>(plan.chunks));
+  float* partial_dgamma = plan.chunks == 1 ? dgamma : scratch;
+  float* partial_dbeta = plan.chunks == 1 ? dbeta : scratch + plan.chunks * features;
+  layer_norm_param_grad_kernel<<<grid, dim3(kParamFeatures, kParamRowLanes), 0, stream>>>(
+      x, mean, rstd, dy, partial_dgamma, partial_dbeta, rows, features, plan.rows_per_chunk);
+  cuda_check(cudaGetLastError(), "layer_norm_param_grad_kernel<<<(tiles, chunks), (32, 16), 0, stream>>>",
              __FILE__, __LINE__);
+  if (plan.chunks == 1) return;
+  const LaunchConfig cfg = launch_config(features);
+  layer_norm_param_chunk_totals<<<cfg.blocks, cfg.threads, 0, stream>>>(partial_dgamma, partial_dbeta, dgamma,
+                                                                        dbeta, features, plan.chunks);
+  cuda_check(cudaGetLastError(), "layer_norm_param_chunk_totals<<<blocks, 256, 0, stream>>>", __FILE__,
+             __LINE__);
 }
 
 }  // namespace tessera

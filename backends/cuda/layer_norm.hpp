@@ -159,4 +159,27 @@ TESSERA_HOST_DEVICE inline void layer_norm_param_grad(const float* x, const floa
   dbeta[feature] = sums.dbeta;
 }
 
+// How the dgamma/dbeta kernel splits rows among blocks: few features make few
+// feature tiles (768: 24 blocks), so the rows are cut into chunks of at least
+// kLayerNormMinChunkRows, each block writing its chunk's partial sums, which a
+// second kernel adds in chunk order (at most 2 * chunks * features partials,
+// within `max_partials`). Depends on the shape only: every device adds in the
+// same order.
+inline constexpr std::int64_t kLayerNormMinChunkRows = 512;
+inline constexpr std::int64_t kLayerNormMaxChunks = 16;
+
+struct LayerNormParamChunks {
+  std::int64_t rows_per_chunk = 0, chunks = 1;
+};
+
+inline LayerNormParamChunks layer_norm_param_chunks(std::int64_t rows, std::int64_t features,
+                                                    std::int64_t max_partials) {
+  std::int64_t chunks = rows / kLayerNormMinChunkRows;
+  if (chunks > kLayerNormMaxChunks) chunks = kLayerNormMaxChunks;
+  if (features > 0 && chunks > max_partials / (2 * features)) chunks = max_partials / (2 * features);
+  if (chunks < 1) chunks = 1;
+  const std::int64_t per_chunk = (rows + chunks - 1) / chunks;
+  return {per_chunk, per_chunk == 0 ? 1 : (rows + per_chunk - 1) / per_chunk};
+}
+
 }  // namespace tessera

@@ -18,12 +18,14 @@ void cuda_layer_norm(const float* x, const float* gamma, const float* beta, floa
                      cudaStream_t stream);
 
 // dx of every row, split the same way (layer_norm_backward_row where a thread
-// takes the row), then dgamma and dbeta of every feature, each the sum of 16
-// row-lanes' layer_norm_param_grad_partial in row-lane order (dgamma and dbeta
-// are overwritten; zero when there are no rows).
+// takes the row), then dgamma and dbeta of every feature: in each chunk of
+// rows (layer_norm_param_chunks), the sum of 16 row-lanes'
+// layer_norm_param_grad_partial in row-lane order, then the chunks' sums in
+// chunk order (dgamma and dbeta are overwritten; zero when there are no rows).
+// `scratch`: `scratch_floats` of device memory for the chunks' partials.
 void cuda_layer_norm_backward(const float* x, const float* gamma, const float* mean,
                               const float* rstd, const float* dy, float* dx, float* dgamma,
                               float* dbeta, std::int64_t rows, std::int64_t features,
-                              cudaStream_t stream);
+                              float* scratch, std::int64_t scratch_floats, cudaStream_t stream);
 
 }  // namespace tessera

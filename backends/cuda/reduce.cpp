@@ -15,7 +15,7 @@ void CudaBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   if (out.numel() == 0) return;
   CudaDeviceGuard guard(gpu_);
   if (const auto view = make_reduce_view(x.shape().dims(), out.shape().dims())) {
-    cuda_reduce_view(op, x.data<float>(), out.data<float>(), *view, reduce_scratch(), stream_);
+    cuda_reduce_view(op, x.data<float>(), out.data<float>(), *view, partials_scratch(), stream_);
     return;
   }
   const ReduceIndex index = make_reduce_index(x.shape().dims(), out.shape().dims());
@@ -23,11 +23,11 @@ void CudaBackend::run_reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
 }
 
 // Kernels on this backend's one stream run in order, so one scratch serves
-// every reduction.
-float* CudaBackend::reduce_scratch() {
-  if (!reduce_scratch_)
-    reduce_scratch_ = std::make_shared<Buffer>(allocator_, kReduceScratchFloats * sizeof(float));
-  return static_cast<float*>(reduce_scratch_->data());
+// every reduction's and layer norm backward's partial sums.
+float* CudaBackend::partials_scratch() {
+  if (!partials_scratch_)
+    partials_scratch_ = std::make_shared<Buffer>(allocator_, kReduceScratchFloats * sizeof(float));
+  return static_cast<float*>(partials_scratch_->data());
 }
 
 }  // namespace tessera

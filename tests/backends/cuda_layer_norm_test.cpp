@@ -7,11 +7,13 @@
 // cases at the end (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "backends/cuda/layer_norm.hpp"
+#include "backends/cuda/reduce.hpp"
 #include "backends/registry.hpp"
 #include "tests/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
@@ -108,15 +110,22 @@ void host_layer_norm_dx_lanes(const Tensor& x, const Tensor& gamma, const Tensor
 void host_layer_norm_param_grad_lanes(const Tensor& x, const Tensor& dy, const Result& stats,
                                       Result& got, std::int64_t rows, std::int64_t features,
                                       std::int64_t lanes) {
+  // In the kernel's chunks of rows, each chunk's row-lanes in order, then the chunks in order.
+  const LayerNormParamChunks plan = layer_norm_param_chunks(rows, features, kReduceScratchFloats);
   for (std::int64_t f = 0; f < features; ++f) {
     LayerNormParamSums total;
-    for (std::int64_t l = 0; l < lanes; ++l) {
-      const LayerNormParamSums part =
-          layer_norm_param_grad_partial(x.data<float>(), stats.mean.data<float>(),
-                                        stats.rstd.data<float>(), dy.data<float>(), rows, features,
-                                        f, l, lanes);
-      total.dgamma = l == 0 ? part.dgamma : total.dgamma + part.dgamma;
-      total.dbeta = l == 0 ? part.dbeta : total.dbeta + part.dbeta;
+    for (std::int64_t c = 0; c < plan.chunks; ++c) {
+      const std::int64_t first = c * plan.rows_per_chunk, count = std::min(plan.rows_per_chunk, rows - first);
+      LayerNormParamSums chunk;
+      for (std::int64_t l = 0; l < lanes; ++l) {
+        const LayerNormParamSums part = layer_norm_param_grad_partial(
+            x.data<float>() + first * features, stats.mean.data<float>() + first, stats.rstd.data<float>() + first,
+            dy.data<float>() + first * features, count, features, f, l, lanes);
+        chunk.dgamma = l == 0 ? part.dgamma : chunk.dgamma + part.dgamma;
+        chunk.dbeta = l == 0 ? part.dbeta : chunk.dbeta + part.dbeta;
+      }
+      total.dgamma = c == 0 ? chunk.dgamma : total.dgamma + chunk.dgamma;
+      total.dbeta = c == 0 ? chunk.dbeta : total.dbeta + chunk.dbeta;
     }
     got.dgamma.data<float>()[f] = total.dgamma;
     got.dbeta.data<float>()[f] = total.dbeta;
@@ -174,6 +183,30 @@ TEST_CASE("cuda layer norm row functions, by one lane and split among lanes, mat
   }
 }
 
+TEST_CASE("cuda layer norm's dgamma and dbeta split rows into chunks when features are few") {
+  const LayerNormParamChunks gpt = layer_norm_param_chunks(8192, 768, kReduceScratchFloats);
+  CHECK(gpt.chunks == 10);  // 24 feature tiles x 10 chunks of rows; 2 x 10 x 768 partials fit
+  CHECK(gpt.rows_per_chunk * gpt.chunks >= 8192);
+  CHECK(gpt.rows_per_chunk * (gpt.chunks - 1) < 8192);  // no empty chunk
+  CHECK(layer_norm_param_chunks(1000, 768, kReduceScratchFloats).chunks == 1);
+  CHECK(layer_norm_param_chunks(0, 768, kReduceScratchFloats).chunks == 1);
+  CHECK(layer_norm_param_chunks(1 << 20, 16, kReduceScratchFloats).chunks == kLayerNormMaxChunks);
+  CHECK(layer_norm_param_chunks(1 << 20, 10000, kReduceScratchFloats).chunks == 1);  // no room for partials
+  // The chunked sums, as the kernels add them, against the CPU.
+  for (const Shape& shape : {Shape{2048, 40}, Shape{4, 1500, 24}}) {
+    CAPTURE(shape.str());
+    const std::int64_t features = shape[shape.rank() - 1], rows = shape.numel() / features;
+    REQUIRE(layer_norm_param_chunks(rows, features, kReduceScratchFloats).chunks > 1);
+    const Tensor x = random_tensor(shape, 61, -3.0f, 5.0f), dy = random_tensor(shape, 62);
+    const Tensor gamma = random_tensor(Shape{features}, 63, 0.5f, 1.5f), beta = random_tensor(Shape{features}, 64);
+    const Result want = cpu_layer_norm(x, gamma, beta, dy);
+    Result got = allocate(shape);
+    host_layer_norm_param_grad_lanes(x, dy, want, got, rows, features, 16);
+    compare(got.dgamma, want.dgamma, "dgamma", 1e-6 * static_cast<double>(rows) + 1e-5);
+    compare(got.dbeta, want.dbeta, "dbeta", 1e-6 * static_cast<double>(rows) + 1e-5);
+  }
+}
+
 TEST_CASE("cuda layer norm takes a warp per row from 32 features") {
   CHECK(layer_norm_warp_per_row(768));
   CHECK(layer_norm_warp_per_row(32));
@@ -216,7 +249,8 @@ TEST_CASE("cuda layer norm kernels match the CPU backend" * doctest::test_suite(
 
 TEST_CASE("cuda layer norm warp-per-row and param-grad kernels match the CPU backend and repeat bit for bit" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  const std::vector<Shape> shapes = {Shape{300, 768}, Shape{64, 1024}, Shape{3, 37, 33}, Shape{1, 40}};
+  const std::vector<Shape> shapes = {Shape{300, 768}, Shape{64, 1024}, Shape{3, 37, 33}, Shape{1, 40},
+                                     Shape{4096, 64}};  // the last: dgamma/dbeta in 8 chunks of rows
   for (const Shape& shape : shapes) {
     CAPTURE(shape.str());
     const std::int64_t features = shape[shape.rank() - 1];
