@@ -42,14 +42,17 @@ __device__ inline void store(std::uint16_t* p, std::int64_t i, float v) {
   p[i] = float_to_bf16_bits(v);
 }
 
-template <typename Out, typename Bias>
+// The bias column in Index arithmetic: 32-bit where the output has at most
+// 2^32 elements (a 64-bit remainder is a long routine on a GPU).
+template <typename Out, typename Bias, typename Index>
 __global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t rows,
                                        std::int64_t cols, Activation act) {
   const std::int64_t count = rows * cols;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < count; i += stride) {
-    float b = bias != nullptr ? load(bias, i % cols) : 0.0f;
+    const float b =
+        bias != nullptr ? load(bias, static_cast<std::int64_t>(static_cast<Index>(i) % static_cast<Index>(cols))) : 0.0f;
     store(out, i, matmul_epilogue(load(out, i), b, act));
   }
 }
@@ -57,8 +60,10 @@ __global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t 
 template <typename Out, typename Bias>
 void launch_epilogue(void* out, const void* bias, std::int64_t rows, std::int64_t cols,
                      Activation act, cudaStream_t stream) {
-  matmul_epilogue_kernel<Out, Bias><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-      static_cast<Out*>(out), static_cast<const Bias*>(bias), rows, cols, act);
+  const bool narrow = rows * cols <= (std::int64_t{1} << 32);
+  (narrow ? matmul_epilogue_kernel<Out, Bias, std::uint32_t> : matmul_epilogue_kernel<Out, Bias, std::int64_t>)
+      <<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<Out*>(out), static_cast<const Bias*>(bias),
+                                                        rows, cols, act);
   cuda_check(cudaGetLastError(), "matmul_epilogue_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
              __LINE__);
 }

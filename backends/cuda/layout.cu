@@ -54,8 +54,17 @@ void cuda_cache_write(const void* rows, const std::int32_t* positions, void* cac
 
 void cuda_strided_copy(const void* src, void* dst, int element_size, const StridedCopy& copy,
                        cudaStream_t stream) {
+  if (copy.count <= 0) return;
+  StridedCopy wide;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % sizeof(Words16) == 0 &&
+                       reinterpret_cast<std::uintptr_t>(dst) % sizeof(Words16) == 0;
+  if (aligned && element_size < static_cast<int>(sizeof(Words16)) &&
+      widen_copy(copy, static_cast<std::int64_t>(sizeof(Words16)) / element_size, wide)) {
+    launch<Words16>(src, dst, wide, launch_config(wide.count), stream);
+    cuda_check(cudaGetLastError(), "strided_copy_kernel<Words16><<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+    return;
+  }
   const LaunchConfig cfg = launch_config(copy.count);
-  if (cfg.blocks == 0) return;
   switch (element_size) {
     case 2: launch<std::uint16_t>(src, dst, copy, cfg, stream); break;
     case 4: launch<std::uint32_t>(src, dst, copy, cfg, stream); break;

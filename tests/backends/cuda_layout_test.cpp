@@ -49,9 +49,12 @@ void run_words(const StridedCopy& copy, const Tensor& src, const Tensor& dst) {
   }
 }
 
-// What the kernel does, on the host.
+// What the kernel does, on the host: 16-byte words where the copy widens.
 void host_copy(const StridedCopy& copy, const Tensor& src, const Tensor& dst) {
-  switch (dtype_size(src.dtype())) {
+  const auto size = static_cast<std::int64_t>(dtype_size(src.dtype()));
+  StridedCopy wide;
+  if (widen_copy(copy, static_cast<std::int64_t>(sizeof(Words16)) / size, wide)) return run_words<Words16>(wide, src, dst);
+  switch (size) {
     case 2: return run_words<std::uint16_t>(copy, src, dst);
     case 4: return run_words<std::uint32_t>(copy, src, dst);
     default: return run_words<std::uint64_t>(copy, src, dst);
@@ -111,6 +114,21 @@ TEST_CASE("cuda strided index maps flat indices like row-major coordinates") {
                   UnsupportedError);
 }
 
+TEST_CASE("cuda copies widen to 16-byte words only where runs stay contiguous") {
+  StridedCopy wide;
+  // Attention's head split, [B, T, H, K] -> [B, H, T, K]: runs of K.
+  const StridedCopy heads = make_transpose_copy({2, 16, 4, 64}, {0, 2, 1, 3});
+  REQUIRE(widen_copy(heads, 4, wide));
+  CHECK(wide.count == heads.count / 4);
+  CHECK(widen_copy(heads, 8, wide));  // bf16
+  CHECK_FALSE(widen_copy(make_transpose_copy({2, 16, 4, 64}, {0, 1, 3, 2}), 4, wide));  // the last axis moves
+  CHECK_FALSE(widen_copy(make_transpose_copy({2, 16, 4, 6}, {0, 2, 1, 3}), 4, wide));   // runs of 6
+  CHECK_FALSE(widen_copy(make_slice_copy({8, 12}, {8, 6}, 1, 2), 4, wide));              // starts at 2
+  CHECK(widen_copy(make_slice_copy({8, 12}, {8, 8}, 1, 4), 4, wide));
+  CHECK_FALSE(widen_copy(make_broadcast_copy({12}, {3, 12}), 8, wide));  // 12 is no multiple of 8
+  CHECK(widen_copy(make_broadcast_copy({12}, {3, 12}), 4, wide));
+}
+
 TEST_CASE("cuda broadcast copy matches the CPU backend's broadcast_to for every element size") {
   for (const BroadcastCase& c : kBroadcasts)
     for (DType dtype : kDTypes) {
@@ -128,6 +146,7 @@ TEST_CASE("cuda transpose copy matches the CPU backend for every permutation up 
   std::vector<Shape> shapes = kShapes;
   shapes.push_back(Shape{2, 3, 1, 5, 4});
   shapes.push_back(Shape{2, 3, 2, 5, 3, 2});
+  shapes.push_back(Shape{2, 3, 4, 8});  // widens where the last axis stays: 16-byte words
   for (const Shape& shape : shapes)
     for (const std::vector<int>& perm : permutations(shape.rank()))
       for (DType dtype : kDTypes) {
