@@ -55,7 +55,7 @@ struct BroadcastIndex {
       largest_b += (extent[d] - 1) * b_stride[d];
     }
     constexpr std::int64_t limit = std::int64_t{1} << 32;
-    return count <= limit && largest_a < limit && largest_b < limit;
+    return count < limit && largest_a < limit && largest_b < limit;  // count < 2^32: so is every extent
   }
 };
 

@@ -42,7 +42,7 @@ __device__ inline void store(std::uint16_t* p, std::int64_t i, float v) {
   p[i] = float_to_bf16_bits(v);
 }
 
-// The bias column in Index arithmetic: 32-bit where the output has at most
+// The bias column in Index arithmetic: 32-bit where the output has fewer than
 // 2^32 elements (a 64-bit remainder is a long routine on a GPU).
 template <typename Out, typename Bias, typename Index>
 __global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t rows,
@@ -60,7 +60,7 @@ __global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t 
 template <typename Out, typename Bias>
 void launch_epilogue(void* out, const void* bias, std::int64_t rows, std::int64_t cols,
                      Activation act, cudaStream_t stream) {
-  const bool narrow = rows * cols <= (std::int64_t{1} << 32);
+  const bool narrow = rows * cols < (std::int64_t{1} << 32);  // so is cols: never a divisor of 0
   (narrow ? matmul_epilogue_kernel<Out, Bias, std::uint32_t> : matmul_epilogue_kernel<Out, Bias, std::int64_t>)
       <<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<Out*>(out), static_cast<const Bias*>(bias),
                                                         rows, cols, act);

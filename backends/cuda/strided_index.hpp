@@ -42,11 +42,13 @@ struct StridedIndex {
     return static_cast<std::int64_t>(offset);
   }
 
-  // Whether at<std::uint32_t> gives every offset of flat indices [0, count).
+  // Whether at<std::uint32_t> gives every offset of flat indices [0, count):
+  // count below 2^32 keeps every extent below it too (an extent of 2^32 would
+  // become a divisor of 0).
   bool narrow(std::int64_t count) const {
     std::int64_t largest = 0;  // the offset of the last element of every axis
     for (int d = 0; d < rank; ++d) largest += (extent[d] - 1) * stride[d];
-    return count <= kNarrowLimit && largest < kNarrowLimit;
+    return count < kNarrowLimit && largest < kNarrowLimit;
   }
   static constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 32;
 };

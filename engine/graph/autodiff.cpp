@@ -57,13 +57,19 @@ std::unordered_map<ValueId, ValueId> append_gradients(Graph& graph, ValueId loss
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
       ValueId in = node.inputs[i], dx = input_grads[i];
       if (dx == kNoGradient || !depends[in] || !is_floating(graph.dtype(in))) continue;
+      if (grad[in] != kNoGradient && graph.dtype(grad[in]) != graph.dtype(dx)) {
+        // A bf16 value read by a mixed product (f32 gradients) and by a bf16 op: add in f32.
+        grad[in] = graph.cast(grad[in], DType::f32);
+        dx = graph.cast(dx, DType::f32);
+      }
       grad[in] = grad[in] == kNoGradient ? dx : graph.add(grad[in], dx);
     }
   }
 
+  // Each gradient in its value's dtype (a mixed product gives bf16 operands f32 ones).
   std::unordered_map<ValueId, ValueId> result;
   for (ValueId v : wrt)
-    result[v] = grad[v] != kNoGradient ? grad[v] : graph.fill(graph.shape(v), 0.0, graph.dtype(v));
+    result[v] = grad[v] != kNoGradient ? graph.cast(grad[v], graph.dtype(v)) : graph.fill(graph.shape(v), 0.0, graph.dtype(v));
   return result;
 }
 

@@ -263,7 +263,10 @@ TEST_CASE("cuda broadcast index merges contiguous axes and drops extent-1 axes")
 TEST_CASE("cuda broadcast index takes 32-bit arithmetic only where every offset fits") {
   const std::int64_t big = std::int64_t{1} << 31;
   CHECK(make_broadcast_index({big}, {1}, {big}).narrow(big));
-  CHECK(make_broadcast_index({2, big}, {big}, {2, big}).narrow(2 * big));  // the last index is 2^32 - 1
+  CHECK(make_broadcast_index({2, big - 1}, {big - 1}, {2, big - 1}).narrow(2 * (big - 1)));
+  // 2^32 elements: one merged axis of extent 2^32 would be a 32-bit divisor of 0.
+  CHECK_FALSE(make_broadcast_index({2 * big}, {1}, {2 * big}).narrow(2 * big));
+  CHECK_FALSE(make_broadcast_index({2, big}, {big}, {2, big}).narrow(2 * big));
   CHECK_FALSE(make_broadcast_index({4, big}, {1}, {4, big}).narrow(4 * big));
 }
 

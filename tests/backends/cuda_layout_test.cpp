@@ -108,6 +108,8 @@ TEST_CASE("cuda strided index maps flat indices like row-major coordinates") {
   const StridedIndex huge = make_strided_index({2, 1 << 20, 1 << 10}, {1, 2 << 10, 2}, "test");  // 2^31 elements
   CHECK(huge.narrow(std::int64_t{1} << 31));
   CHECK_FALSE(huge.narrow((std::int64_t{1} << 32) + 1));  // more flat indices than 32 bits hold
+  // Exactly 2^32 elements merge into one axis of extent 2^32: a 32-bit divisor of 0.
+  CHECK_FALSE(make_strided_index({std::int64_t{1} << 32}, {1}, "test").narrow(std::int64_t{1} << 32));
   CHECK_FALSE(make_strided_index({2, 3}, {std::int64_t{1} << 32, 1}, "test").narrow(6));  // an offset past 2^32
   // Seven unmergeable axes are more than a kernel takes.
   CHECK_THROWS_AS(make_strided_index({2, 2, 2, 2, 2, 2, 2}, {1, 2, 4, 8, 16, 32, 64}, "test"),

@@ -87,6 +87,16 @@ TEST_CASE("mixed precision: a matmul of f32 operands multiplies in bf16 and keep
   CHECK_THROWS_AS(g.matmul(a, b, {}, DType::bf16), DTypeError);          // f32 operands keep f32
 }
 
+TEST_CASE("mixed precision: a bf16 value read by a mixed product and a bf16 one gets one bf16 gradient") {
+  Graph g;
+  ValueId x = g.input("x", {4, 8}, DType::bf16), w = g.variable("w", {8, 3}, DType::bf16);
+  ValueId kept = g.matmul(x, w, {}, DType::f32);                   // f32 gradients
+  ValueId rounded = g.cast(g.matmul(x, w), DType::f32);             // bf16 gradients
+  const ValueId loss = g.reduce(ReduceOp::sum, g.add(kept, rounded), {0, 1});
+  const auto grads = append_gradients(g, loss, {w});
+  CHECK(g.dtype(grads.at(w)) == DType::bf16);
+}
+
 TEST_CASE("mixed precision: the zoo's MLP trains within 5% of f32 per step") {
   check_close_to_f32("mlp.yaml", test::random_tensor({32, 784}, 11), test::random_labels({32}, 10, 12));
 }
