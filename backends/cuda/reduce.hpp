@@ -101,7 +101,10 @@ inline constexpr int kReduceChunkThreads = 1024;
 // blocks of 32 columns x 32 row lanes.
 inline constexpr std::int64_t kReduceThreadPerColumnFrom = 65536;
 inline constexpr int kReduceColumnRowLanes = 32;
-// The chunks' partials: at most kReduceChunkTargetBlocks + outputs of them.
+// The backend's scratch for partial sums: a view's chunks (at most
+// kReduceChunkTargetBlocks + outputs of them) and layer norm's dgamma/dbeta
+// chunks (layer_norm_param_chunks keeps within it). Columns are not split:
+// a few very long columns run in few blocks.
 inline constexpr std::int64_t kReduceScratchFloats = 16384;
 static_assert(kReduceChunkTargetBlocks + kReduceBlockPerOutputMaxOutputs <= kReduceScratchFloats);
 
