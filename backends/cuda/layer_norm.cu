@@ -10,11 +10,12 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/warp_tree.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpLanes;
 static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 
 // The param-grad tile: a warp's width of features, and row-lanes (warps) that
@@ -22,11 +23,9 @@ static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 constexpr int kParamFeatures = kWarp;
 constexpr int kParamRowLanes = 16;
 
-// Lane 0's total in the fixed tree of offsets 16, 8, 4, 2, 1, given to every
-// lane so they all write with the same bits.
+// Every lane gets lane 0's total (warp_tree.hpp).
 __device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return __shfl_sync(0xffffffffu, v, 0);
+  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
 }
 
 __global__ void layer_norm_kernel(const float* x, const float* gamma, const float* beta, float* y,

@@ -18,16 +18,15 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/warp_tree.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpLanes;
 
-__device__ float warp_combine(ReduceOp op, float acc) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    acc = reduce_combine(op, acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  return acc;  // lane 0 holds the warp's total
+__device__ float warp_combine(ReduceOp op, float acc) {  // lane 0 gets the warp's total
+  return warp_tree(acc, [op](float a, float b) { return reduce_combine(op, a, b); });
 }
 
 // Thread 0 gets the block's total: each warp combines its lanes, then warp 0

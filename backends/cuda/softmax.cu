@@ -10,25 +10,21 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/warp_tree.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpLanes;
 static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 
-// Lane 0's total in the fixed tree of offsets 16, 8, 4, 2, 1, then given to
-// every lane (a butterfly could leave lanes with different bits: max is not
-// commutative on -0 and +0).
+// Every lane gets lane 0's total (warp_tree.hpp).
 __device__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v = softmax_max_combine(v, __shfl_down_sync(0xffffffffu, v, offset));
-  return __shfl_sync(0xffffffffu, v, 0);
+  return warp_tree_to_all(v, [](float a, float b) { return softmax_max_combine(a, b); });
 }
 
 __device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return __shfl_sync(0xffffffffu, v, 0);
+  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
 }
 
 __global__ void softmax_kernel(const float* x, float* y, SoftmaxRows rows, bool log) {
