@@ -22,7 +22,7 @@ ValueId Graph::matmul(ValueId a, ValueId b, const MatmulArgs& args, DType out) {
   check_same_dtype("matmul", a, b);
   check_floating("matmul", a);
   if (out != dtype(a) && !(dtype(a) == DType::bf16 && out == DType::f32))
-    throw DTypeError("matmul: a product of " + std::string(dtype_name(dtype(a))) + " operands is kept in " +
+    throw DTypeError("matmul: the product of " + describe(a) + " and " + describe(b) + " is kept in " +
                      std::string(dtype_name(dtype(a))) + (dtype(a) == DType::bf16 ? " or f32" : "") + ", not " +
                      std::string(dtype_name(out)));
   OpAttrs attrs;
