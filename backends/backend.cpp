@@ -111,6 +111,10 @@ void Backend::matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const
   run_matmul(a, b, bias, out, args);
 }
 
+bool Backend::prefers_transposed_constant_b(const Shape&, const Shape&, DType, const MatmulArgs&) const {
+  return false;
+}
+
 void Backend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                              const Conv2dArgs& args) {
   Check c(*this, "conv2d_forward");

@@ -52,6 +52,12 @@ class Backend {
   // out = act(alpha * op(a) @ op(b) + bias); bias is [N] or null. See MatmulArgs.
   void matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
               const MatmulArgs& args = {});
+  // Whether matmul(a, b, ..., args) runs faster against a kept transposed
+  // copy of b (multiplied with transpose_b set), for a b that stays the same
+  // from call to call (inference weights, Executor::fix_variables): the copy
+  // is made once, not per call. Shapes are a's and b's; false by default.
+  virtual bool prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
+                                             const MatmulArgs& args) const;
 
   // Channels-last convolution (x[N,H,W,C], w[KH,KW,C,F], y[N,OH,OW,F]) and its two
   // gradients; bias is [F] or null; db (optional) receives the bias gradient.

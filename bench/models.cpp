@@ -325,6 +325,8 @@ int main(int argc, char** argv) {
           // cpu:0 gets `threads`; a changed share drops the cached primitives.
           set_cpu_device_count(1, threads);
           bench::ZooCase tessera = zoo_case(spec, source_dir);
+          // Inference as an embedder's InferenceModel runs it: weights fixed.
+          if (mode == "infer") tessera.trainer->fix_weights();
           row.tessera_params = tessera.params;
           for (int r = 0; r < rounds; ++r) {
             if (progress)

@@ -28,6 +28,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "onednn"; }
   Allocator& allocator() override { return allocator_; }
   bool supports(OpKind kind, DType dtype) const override;
+  bool prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
+                                     const MatmulArgs& args) const override;
 
   int threads() const { return threads_; }
   // oneDNN fixes a primitive's thread count when it is created, so each share

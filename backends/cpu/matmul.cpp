@@ -63,20 +63,32 @@ bool onednn_avx2_gemm() {
 }
 
 // Whether a[M, K] @ b[K, N] runs faster as a @ bt^T, bt[N, K] a transposed
-// copy of b (the layout of PyTorch's Linear weights). oneDNN 2.6's AVX2 sgemm
-// takes few rows (1/M + 1/N >= 0.0038) to its no-copy kernel, which is slow on
-// b's rows 4 KiB apart (N a multiple of 1024), where its AVX-512 sgemm copies
-// such operands first. On a Zen 1, one thread: 128x784x1024 7.84 ms against
-// 5.52 through the transposed view, 128x1024x1024 9.46 against 7.63,
-// 64x256x1024 2.31 against 0.90, while transposing b costs a memory pass
-// (bench/README.md, "Few rows against N-major weights"). Below 64 rows the
-// gain does not pay for the copy; from 512 rows both forms run alike.
-bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args) {
-  if (args.transpose_a || args.transpose_b || a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::f32 ||
-      b.dtype() != DType::f32 || !onednn_avx2_gemm())
+// copy of b (the layout of PyTorch's Linear weights); `kept`: the copy is
+// made once (weights that do not change, Executor::fix_variables), else on
+// every call. oneDNN 2.6's AVX2 sgemm takes few rows (1/M + 1/N >= 0.0038)
+// to its no-copy kernel, which is slow on b's rows 4 KiB apart (N a multiple
+// of 1024), where its AVX-512 sgemm copies such operands first. On a Zen 1,
+// one thread: 128x784x1024 7.84 ms against 5.52 through the transposed view,
+// 128x1024x1024 9.46 against 7.63, 64x256x1024 2.31 against 0.90
+// (bench/README.md, "Few rows against N-major weights"); from 512 rows both
+// forms run alike. A copy per call pays from 64 rows. A kept one pays from
+// 32 rows, and from 8 unless a's rows lie 4 KiB apart as well; below 8 rows
+// NN is as fast or faster. 1 thread, NN against NT: 8 rows, K = 256: 0.196
+// ms and 0.173, K = 784: 0.579 and 0.535, K = 1024: 0.783 and 0.936; 4 rows,
+// K = 784: 0.269 and 0.304. A shared weight's rows are a's leading axes.
+bool faster_against_bt(const Shape& a, const Shape& b, DType dtype, const MatmulArgs& args, bool kept) {
+  if (args.transpose_a || args.transpose_b || a.rank() < 2 || b.rank() != 2 || dtype != DType::f32 ||
+      !onednn_avx2_gemm())
     return false;
-  const std::int64_t m = a.shape()[0], n = b.shape()[1];
-  return n % 1024 == 0 && m >= 64 && m < 512;
+  const std::int64_t m = a.rows(), k = b[0], n = b[1];
+  if (n % 1024 != 0 || m >= 512) return false;
+  if (!kept) return m >= 64;
+  return m >= 32 || (m >= 8 && k % 1024 != 0);
+}
+
+// faster_against_bt for a 2-D a, whose b is transposed on every call.
+bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args) {
+  return a.rank() == 2 && b.dtype() == a.dtype() && faster_against_bt(a.shape(), b.shape(), a.dtype(), args, false);
 }
 
 // Rows [r, r + 8) of out[c, r] = in[r, c], in 8x8 blocks of AVX2 registers;
@@ -117,6 +129,11 @@ void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t 
 }
 
 }  // namespace
+
+bool CpuBackend::prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
+                                               const MatmulArgs& args) const {
+  return faster_against_bt(a, b, dtype, args, /*kept=*/true);
+}
 
 void CpuBackend::matmul_widened(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                                 const MatmulArgs& args) {

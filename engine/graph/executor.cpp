@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "backends/registry.hpp"
 #include "engine/graph/op_rules.hpp"
@@ -32,6 +33,51 @@ void Executor::bind(ValueId leaf, const Tensor& tensor) {
     throw DeviceError("bind: " + label + " must live on " + backend_.device().str() + ", got " +
                       tensor.describe());
   tensors_[leaf] = tensor;
+  if (kind == OpKind::variable) prepared_ = false;
+}
+
+void Executor::fix_variables(std::shared_ptr<const std::uint64_t> version) {
+  if (!version) throw Error("fix_variables: no version counter given");
+  fixed_version_ = std::move(version);
+  prepared_ = false;
+}
+
+std::size_t Executor::kept_copy_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& [b, copy] : transposed_b_) bytes += copy.nbytes();
+  return bytes;
+}
+
+void Executor::prepare_fixed_variables() {
+  std::set<ValueId> written;  // by their storage: what the graph updates in place
+  for (NodeId n : plan_.schedule) {
+    const Node& node = graph_.node(n);
+    for (int i : op_info(node.kind).writes)
+      written.insert(plan_.storage_of[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]);
+  }
+  against_transposed_b_.clear();
+  for (NodeId n : plan_.schedule) {
+    const Node& node = graph_.node(n);
+    if (node.kind != OpKind::matmul) continue;
+    const ValueId a = node.inputs[0], b = node.inputs[1];
+    const Value& bv = graph_.value(b);
+    if (graph_.node(bv.producer).kind != OpKind::variable || written.contains(b) ||
+        !backend_.prefers_transposed_constant_b(graph_.value(a).shape, bv.shape, bv.dtype, node.attrs.matmul))
+      continue;
+    against_transposed_b_[n] = b;
+  }
+  std::map<ValueId, Tensor> kept;
+  for (const auto& [n, b] : against_transposed_b_) {
+    if (kept.contains(b)) continue;
+    const Shape& shape = graph_.value(b).shape;
+    Tensor& copy = kept[b];
+    auto old = transposed_b_.find(b);
+    copy = old != transposed_b_.end() ? old->second : Tensor::empty({shape[1], shape[0]}, graph_.value(b).dtype, backend_.device());
+    backend_.transpose(tensors_[b], copy, {1, 0});
+  }
+  transposed_b_ = std::move(kept);
+  prepared_version_ = *fixed_version_;
+  prepared_ = true;
 }
 
 void Executor::allocate_arena() {
@@ -58,6 +104,7 @@ void Executor::run() {
     }
   }
   if (!arena_) allocate_arena();
+  if (fixed_version_ && (!prepared_ || *fixed_version_ != prepared_version_)) prepare_fixed_variables();
   if (profile_ == nullptr) {
     for (NodeId n : plan_.schedule) run_node(n);
   } else {
@@ -108,7 +155,10 @@ void Executor::run_node(NodeId n) {
               .collectives = spmd_,
               .update_step = update_step_,
               .runs = runs_,
-              .learning_rate = learning_rate_};
+              .learning_rate = learning_rate_,
+              .transposed_b = nullptr};
+  if (auto kept = against_transposed_b_.find(n); kept != against_transposed_b_.end())
+    run.transposed_b = &transposed_b_.at(kept->second);
   op_rules(node.kind).run(run);
 }
 

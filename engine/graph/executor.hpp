@@ -45,6 +45,16 @@ class Executor final : public StepRunner {
   void set_update_step(std::int64_t step, float learning_rate) override;
   void enable_profiling(std::map<std::string, OpTime>* sink) override { profile_ = sink; }
 
+  // A promise for inference: the bound variables keep their values from run
+  // to run, until one is bound again or *version changes (the owner of the
+  // values counts their changes there). The executor may then keep copies of
+  // them in the layout the backend multiplies fastest, made on the first run
+  // after a change (Backend::prefers_transposed_constant_b). Variables the
+  // graph writes itself (a KV cache) are never copied.
+  void fix_variables(std::shared_ptr<const std::uint64_t> version);
+  // The bytes of those copies (made by the last run).
+  std::size_t kept_copy_bytes() const;
+
   // For a partitioned graph: the communicator and rank its collective ops use
   // (owned by the caller, outliving the executor).
   void set_spmd(const CollectiveContext* context) { spmd_ = context; }
@@ -54,6 +64,8 @@ class Executor final : public StepRunner {
 
  private:
   void allocate_arena();
+  // fix_variables: (re)makes the kept copies of the variables.
+  void prepare_fixed_variables();
   void run_node(NodeId n);  // the op's run rule (engine/graph/op_rules.hpp)
   // The fused bias and activation of a matmul or conv2d node, if the plan has one.
   const Epilogue* epilogue(NodeId n) const {
@@ -72,6 +84,13 @@ class Executor final : public StepRunner {
   const CollectiveContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
+  // fix_variables: the version the kept copies were made at; the copies,
+  // transposed, of matmuls' b (by b's value), and the matmuls that use them.
+  std::shared_ptr<const std::uint64_t> fixed_version_;
+  std::uint64_t prepared_version_ = 0;
+  bool prepared_ = false;
+  std::map<ValueId, Tensor> transposed_b_;
+  std::map<NodeId, ValueId> against_transposed_b_;
 };
 
 }  // namespace tessera

@@ -34,6 +34,7 @@ struct NodeRun {
   std::int64_t update_step;                // the optimizer step (1-based); 0: the attributes' step + runs
   std::int64_t runs;                       // earlier runs of this executor
   float learning_rate;                     // 0: the attributes'
+  const Tensor* transposed_b;              // matmul: a kept transposed copy of b to multiply instead, or null
 
   const Tensor& in(int i) const { return values[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]; }
   const Tensor& out(int i) const { return values[static_cast<std::size_t>(node.outputs[static_cast<std::size_t>(i)])]; }

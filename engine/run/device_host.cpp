@@ -4,6 +4,7 @@
 // between steps, each runner is staged (batches copied in, outputs copied
 // out), and the store is written back on sync_store() and before each save.
 #include <map>
+#include <memory>
 
 #include "backends/registry.hpp"
 #include "engine/graph/executor.hpp"
@@ -21,6 +22,7 @@ class DeviceHost final : public StepHost {
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
     auto executor = std::make_unique<Executor>(step.graph, step.outputs, device_);
     for (const auto& [path, id] : step.variables) executor->bind(id, variable(path));
+    if (step.fixed_variables) executor->fix_variables(version_);
     if (!on_device_) return executor;
     return std::make_unique<StagedRunner>(std::move(executor), device_);
   }
@@ -29,9 +31,13 @@ class DeviceHost final : public StepHost {
   TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) override {
     TrainingState state = load_checkpoint(dir, store_, LoadValues::all, non_finite);
     upload();
+    ++*version_;
     return state;
   }
-  void store_changed() override { upload(); }
+  void store_changed() override {
+    upload();
+    ++*version_;
+  }
   void save(const std::filesystem::path& dir, const TrainingState& state, const std::string& config) override {
     sync_store();
     save_checkpoint(dir, store_, state, config);
@@ -68,6 +74,8 @@ class DeviceHost final : public StepHost {
   Device device_;
   bool on_device_;
   std::map<std::string, Tensor> resident_;  // by variable path; empty when the executors use the store's tensors
+  // Counts the store's changes, for runners that keep copies of fixed variables.
+  std::shared_ptr<std::uint64_t> version_ = std::make_shared<std::uint64_t>(0);
 };
 
 }  // namespace

@@ -51,7 +51,8 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   for (const auto& v : traced.variables)
     if (std::find(p->kv.caches.begin(), p->kv.caches.end(), v.first) == p->kv.caches.end()) model_variables.push_back(v);
   // Layer outputs by their paths (a layout map's activation keys), as the Trainer's programs give them.
-  p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, -1, model_variables, traced.variables, traced.layer_outputs});
+  p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, -1, model_variables, traced.variables,
+                                      traced.layer_outputs, /*fixed_variables=*/true});
   for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
   return p;

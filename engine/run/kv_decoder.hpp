@@ -58,6 +58,8 @@ class KvDecoder {
   // each position computed from those before it (decodes_incrementally()).
   // Throws UnsupportedError for attention that is not causal.
   // `matmul_dtype`: the run's precision (Graph::set_matmul_dtype), as its other programs.
+  // The weights must change only through the host (load, store_changed):
+  // its runners may keep copies of them (TracedStep::fixed_variables).
   KvDecoder(const Model& model, VariableStore& store, StepHost& host, std::int64_t batch, std::uint64_t seed,
             DType matmul_dtype = DType::f32);
   ~KvDecoder();

@@ -211,7 +211,9 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
                         "work (each would train its own copy)");
     if (run.device.kind == DeviceKind::cuda) use_devices({run.device});  // cuda:N is GPU N, not a logical device
     run.model.build(store, run.training.seed);
-    return std::make_unique<Trainer>(run.model, run.training, store, run.device);
+    auto trainer = std::make_unique<Trainer>(run.model, run.training, store, run.device);
+    if (use == TrainerUse::inference) trainer->fix_weights();
+    return trainer;
   }
   DistributionConfig& config = *run.distribution;
   use_devices(config.distribution->mesh().devices(), config.shared_gpu);  // the logical devices of the mesh
@@ -298,6 +300,7 @@ std::unique_ptr<Trainer> make_trainer(RunConfig& run, VariableStore& store, Proc
     }
   }
   auto trainer = std::make_unique<Trainer>(run.model, run.training, store, *run.distribution->distribution, processes);
+  if (use == TrainerUse::inference) trainer->fix_weights();
   trainer->set_collective_timeout(run.distribution->collective_timeout);
   if (config.memory_limit > 0 && use == TrainerUse::training) {  // planned, before any variable or workspace exists
     const std::int64_t planned = device_memory(*trainer->planned_program(run.training.batch_size));

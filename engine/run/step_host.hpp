@@ -40,6 +40,10 @@ struct TracedStep {
   std::vector<std::pair<std::string, ValueId>> model_variables, variables;
   // Each layer's output, by its layer path (a distribution may constrain its layout).
   std::vector<std::pair<std::string, ValueId>> layer_outputs;
+  // The variables change only through load() and store_changed() (inference):
+  // a one-device runner may keep copies of them in a faster layout
+  // (Executor::fix_variables). A mesh's runners keep none yet.
+  bool fixed_variables = false;
 };
 
 class StepHost {

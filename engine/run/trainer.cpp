@@ -158,6 +158,8 @@ std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) 
 }
 
 Trainer::Program& Trainer::program(std::int64_t batch, bool training, bool with_loss, bool weighted) {
+  if (training && weights_fixed_)
+    throw Error("this trainer runs inference only (its weights are fixed: fix_weights), so it takes no training step");
   auto key = std::make_tuple(batch, training, with_loss, weighted);
   auto& slot = programs_[key];
   if (slot) return *slot;
@@ -182,6 +184,7 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
   TracedStep& step = p->step;
   step.input = p->input;
   step.model_variables = step.variables = traced.variables;
+  step.fixed_variables = weights_fixed_ && !training;
   // Training reads only the loss and the metrics: not asking for the model's
   // output spares a sharded run gathering it (a vocabulary-parallel head's logits).
   if (!with_loss) step.outputs.push_back(p->output);

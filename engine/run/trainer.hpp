@@ -182,6 +182,11 @@ class Trainer {
   }
 
   std::int64_t step() const { return step_; }
+  // For inference (make_trainer's TrainerUse::inference): from now on the
+  // weights change only by load(), resume() or set_weights, never by a step,
+  // so forward passes on one device may keep copies of them in a faster
+  // layout. fit() and train_step() then throw Error.
+  void fix_weights() { weights_fixed_ = true; }
   // Accumulates per-op times of every program into `sink` (see Executor).
   void enable_profiling(std::map<std::string, StepRunner::OpTime>* sink);  // optimizer steps taken
 
@@ -239,6 +244,7 @@ class Trainer {
   std::map<std::string, StepRunner::OpTime>* profile_ = nullptr;
   const std::vector<MetricOps>* metric_ops_ = nullptr;  // a cached program's, for evaluation()
   std::int64_t step_ = 0;
+  bool weights_fixed_ = false;  // fix_weights()
   std::int64_t total_steps_ = 0;
   double learning_rate_scale_ = 1;  // a callback's factor on the schedule (ReduceLROnPlateau)
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <memory>
 
 #include "backends/registry.hpp"
 #include "engine/graph/autodiff.hpp"
@@ -294,4 +296,64 @@ TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the
   // Refused before the C library is asked (which, under AddressSanitizer's
   // defaults, aborts instead of returning null).
   CHECK_THROWS_WITH_AS(exec.run(), doctest::Contains("of RAM and swap in all"), OutOfMemoryError);
+}
+
+TEST_CASE("fixed variables: matmuls against kept copies of their weights compute what the weights give") {
+  Graph g;
+  ValueId x = g.input("x", {128, 784});
+  ValueId w1 = g.variable("hidden/kernel", {784, 1024}), b1 = g.variable("hidden/bias", {1024});
+  ValueId w2 = g.variable("out/kernel", {1024, 1024});
+  ValueId h = g.unary(UnaryOp::relu, g.add(g.matmul(x, w1), b1));
+  ValueId y = g.matmul(h, w2, {.alpha = 0.5f});
+  std::map<ValueId, Tensor> bound{{x, random_tensor({128, 784}, 1)}, {w1, random_tensor({784, 1024}, 2)},
+                                  {b1, random_tensor({1024}, 3)}, {w2, random_tensor({1024, 1024}, 4)}};
+  auto version = std::make_shared<std::uint64_t>(0);
+  Executor plain(g, {y}), fixed(g, {y});
+  fixed.fix_variables(version);
+  for (auto& [id, t] : bound) {
+    plain.bind(id, t);
+    fixed.bind(id, t);
+  }
+  auto check_same = [&] {
+    plain.run();
+    fixed.run();
+    check_close(fixed.output(y), plain.output(y).to_vector<float>(), 1e-4, 1e-5);
+  };
+  check_same();
+  // The backend says which weights it wants transposed (on this CPU: oneDNN's
+  // AVX2 sgemm, both of these; none where it copies operands itself).
+  Backend& be = backend_for(Device::cpu(0));
+  std::size_t expected = 0;
+  if (be.prefers_transposed_constant_b({128, 784}, {784, 1024}, DType::f32, {})) expected += 784 * 1024 * 4;
+  if (be.prefers_transposed_constant_b({128, 1024}, {1024, 1024}, DType::f32, {.alpha = 0.5f})) expected += 1024 * 1024 * 4;
+  CHECK(fixed.kept_copy_bytes() == expected);
+  if (expected == 0) MESSAGE("this CPU's backend keeps no transposed weights: only the results were compared");
+
+  // New values in place, counted by the version: the copies follow.
+  const Tensor fresh = random_tensor({1024, 1024}, 5);
+  std::memcpy(bound[w2].raw_data(), fresh.raw_data(), fresh.nbytes());
+  ++*version;
+  check_same();
+  // Another tensor bound: the copies follow too.
+  bound[w1] = random_tensor({784, 1024}, 6);
+  plain.bind(w1, bound[w1]);
+  fixed.bind(w1, bound[w1]);
+  check_same();
+  CHECK(fixed.kept_copy_bytes() == expected);
+
+  // A weight the graph itself updates is never copied.
+  Graph t;
+  ValueId tx = t.input("x", {128, 784}), tw = t.variable("kernel", {784, 1024});
+  ValueId velocity = t.variable("kernel/velocity", {784, 1024});
+  ValueId ty = t.matmul(tx, tw);
+  ValueId loss = t.reduce(ReduceOp::sum, ty, {0, 1});
+  ValueId grad = append_gradients(t, loss, {tw}).at(tw);
+  t.sgd_update(tw, grad, velocity, {.learning_rate = 0.01f});
+  Executor updating(t, {loss});
+  updating.fix_variables(version);
+  updating.bind(tx, bound[x]);
+  updating.bind(tw, random_tensor({784, 1024}, 7));
+  updating.bind(velocity, zeros({784, 1024}));
+  updating.run();
+  CHECK(updating.kept_copy_bytes() == 0);
 }

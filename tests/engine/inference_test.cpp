@@ -483,3 +483,55 @@ TEST_CASE("a model whose token embedding reads other tokens than it scores does 
                        doctest::Contains("its token embedding 'token_embedding' reads 100 tokens but its output scores 256"),
                        UnsupportedError);
 }
+
+TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fastest, and computes what a trainer does") {
+  // ff_dim 1024 and batches of 4 x 16 tokens: the blocks' first matmul is
+  // 64 x 32 x 1024, which an AVX2 CPU's backend multiplies against a kept
+  // transposed copy of the kernel (Backend::prefers_transposed_constant_b).
+  test::TempDir dir;
+  std::string text = kTinyGpt;
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"ff_dim: 64", "ff_dim: 1024"}, {"batch_size: 3", "batch_size: 4"}})
+    text.replace(text.find(from), from.size(), to);
+  const std::filesystem::path config = dir / "wide_ff.yaml", checkpoint = dir / "checkpoint";
+  std::ofstream(config) << text;
+  RunConfig run = load_run_config(config);
+  VariableStore store;
+  run.model.build(store, 3);
+  save_checkpoint(checkpoint, store, TrainingState{}, run.root.dump());
+  Trainer trainer(run.model, run.training, store);  // its weights may change: it keeps no copies
+  InferenceModel model(config, checkpoint);
+
+  Tensor tokens = Tensor::empty({4, 16}, DType::i32);
+  for (std::int64_t i = 0; i < tokens.numel(); ++i) tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37) % 256);
+  const std::vector<float> expected = trainer.forward(tokens).to_vector<float>(), got = model.predict(tokens).to_vector<float>();
+  REQUIRE(got.size() == expected.size());
+  float worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
+  INFO("largest difference " << worst);
+  CHECK(worst <= 1e-4f);
+  if (!backend_for(Device::cpu()).prefers_transposed_constant_b({64, 32}, {32, 1024}, DType::f32, {}))
+    MESSAGE("this CPU's backend keeps no transposed weights: the model ran its weights as they are");
+
+  // Greedy generation of 4 prompts (a prefill of 4 x 8 or 4 x 16 rows) is the
+  // argmax of the trainer's full forward pass at every step.
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3}, {40}, {7, 7, 7, 7, 7, 7, 7, 7, 7}, {200, 100}};
+  GenerationOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 6;
+  const Generation g = model.generate(prompts, greedy);
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<std::int32_t> sequence = prompts[p];
+    for (std::size_t step = 0; step < 6; ++step) {
+      Tensor window = Tensor::empty({1, 16}, DType::i32);
+      std::fill_n(window.data<std::int32_t>(), 16, 0);
+      std::copy(sequence.begin(), sequence.end(), window.data<std::int32_t>());
+      const Tensor out = trainer.forward(window);
+      const float* row = out.data<float>() + (static_cast<std::int64_t>(sequence.size()) - 1) * 256;
+      INFO("prompt " << p << " step " << step);
+      CHECK(g.tokens[p][step] == argmax(std::vector<float>(row, row + 256)));
+      sequence.push_back(g.tokens[p][step]);
+    }
+  }
+  CHECK_THROWS_WITH_AS(make_trainer(run, store, job_processes(), TrainerUse::inference)->train_step(tokens, tokens),
+                       doctest::Contains("runs inference only"), Error);
+}
