@@ -263,10 +263,11 @@ int plan(const std::string& file, const std::vector<std::string>& overrides, boo
 }
 
 // A trainer of `run` with the weights of checkpoint `dir` (checked before
-// use; a sharded trainer's devices read only their slices).
+// use; a sharded trainer's devices read only their slices), for eval and
+// predict: it takes no training step, so its weights are fixed.
 std::unique_ptr<Trainer> trainer_with_weights(RunConfig& run, VariableStore& store, const std::string& dir,
                                               NonFinite non_finite) {
-  std::unique_ptr<Trainer> trainer = make_trainer(run, store);
+  std::unique_ptr<Trainer> trainer = make_trainer(run, store, job_processes(), TrainerUse::inference);
   TrainingState state = trainer->load(dir, non_finite);
   fmt::print("Loaded '{}' (epoch {}, step {})\n", dir, state.epoch, state.step);
   return trainer;

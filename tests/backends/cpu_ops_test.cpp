@@ -49,7 +49,8 @@ TEST_CASE("matmul with either operand transposed") {
 TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   // On a CPU where oneDNN runs its AVX2 sgemm, these take the transposed copy
   // of b (backends/cpu/matmul.cpp); elsewhere oneDNN's own path. K of 37
-  // leaves rows of b outside the 8x8 blocks; 2 threads split the blocks.
+  // leaves rows of b outside the 8x8 blocks; K of 784 is the MLP's first
+  // layer; 2 threads split the blocks.
   Backend& cpu = backend_for(Device::cpu(0));
   auto& backend = dynamic_cast<CpuBackend&>(cpu);
   const int saved = backend.threads();
@@ -57,7 +58,7 @@ TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   struct Case {
     std::int64_t m, k, n;
   };
-  for (const Case& c : {Case{64, 37, 1024}, Case{100, 19, 2048}, Case{511, 8, 1024}}) {
+  for (const Case& c : {Case{64, 37, 1024}, Case{100, 19, 2048}, Case{511, 8, 1024}, Case{64, 784, 1024}}) {
     const std::int64_t m = c.m, k = c.k, n = c.n;
     CAPTURE(m);
     Tensor a = random_tensor({m, k}, 8), b = random_tensor({k, n}, 9), bias = random_tensor({n}, 10);
