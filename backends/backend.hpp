@@ -53,9 +53,9 @@ class Backend {
   void matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
               const MatmulArgs& args = {});
   // Whether matmul(a, b, ..., args) runs faster against a kept transposed
-  // copy of b (multiplied with transpose_b set), for a b that stays the same
-  // from call to call (inference weights, Executor::fix_variables): the copy
-  // is made once, not per call. Shapes are a's and b's; false by default.
+  // copy of b (multiplied with args.transpose_b flipped), for a b that stays
+  // the same from call to call (inference weights, Executor::fix_variables):
+  // the copy is made once, not per call. Shapes are a's and b's; false by default.
   virtual bool prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
                                              const MatmulArgs& args) const;
 

@@ -36,16 +36,10 @@ void Executor::bind(ValueId leaf, const Tensor& tensor) {
   if (kind == OpKind::variable) prepared_ = false;
 }
 
-void Executor::fix_variables(std::shared_ptr<const std::uint64_t> version) {
-  if (!version) throw Error("fix_variables: no version counter given");
-  fixed_version_ = std::move(version);
+void Executor::fix_variables(std::shared_ptr<KeptCopies> copies) {
+  if (!copies) throw Error("fix_variables: no KeptCopies given");
+  kept_ = std::move(copies);
   prepared_ = false;
-}
-
-std::size_t Executor::kept_copy_bytes() const {
-  std::size_t bytes = 0;
-  for (const auto& [b, copy] : transposed_b_) bytes += copy.nbytes();
-  return bytes;
 }
 
 void Executor::prepare_fixed_variables() {
@@ -55,28 +49,27 @@ void Executor::prepare_fixed_variables() {
     for (int i : op_info(node.kind).writes)
       written.insert(plan_.storage_of[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]);
   }
+  const std::uint64_t version = kept_->version();  // before the copies: a change meanwhile makes them again
   against_transposed_b_.clear();
+  transposed_b_.clear();
   for (NodeId n : plan_.schedule) {
     const Node& node = graph_.node(n);
     if (node.kind != OpKind::matmul) continue;
     const ValueId a = node.inputs[0], b = node.inputs[1];
     const Value& bv = graph_.value(b);
-    if (graph_.node(bv.producer).kind != OpKind::variable || written.contains(b) ||
+    if (graph_.node(bv.producer).kind != OpKind::variable || written.contains(b) || bv.shape.rank() != 2 ||
         !backend_.prefers_transposed_constant_b(graph_.value(a).shape, bv.shape, bv.dtype, node.attrs.matmul))
       continue;
+    if (!transposed_b_.contains(b)) {
+      try {
+        transposed_b_[b] = kept_->transposed(tensors_[b], backend_);
+      } catch (const OutOfMemoryError&) {
+        continue;  // a speed-up, not worth failing for: this matmul reads b as it is
+      }
+    }
     against_transposed_b_[n] = b;
   }
-  std::map<ValueId, Tensor> kept;
-  for (const auto& [n, b] : against_transposed_b_) {
-    if (kept.contains(b)) continue;
-    const Shape& shape = graph_.value(b).shape;
-    Tensor& copy = kept[b];
-    auto old = transposed_b_.find(b);
-    copy = old != transposed_b_.end() ? old->second : Tensor::empty({shape[1], shape[0]}, graph_.value(b).dtype, backend_.device());
-    backend_.transpose(tensors_[b], copy, {1, 0});
-  }
-  transposed_b_ = std::move(kept);
-  prepared_version_ = *fixed_version_;
+  prepared_version_ = version;
   prepared_ = true;
 }
 
@@ -104,7 +97,7 @@ void Executor::run() {
     }
   }
   if (!arena_) allocate_arena();
-  if (fixed_version_ && (!prepared_ || *fixed_version_ != prepared_version_)) prepare_fixed_variables();
+  if (kept_ && (!prepared_ || kept_->version() != prepared_version_)) prepare_fixed_variables();
   if (profile_ == nullptr) {
     for (NodeId n : plan_.schedule) run_node(n);
   } else {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "engine/graph/kept_copies.hpp"
 #include "engine/graph/memory_plan.hpp"
 #include "engine/graph/step_runner.hpp"
 
@@ -46,14 +47,13 @@ class Executor final : public StepRunner {
   void enable_profiling(std::map<std::string, OpTime>* sink) override { profile_ = sink; }
 
   // A promise for inference: the bound variables keep their values from run
-  // to run, until one is bound again or *version changes (the owner of the
-  // values counts their changes there). The executor may then keep copies of
-  // them in the layout the backend multiplies fastest, made on the first run
-  // after a change (Backend::prefers_transposed_constant_b). Variables the
-  // graph writes itself (a KV cache) are never copied.
-  void fix_variables(std::shared_ptr<const std::uint64_t> version);
-  // The bytes of those copies (made by the last run).
-  std::size_t kept_copy_bytes() const;
+  // to run, until one is bound again or `copies` is told they changed. Matmuls
+  // whose weight the backend multiplies faster transposed
+  // (Backend::prefers_transposed_constant_b) then run against copies from
+  // `copies`, asked for on the first run after a change. Variables the graph
+  // writes itself (a KV cache) are never copied; a copy that does not fit in
+  // memory is done without.
+  void fix_variables(std::shared_ptr<KeptCopies> copies);
 
   // For a partitioned graph: the communicator and rank its collective ops use
   // (owned by the caller, outliving the executor).
@@ -64,7 +64,7 @@ class Executor final : public StepRunner {
 
  private:
   void allocate_arena();
-  // fix_variables: (re)makes the kept copies of the variables.
+  // fix_variables: takes the kept copies of the variables' current values.
   void prepare_fixed_variables();
   void run_node(NodeId n);  // the op's run rule (engine/graph/op_rules.hpp)
   // The fused bias and activation of a matmul or conv2d node, if the plan has one.
@@ -84,9 +84,9 @@ class Executor final : public StepRunner {
   const CollectiveContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
-  // fix_variables: the version the kept copies were made at; the copies,
-  // transposed, of matmuls' b (by b's value), and the matmuls that use them.
-  std::shared_ptr<const std::uint64_t> fixed_version_;
+  // fix_variables: the copies, the version of them in use, the transposed
+  // copies of matmuls' b (by b's value), and the matmuls that use them.
+  std::shared_ptr<KeptCopies> kept_;
   std::uint64_t prepared_version_ = 0;
   bool prepared_ = false;
   std::map<ValueId, Tensor> transposed_b_;

@@ -8,6 +8,7 @@
 
 #include "backends/registry.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/graph/kept_copies.hpp"
 #include "engine/graph/staged_runner.hpp"
 #include "engine/run/step_host.hpp"
 
@@ -16,13 +17,14 @@ namespace {
 
 class DeviceHost final : public StepHost {
  public:
-  DeviceHost(VariableStore& store, Device device, Residency residency)
-      : store_(store), device_(device), on_device_(keeps_copies(residency, device)) {}
+  DeviceHost(VariableStore& store, Device device, Residency residency, std::shared_ptr<KeptCopies> kept)
+      : store_(store), device_(device), on_device_(keeps_copies(residency, device)),
+        kept_(kept ? std::move(kept) : std::make_shared<KeptCopies>()) {}
 
   std::unique_ptr<StepRunner> runner(const TracedStep& step) override {
     auto executor = std::make_unique<Executor>(step.graph, step.outputs, device_);
     for (const auto& [path, id] : step.variables) executor->bind(id, variable(path));
-    if (step.fixed_variables) executor->fix_variables(version_);
+    if (step.fixed_variables) executor->fix_variables(kept_);
     if (!on_device_) return executor;
     return std::make_unique<StagedRunner>(std::move(executor), device_);
   }
@@ -31,13 +33,14 @@ class DeviceHost final : public StepHost {
   TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) override {
     TrainingState state = load_checkpoint(dir, store_, LoadValues::all, non_finite);
     upload();
-    ++*version_;
+    kept_->changed();
     return state;
   }
   void store_changed() override {
     upload();
-    ++*version_;
+    kept_->changed();
   }
+  std::shared_ptr<KeptCopies> kept_copies() override { return kept_; }
   void save(const std::filesystem::path& dir, const TrainingState& state, const std::string& config) override {
     sync_store();
     save_checkpoint(dir, store_, state, config);
@@ -74,14 +77,14 @@ class DeviceHost final : public StepHost {
   Device device_;
   bool on_device_;
   std::map<std::string, Tensor> resident_;  // by variable path; empty when the executors use the store's tensors
-  // Counts the store's changes, for runners that keep copies of fixed variables.
-  std::shared_ptr<std::uint64_t> version_ = std::make_shared<std::uint64_t>(0);
+  std::shared_ptr<KeptCopies> kept_;  // what runners of fixed variables multiply (perhaps shared with another host)
 };
 
 }  // namespace
 
-std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency) {
-  return std::make_unique<DeviceHost>(store, device, residency);
+std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency,
+                                      std::shared_ptr<KeptCopies> kept) {
+  return std::make_unique<DeviceHost>(store, device, residency, std::move(kept));
 }
 
 }  // namespace tessera

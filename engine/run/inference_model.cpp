@@ -9,6 +9,7 @@
 
 #include "engine/checkpoint/checkpoint.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/graph/kept_copies.hpp"
 #include "distribution/collectives/process_group.hpp"
 #include "engine/run/kv_decoder.hpp"
 #include "engine/run/run_config.hpp"
@@ -150,7 +151,7 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
     decoding_store_->variables() = store_->variables();  // the same tensors: nothing copied
     decoding_host_ = run_->distribution
                          ? mesh_host(*decoding_store_, *run_->distribution->distribution, job_processes())
-                         : device_host(*decoding_store_, run_->device);
+                         : device_host(*decoding_store_, run_->device, Residency::automatic, trainer_->kept_copies());
   }
   incremental_ = decoding_host_ != nullptr;
 }
@@ -158,6 +159,11 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
 InferenceModel::~InferenceModel() = default;
 
 const Model& InferenceModel::model() const { return run_->model; }
+
+std::size_t InferenceModel::kept_weight_bytes() const {
+  const auto kept = trainer_->kept_copies();  // the decoders share them
+  return kept ? kept->bytes() : 0;
+}
 
 Tensor InferenceModel::predict(const Tensor& inputs) {
   std::lock_guard lock(mutex_);

@@ -25,6 +25,7 @@
 namespace tessera {
 
 class Communicator;
+class KeptCopies;
 class Distribution;
 class ProcessGroup;
 
@@ -41,8 +42,8 @@ struct TracedStep {
   // Each layer's output, by its layer path (a distribution may constrain its layout).
   std::vector<std::pair<std::string, ValueId>> layer_outputs;
   // The variables change only through load() and store_changed() (inference):
-  // a one-device runner may keep copies of them in a faster layout
-  // (Executor::fix_variables). A mesh's runners keep none yet.
+  // a one-device runner may multiply copies of them in a faster layout, kept
+  // by the host (kept_copies()). A mesh's runners keep none yet.
   bool fixed_variables = false;
 };
 
@@ -74,10 +75,16 @@ class StepHost {
   // The collectives between the devices (bytes and time per kind and mesh
   // axis, the timeout); null on one device.
   virtual Communicator* communicator() = 0;
+  // The copies of fixed variables its runners multiply (TracedStep::fixed_variables),
+  // dropped by load() and store_changed(); null where it keeps none (a mesh).
+  virtual std::shared_ptr<KeptCopies> kept_copies() { return nullptr; }
 };
 
 // `residency` (engine/core/device.hpp): where the variables live between steps.
-std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic);
+// `kept`: the copies of fixed variables, to share with another host whose
+// store shares the weights' tensors (null: its own).
+std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic,
+                                      std::shared_ptr<KeptCopies> kept = nullptr);
 // `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).
 std::unique_ptr<StepHost> mesh_host(VariableStore& store, const Distribution& distribution, ProcessGroup& processes,
                                     Residency residency = Residency::automatic);

@@ -128,7 +128,12 @@ void Trainer::enable_profiling(std::map<std::string, StepRunner::OpTime>* sink) 
   for (auto& [key, p] : programs_) p->runner->enable_profiling(sink);
 }
 
+void Trainer::weights_changed() { host_->store_changed(); }
+
+std::shared_ptr<KeptCopies> Trainer::kept_copies() const { return host_->kept_copies(); }
+
 void Trainer::resume(const TrainingState& state) {
+  host_->store_changed();  // the store holds the checkpoint's values now, unless load() read them; even if refused below
   if (state.seed != spec_.seed)
     throw CheckpointError("cannot resume: the checkpoint was trained with seed " + std::to_string(state.seed) +
                           " but training.seed is " + std::to_string(spec_.seed) +
@@ -137,7 +142,6 @@ void Trainer::resume(const TrainingState& state) {
   if (state.step < 0 || state.epoch < 0 || state.batch < 0)
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
-  host_->store_changed();  // the store holds the checkpoint's values now, unless load() read them
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;

@@ -40,6 +40,7 @@ namespace tessera {
 class Communicator;
 class ConfigNode;
 class Distribution;
+class KeptCopies;
 class SpmdProgram;
 
 // `training.checkpoint: {dir: runs/x, every_epochs: 1}`: save to `dir` after
@@ -182,11 +183,19 @@ class Trainer {
   }
 
   std::int64_t step() const { return step_; }
-  // For inference (make_trainer's TrainerUse::inference): from now on the
-  // weights change only by load(), resume() or set_weights, never by a step,
-  // so forward passes on one device may keep copies of them in a faster
-  // layout. fit() and train_step() then throw Error.
+  // For inference (make_trainer's TrainerUse::inference), before the first
+  // forward pass: from then on the weights change only by load(), resume()
+  // or changes to the store announced by weights_changed(), never by a step,
+  // so forward passes on one device may multiply copies of them in a faster
+  // layout (kept_copies()). fit() and train_step() then throw Error.
   void fix_weights() { weights_fixed_ = true; }
+  // The store's values were changed by hand (load_checkpoint, a memcpy):
+  // the runners take them (device copies, kept copies).
+  void weights_changed();
+  // The copies of fixed weights its programs multiply, to share with
+  // another host over the same weights (an InferenceModel's decoders); null
+  // on a mesh.
+  std::shared_ptr<KeptCopies> kept_copies() const;
   // Accumulates per-op times of every program into `sink` (see Executor).
   void enable_profiling(std::map<std::string, StepRunner::OpTime>* sink);  // optimizer steps taken
 

@@ -509,8 +509,11 @@ TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fas
   for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
   INFO("largest difference " << worst);
   CHECK(worst <= 1e-4f);
-  if (!backend_for(Device::cpu()).prefers_transposed_constant_b({64, 32}, {32, 1024}, DType::f32, {}))
-    MESSAGE("this CPU's backend keeps no transposed weights: the model ran its weights as they are");
+  // One copy of each block's first feed-forward kernel [32, 1024], shared by
+  // predict's program and the decoders' below.
+  const bool kept = backend_for(Device::cpu()).prefers_transposed_constant_b({64, 32}, {32, 1024}, DType::f32, {});
+  CHECK(model.kept_weight_bytes() == (kept ? 32 * 1024 * 4 : 0));
+  if (!kept) MESSAGE("this CPU's backend keeps no transposed weights: the model ran its weights as they are");
 
   // Greedy generation of 4 prompts (a prefill of 4 x 8 or 4 x 16 rows) is the
   // argmax of the trainer's full forward pass at every step.
@@ -532,6 +535,7 @@ TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fas
       sequence.push_back(g.tokens[p][step]);
     }
   }
+  CHECK(model.kept_weight_bytes() == (kept ? 32 * 1024 * 4 : 0));
   CHECK_THROWS_WITH_AS(make_trainer(run, store, job_processes(), TrainerUse::inference)->train_step(tokens, tokens),
                        doctest::Contains("runs inference only"), Error);
 }

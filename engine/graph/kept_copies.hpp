@@ -1,0 +1,44 @@
+// KeptCopies: copies of fixed variables (inference weights) in the layout a
+// backend multiplies fastest, made once and shared by every executor of a
+// host, so that a weight read by several programs (batch sizes, prefill
+// windows) is copied once. Executor::fix_variables says which executors may
+// use them; the host calls changed() whenever the variables get new values
+// (a load), and the executors ask again on their next run.
+//
+//   auto kept = std::make_shared<KeptCopies>();
+//   executor.fix_variables(kept);   // every run multiplies kept copies
+//   ...load new weights into the bound tensors...
+//   kept->changed();                // the next run copies them again
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backends/backend.hpp"
+
+namespace tessera {
+
+class KeptCopies {
+ public:
+  // b [K, N] transposed into [N, K] on `backend`, made now unless it was kept
+  // since the last change. Throws OutOfMemoryError where the copy does not fit.
+  Tensor transposed(const Tensor& b, Backend& backend);
+  // The variables have new values: every copy is dropped, the count moves on.
+  void changed();
+  // Counts changed() calls: an executor whose copies date from an earlier
+  // count asks for them again.
+  std::uint64_t version() const;
+  // The bytes of the copies kept now.
+  std::size_t bytes() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::uint64_t version_ = 0;
+  // By the variable's storage and shape.
+  std::map<std::tuple<const void*, std::int64_t, std::int64_t>, Tensor> transposed_;
+};
+
+}  // namespace tessera
