@@ -25,6 +25,8 @@ class KeptCopies {
  public:
   // b [K, N] transposed into [N, K] on `backend`, made now unless it was kept
   // since the last change. Throws OutOfMemoryError where the copy does not fit.
+  // Copies are found by b's storage: one of a tensor no longer bound stays
+  // until changed() (hosts bind each variable's one tensor for good).
   Tensor transposed(const Tensor& b, Backend& backend);
   // The variables have new values: every copy is dropped, the count moves on.
   void changed();
