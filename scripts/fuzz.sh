@@ -3,7 +3,7 @@
 # (with LeakSanitizer) and UBSan into build-sanitize/ (scripts/sanitizer-build.sh), makes their seed corpora
 # (the repository's configs and zoo models; small safetensors, npy and npz
 # files written here; a real checkpoint's model file), and runs each target
-# for SECONDS (default 60). Prints each target's executions and coverage;
+# for SECONDS (default 60), one per core at a time. Prints each target's executions and coverage;
 # exits 1 when an input crashes, leaks or trips UBSan (kept in
 # build-sanitize/crashes/). Without Clang and libFuzzer it says so and exits 0.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: run_config safetensors npy checkpoint
@@ -70,14 +70,26 @@ if [[ " ${targets[*]} " == *" checkpoint "* ]]; then
   TESSERA_FUZZ_SEED="$corpus/checkpoint" build-sanitize/tests/fuzz/fuzz_checkpoint -runs=0 "$corpus/checkpoint" > /dev/null 2>&1
 fi
 
+# The targets run side by side, one per core: each still gets SECONDS.
+fuzz_one() {
+  local target=$1 rc=0
+  build-sanitize/tests/fuzz/fuzz_"$target" "$corpus/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$target-" > "build-sanitize/fuzz_$target.log" 2>&1 || rc=$?
+  echo "$rc" > "build-sanitize/fuzz_$target.rc"
+}
+cores=$(nproc 2>/dev/null || echo 1)
+running=0
+for target in "${targets[@]}"; do
+  fuzz_one "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$cores" ]; then wait -n || true; running=$((running - 1)); fi
+done
+wait
+
 failed=0
 for target in "${targets[@]}"; do
   log=build-sanitize/fuzz_$target.log
-  set +e
-  build-sanitize/tests/fuzz/fuzz_"$target" "$corpus/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$target-" > "$log" 2>&1
-  rc=$?
-  set -e
+  rc=$(cat "build-sanitize/fuzz_$target.rc")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
   if [ "$rc" = 0 ]; then

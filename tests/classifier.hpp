@@ -2,6 +2,9 @@
 // and the zoo's models (models/*.yaml).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "engine/config/config.hpp"
 #include "layers/model.hpp"
 
@@ -17,8 +20,11 @@ model:
 )")["model"]);
 }
 
-inline Model zoo_model(const std::string& file) {
-  return Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file)["model"]);
+// `overrides` as `tessera train --set` takes them, e.g. "model.layers.1.units=64".
+inline Model zoo_model(const std::string& file, const std::vector<std::string>& overrides = {}) {
+  ConfigNode root = ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file);
+  for (const auto& assignment : overrides) apply_override(root, assignment);
+  return Model::from_config(root["model"]);
 }
 
 }  // namespace tessera::test
