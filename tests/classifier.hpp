@@ -27,4 +27,11 @@ inline Model zoo_model(const std::string& file, const std::vector<std::string>& 
   return Model::from_config(root["model"]);
 }
 
+// Overrides of models/gpt.yaml for a context of `tokens` instead of 128: the
+// same layers, variables (but the position table) and layouts, for tests
+// whose cost grows with the tokens of a batch.
+inline std::vector<std::string> gpt_context(std::int64_t tokens) {
+  return {"model.inputs.0.shape=[" + std::to_string(tokens) + "]", "model.layers.1.sequence_length=" + std::to_string(tokens)};
+}
+
 }  // namespace tessera::test

@@ -64,7 +64,7 @@ ModelCase cnn_case() {
           }};
 }
 ModelCase gpt_case() {
-  return {"gpt.yaml", {"model.inputs.0.shape=[32]", "model.layers.1.sequence_length=32"}, 8, [](std::uint64_t s) {
+  return {"gpt.yaml", test::gpt_context(32), 8, [](std::uint64_t s) {
             return std::pair{test::random_labels({8, 32}, 256, s), test::random_labels({8, 32}, 256, s + 100)};
           },
           1.5 / 256};
