@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-check.sh             # every check
 #   scripts/gpu-check.sh --cpu-only  # the CPU half: what a machine without a GPU can run
-#   TESSERA_GPU_CHECK_DEVICE=cpu scripts/gpu-check.sh   # check 4 on the CPU twice: a test of
+#   TESSERA_GPU_CHECK_DEVICE=cpu scripts/gpu-check.sh   # checks 4 and 5 on the CPU twice: a test of
 #                                    # the check itself on a machine without a GPU
 #   TESSERA_GPU_KIT=DIR              # the kit's folder (default gpu-kit/)
 #   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
@@ -14,10 +14,10 @@
 #   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %[:mesh]
 #   TESSERA_GPU_CHECK_CASE_LIMIT=S   # seconds one GPU test case may take (default 120)
 #   TESSERA_GPU_CHECK_SANITIZE=1     # run a failed GPU test case again under compute-sanitizer
-#   TESSERA_GPU_CHECK_BENCH_ARGS=... # options of bench_gpu for check 6 (--models gpt, --steps 5...)
-#   TESSERA_GPU_CHECK_BENCH_LIMIT=S  # seconds check 6 may take (420)
-#   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one training run of check 4, or check 5, may take (300)
-#   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 7: those models' training
+#   TESSERA_GPU_CHECK_BENCH_ARGS=... # options of bench_gpu for check 7 (--models gpt, --steps 5...)
+#   TESSERA_GPU_CHECK_BENCH_LIMIT=S  # seconds check 7 may take (420)
+#   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one run of checks 4 and 5, or check 6, may take (300)
+#   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
 #                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
 #                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
 #
@@ -32,12 +32,15 @@
 #                   the GPT in bf16 mixed precision on cuda:0 within 5% of the CPU's f32;
 #                   the MLP and GPT on a 2x2 AutoTP mesh of cuda:0x4 (four logical devices
 #                   of GPU 0, the config's distribution: section) against one CPU device
-#   5. sharding     the sharding tests' matrix (MLP, CNN, GPT on 8 meshes x 3 layouts, ZeRO,
+#   5. inference    each f32 model check 4 trained on one device, run from its checkpoint on
+#                   cuda:0 and on the CPU: eval's loss within 0.5% (or 0.001); predict's
+#                   outputs within 1e-3 (MLP, CNN); generate's greedy text the same (GPT)
+#   6. sharding     the sharding tests' matrix (MLP, CNN, GPT on 8 meshes x 3 layouts, ZeRO,
 #                   AutoTP) on logical devices of GPU 0 against cuda:0 alone
 #                   (TESSERA_TEST_MESH_DEVICES=cuda, tests/mesh_devices.hpp)
-#   6. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
+#   7. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
 #                   steps in f32 and bf16 against PyTorch eager on the same GPU (python3)
-#   7. profiles     optional (TESSERA_GPU_CHECK_PROFILE): a model's training op by op on cuda:0
+#   8. profiles     optional (TESSERA_GPU_CHECK_PROFILE): a model's training op by op on cuda:0
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -123,7 +126,7 @@ limited() {
   wait "$pid"
 }
 
-passed=() failed=() skipped=()
+passed=() failed=() skipped=() trained=()
 pass() { passed+=("$1"); echo "gpu-check: PASS $1"; }
 fail() { failed+=("$1"); echo "gpu-check: FAIL $1${2:+: $2}"; }
 skip() { skipped+=("$1"); echo "gpu-check: SKIP $1: $2"; }
@@ -233,11 +236,81 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 ml
     fail "$name" "losses more than $tolerance% (and 0.001) apart"
   else
     pass "$name"
+    # Check 5 runs the weights trained on the checked device.
+    if [ -z "${mesh:-}" ] && [ "$precision" = f32 ] && [ -d "$work/checked" ]; then
+      mv "$work/checked" "$fallback/trained_$model" && trained+=("$model")
+    fi
   fi
   rm -rf "$work"
 done
 
-section "5. sharding on logical devices of GPU 0"
+section "5. inference on $device against the CPU"
+# The weights check 4 trained on the checked device, run on it and on the
+# CPU: the same weights, so only rounding may differ.
+# The last "loss" figure of an eval's output.
+eval_loss() { grep -oE '\): loss -?[0-9.]+' "$1" | tail -1 | grep -oE -- '-?[0-9.]+$'; }
+# Inputs for predict: SAMPLES random values of the model's input shape, in .npy.
+write_npy() {
+  python3 - "$@" <<'PY'
+import random, struct, sys
+path, shape = sys.argv[1], [int(d) for d in sys.argv[2].split(",")]
+n = 1
+for d in shape: n *= d
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join(f"{d}, " for d in shape)
+header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+random.seed(7)
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack(f"<{n}f", *[random.random() for _ in range(n)]))
+PY
+}
+if [ ${#trained[@]} -eq 0 ]; then
+  skip "inference" "check 4 trained no f32 model on one device"
+fi
+for model in "${trained[@]}"; do
+  name="inference of zoo $model on $device"
+  if [ "$device" != cpu ] && [ $has_gpu -eq 0 ]; then skip "$name" "$why_no_gpu"; continue; fi
+  config=scripts/gpu-check/$model.yaml ckpt=$fallback/trained_$model work=$(mktemp -d) why=""
+  fewer=()
+  [ "$model" = gpt ] && fewer=(--set data.train.stride=128)  # eval: a window every 128 bytes, not 16
+  for side in cpu checked; do
+    on=(--device cpu)
+    [ $side = checked ] && on=(--device "$device")
+    limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" eval "$config" --checkpoint "$ckpt" "${on[@]}" --split train "${fewer[@]}" \
+      > "$work/eval_$side.out" 2>&1 || why+="eval on $side failed; "
+    if [ "$model" = gpt ]; then
+      limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" generate "$config" --checkpoint "$ckpt" "${on[@]}" \
+        --prompt "Tessera trains" --prompt "The mesh" --max-new-tokens 48 --temperature 0 \
+        > "$work/generate_$side.out" 2> "$work/generate_$side.err" || why+="generate on $side failed; "
+    elif command -v python3 >/dev/null; then
+      shape=64,784
+      [ "$model" = cnn ] && shape=64,28,28,1
+      [ -e "$work/inputs.npy" ] || write_npy "$work/inputs.npy" "$shape"
+      limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" predict "$config" --checkpoint "$ckpt" "${on[@]}" \
+        --input "$work/inputs.npy" --output "$work/predict_$side.csv" > /dev/null 2>&1 || why+="predict on $side failed; "
+    fi
+  done
+  a=$(eval_loss "$work/eval_cpu.out") b=$(eval_loss "$work/eval_checked.out")
+  echo "  eval: loss $a on the CPU, $b on $device"
+  awk -v a="${a:-x}" -v b="${b:-y}" 'BEGIN {d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+      exit !(a != "x" && b != "y" && (d <= 0.001 || d <= 0.005 * m))}' || why+="eval losses apart; "
+  if [ "$model" = gpt ] && [ -s "$work/generate_cpu.out" ]; then
+    sed 's/^/  the CPU: /' "$work/generate_cpu.out"
+    sed "s/^/  $device: /" "$work/generate_checked.out"
+    cmp -s "$work/generate_cpu.out" "$work/generate_checked.out" || why+="greedy text differs; "
+  elif [ -s "$work/predict_cpu.csv" ]; then
+    # Largest difference of the outputs, relative to 1 + |the CPU's value|.
+    worst=$(paste -d, "$work/predict_cpu.csv" "$work/predict_checked.csv" | awk -F, '{h = NF / 2;
+        for (i = 1; i <= h; i++) if ($i ~ /^-?[0-9]/) { d = $i - $(i + h); if (d < 0) d = -d; m = $i < 0 ? -$i : $i;
+          r = d / (1 + m); if (r > w) w = r }} END {printf "%.3g", w + 0}')
+    echo "  predict: 64 inputs, outputs at most $worst apart (relative to 1 + |value|)"
+    awk -v w="$worst" 'BEGIN {exit !(w <= 1e-3)}' || why+="predicted outputs apart; "
+  fi
+  if [ -z "$why" ]; then pass "$name"; else fail "$name" "${why%; }"; fi
+  rm -rf "$work"
+done
+
+section "6. sharding on logical devices of GPU 0"
 if [ $has_gpu -eq 1 ]; then
   # --duration: each case's time, so a slow case and a stuck one read differently.
   if TESSERA_TEST_MESH_DEVICES=cuda limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tests" --no-intro --duration=true \
@@ -250,7 +323,7 @@ else
   skip "sharding matrix on cuda:0x8" "$why_no_gpu"
 fi
 
-section "6. benchmarks against PyTorch on the same GPU"
+section "7. benchmarks against PyTorch on the same GPU"
 # Matmul TFLOP/s against the measured peaks; GPT and gpt_125m steps, train and
 # infer, f32 and bf16, against PyTorch eager (bench/torch_gpu.py, python3).
 if [ $has_gpu -eq 0 ]; then
@@ -265,7 +338,7 @@ else
   fail "benchmarks" "bench_gpu failed or ran past its time limit"
 fi
 
-section "7. op profiles on $device"
+section "8. op profiles on $device"
 # Optional: where a training step's time goes, op by op (tessera train --profile).
 if [ -z "${TESSERA_GPU_CHECK_PROFILE:-}" ]; then
   skip "op profiles" "TESSERA_GPU_CHECK_PROFILE names no model"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU kit made from this build (no rebuild), then gpu-check.sh from it:
-# the CPU half, a few test cases, and the MLP's comparisons (f32, bf16, a 2x2 mesh) with
+# the CPU half, a few test cases, and the MLP's comparisons (f32, bf16, a 2x2 mesh, inference) with
 # the CPU standing in for the GPU. Fails when either script breaks.
 #   gpu_kit_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -11,4 +11,4 @@ trap 'rm -rf "$work"' EXIT
 TESSERA_GPU_KIT="$work/kit" TESSERA_GPU_CHECK_DEVICE=cpu TESSERA_GPU_CHECK_SUITE_ARGS="-tc=mixed?precision*" TESSERA_GPU_CHECK_EPOCHS=1 \
   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 mlp:bf16:5 mlp:f32:2:mesh" OUT="$work" \
   "$source_dir/scripts/gpu-check.sh" --cpu-only
-grep -q "^gpu-check: 5 passed, 0 failed, 4 skipped" "$work/gpu-check.txt"
+grep -q "^gpu-check: 6 passed, 0 failed, 4 skipped" "$work/gpu-check.txt"
