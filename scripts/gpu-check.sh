@@ -34,7 +34,8 @@
 #                   of GPU 0, the config's distribution: section) against one CPU device
 #   5. inference    each f32 model check 4 trained on one device, run from its checkpoint on
 #                   cuda:0 and on the CPU: eval's loss within 0.5% (or 0.001); predict's
-#                   outputs within 1e-3 (MLP, CNN); generate's greedy text the same (GPT)
+#                   outputs within 1e-3 (MLP, CNN); generate's greedy text the same (GPT), on
+#                   cuda:0 and tensor-parallel on a 1x4 mesh of cuda:0x4
 #   6. sharding     the sharding tests' matrix (MLP, CNN, GPT on 8 meshes x 3 layouts, ZeRO,
 #                   AutoTP) on logical devices of GPU 0 against cuda:0 alone
 #                   (TESSERA_TEST_MESH_DEVICES=cuda, tests/mesh_devices.hpp)
@@ -298,6 +299,13 @@ for model in "${trained[@]}"; do
     sed 's/^/  the CPU: /' "$work/generate_cpu.out"
     sed "s/^/  $device: /" "$work/generate_checked.out"
     cmp -s "$work/generate_cpu.out" "$work/generate_checked.out" || why+="greedy text differs; "
+    # Tensor-parallel decoding (heads and the KV cache split) on four logical devices.
+    limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" generate "$config" --checkpoint "$ckpt" \
+      --set "distribution={devices: '$mesh_devices', mesh: {shape: [1, 4], axis_names: [batch, model]}, type: auto_tp}" \
+      --prompt "Tessera trains" --prompt "The mesh" --max-new-tokens 48 --temperature 0 \
+      > "$work/generate_mesh.out" 2> "$work/generate_mesh.err" || why+="generate on a 1x4 mesh of $mesh_devices failed; "
+    sed "s/^/  1x4 $mesh_devices: /" "$work/generate_mesh.out"
+    cmp -s "$work/generate_cpu.out" "$work/generate_mesh.out" || why+="greedy text on the mesh differs; "
   elif [ -s "$work/predict_cpu.csv" ]; then
     # Largest difference of the outputs, relative to 1 + |the CPU's value|.
     worst=$(paste -d, "$work/predict_cpu.csv" "$work/predict_checked.csv" | awk -F, '{h = NF / 2;
