@@ -11,6 +11,7 @@
 #   TESSERA_GPU_KIT=DIR              # the kit's folder (default gpu-kit/)
 #   TESSERA_GPU_CHECK_SUITE_ARGS=... # doctest options for check 2 (-tc=... to run a few cases)
 #   TESSERA_GPU_CHECK_EPOCHS=N       # check 4 trains N epochs instead of the configs' (a quick run)
+#   TESSERA_GPU_CHECK_STEPS=N        # and at most N steps an epoch
 #   TESSERA_GPU_CHECK_ZOO="mlp:f32:2 ..."   # check 4's cases: model:precision:tolerance in %[:mesh]
 #   TESSERA_GPU_CHECK_CASE_LIMIT=S   # seconds one GPU test case may take (default 120)
 #   TESSERA_GPU_CHECK_SANITIZE=1     # run a failed GPU test case again under compute-sanitizer
@@ -226,7 +227,8 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 ml
     echo "--- $model on $label in $dtype"
     limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "$config" "${on[@]}" --log "$work/$role.jsonl" \
       --set training.checkpoint.dir="$work/$role" --set training.precision="$dtype" \
-      ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} || ok=0
+      ${TESSERA_GPU_CHECK_EPOCHS:+--set training.epochs="$TESSERA_GPU_CHECK_EPOCHS"} \
+      ${TESSERA_GPU_CHECK_STEPS:+--set training.steps_per_epoch="$TESSERA_GPU_CHECK_STEPS"} || ok=0
   done
   if [ $ok -eq 0 ]; then
     fail "$name" "a run failed"
