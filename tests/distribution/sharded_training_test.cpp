@@ -120,7 +120,8 @@ RunResult train(const ModelCase& c, const Distribution* distribution, const std:
 
 const RunResult& single_device(const ModelCase& c) {
   static std::map<std::string, RunResult> cache;
-  const std::string key = c.file + " on " + test::single_device().str();
+  std::string key = c.file + " on " + test::single_device().str();
+  for (const auto& assignment : c.overrides) key += " " + assignment;  // another context is another model
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, train(c, nullptr)).first;
   return it->second;
