@@ -131,6 +131,14 @@ dnnl::memory::desc plain_desc(const Shape& shape, DType dtype) {
   return dnnl::memory::desc(dims, dnnl_type(dtype), strides);
 }
 
+bool onednn_runs_avx2() {
+  static const bool avx2 = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
+  return avx2;
+}
+
 std::string cache_key(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + t.shape().str();
 }

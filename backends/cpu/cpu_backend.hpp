@@ -147,6 +147,9 @@ dnnl::memory::data_type dnnl_type(DType dtype);
 dnnl::memory::dims dnnl_dims(const Shape& shape);
 // Dense row-major descriptor of a tensor of `shape` and `dtype`.
 dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
+// Whether oneDNN runs its AVX2 kernels here (a CPU without AVX-512), where
+// some of them are slower than another way to the same result.
+bool onednn_runs_avx2();
 // Key fragment "f32[2, 3]" for primitive caches.
 std::string cache_key(const Tensor& t);
 

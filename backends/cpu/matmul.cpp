@@ -53,15 +53,6 @@ bool any_bf16(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor
   return is(a) || is(b) || is(out) || (bias != nullptr && is(*bias));
 }
 
-// Whether oneDNN runs its AVX2 sgemm here (a CPU without AVX-512).
-bool onednn_avx2_gemm() {
-  static const bool avx2 = [] {
-    const auto isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
-  }();
-  return avx2;
-}
-
 // Whether a[M, K] @ b[K, N] runs faster as a @ bt^T, bt[N, K] a transposed
 // copy of b (the layout of PyTorch's Linear weights); `kept`: the copy is
 // made once (weights that do not change, Executor::fix_variables), else on
@@ -78,7 +69,7 @@ bool onednn_avx2_gemm() {
 // K = 784: 0.269 and 0.304. A shared weight's rows are a's leading axes.
 bool faster_against_bt(const Shape& a, const Shape& b, DType dtype, const MatmulArgs& args, bool kept) {
   if (args.transpose_a || args.transpose_b || a.rank() < 2 || b.rank() != 2 || dtype != DType::f32 ||
-      !onednn_avx2_gemm())
+      !onednn_runs_avx2())
     return false;
   const std::int64_t m = a.rows(), k = b[0], n = b[1];
   if (n % 1024 != 0 || m >= 512) return false;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/registry.hpp"
 #include "tests/test_util.hpp"
@@ -314,6 +315,38 @@ TEST_CASE("conv2d backward data and weights match reference loops") {
       check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
       check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
     }
+}
+
+TEST_CASE("conv2d weight gradient through sgemm over im2col bands matches reference loops") {
+  // Windows of 72 and 144 inputs (the GEMM path's range); the 64x64 output of
+  // 144-input windows is four bands of 16 rows, so one image gives two threads work.
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c : {Case{{2, 9, 8, 8}, {3, 3, 8, 6}}, Case{{1, 66, 66, 16}, {3, 3, 16, 4}}})
+    for (int stride : {1, 2})
+      for (bool same : {false, true})
+        for (int threads : {1, 2, 3}) {
+          CAPTURE(c.x);
+          CAPTURE(stride);
+          CAPTURE(same);
+          CAPTURE(threads);
+          Tensor x = random_tensor(c.x, 41), w = random_tensor(c.w, 42);
+          auto args = conv_args(x.shape(), w.shape(), stride, same);
+          Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 43);
+          Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({w.shape()[3]}, DType::f32);
+          // Three threads on two images leave one idle, whose partial must stay zero.
+          std::vector<float> scratch(conv_weights_gemm_scratch(x.shape(), dy.shape(), w.shape(), threads), NAN);
+          conv2d_backward_weights_gemm(x, dy, dw, &db, args, scratch.data(), threads);
+          check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+          check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
+        }
+  // The backend takes this path exactly where oneDNN runs its AVX2 kernels.
+  Tensor x = random_tensor({3, 9, 8, 8}, 44), w = random_tensor({3, 3, 8, 6}, 45);
+  Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), {}), 46);
+  CHECK(conv_weights_through_gemm(x, dy, w, 2) == onednn_runs_avx2());
+  CHECK_FALSE(conv_weights_through_gemm(x, dy, w, 4));  // three images, one band each
+  CHECK_FALSE(conv_weights_through_gemm(x, dy, random_tensor({3, 3, 7, 6}, 47), 1));  // 63 inputs
 }
 
 TEST_CASE("conv2d backward data skips input rows no window reaches") {
