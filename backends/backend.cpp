@@ -212,11 +212,19 @@ void Backend::transpose(const Tensor& x, const Tensor& out, const std::vector<in
   run_transpose(x, out, perm);
 }
 
-void Backend::softmax(const Tensor& x, const Tensor& y, int axis, bool log) {
-  Check c(*this, log ? "log_softmax" : "softmax");
+void Backend::softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) {
+  Check c(*this, log ? "log_softmax" : causal ? "causal softmax" : "softmax");
   c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
   c.shape("y", y, x.shape());
-  run_softmax(x, y, x.shape().normalize_axis(axis), log);
+  const int normalized = x.shape().normalize_axis(axis);
+  if (causal) {
+    const Shape& s = x.shape();
+    if (log || s.rank() < 2 || normalized != s.rank() - 1 || s[s.rank() - 2] > s[s.rank() - 1])
+      throw ShapeError(std::string("causal softmax: x ") + x.describe() +
+                       " must be [..., queries, keys] with queries <= keys, over the last axis (got axis " +
+                       std::to_string(axis) + (log ? ", log" : "") + ")");
+  }
+  run_softmax(x, y, normalized, log, causal);
 }
 
 void Backend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
@@ -425,7 +433,7 @@ void Backend::run_binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) 
 void Backend::run_reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::reduce)); }
 void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::broadcast_to)); }
 void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(tessera::name(OpKind::transpose)); }
-void Backend::run_softmax(const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax)); }
+void Backend::run_softmax(const Tensor&, const Tensor&, int, bool, bool) { unsupported(tessera::name(OpKind::softmax)); }
 void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax_grad)); }
 void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::layer_norm)); }
 void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::layer_norm_grad)); }

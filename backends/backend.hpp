@@ -90,7 +90,12 @@ class Backend {
   void transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm);
 
   // Softmax (or log-softmax) over `axis`, and its backward from the output y.
-  void softmax(const Tensor& x, const Tensor& y, int axis, bool log);
+  // causal: x[..., m, n] over its last axis, m queries that are the last m of
+  // n positions, query i seeing keys j <= i + n - m: the rest count as -inf
+  // (y = 0 there), as a mask of -inf added first would (attention's causal
+  // mask, without the pass that adds it). Not with log; the backward needs no
+  // flag, y being 0 where masked.
+  void softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal = false);
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis, bool log);
 
   // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
@@ -176,7 +181,7 @@ class Backend {
   virtual void run_reduce(ReduceOp op, const Tensor& x, const Tensor& out);
   virtual void run_broadcast_to(const Tensor& x, const Tensor& out);
   virtual void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm);
-  virtual void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log);
+  virtual void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal);
   virtual void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                                     bool log);
   virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,

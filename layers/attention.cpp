@@ -18,16 +18,6 @@ struct AttentionArgs {
   float dropout = 0.0f;
 };
 
-// [T, T] with -1e9 above the diagonal: added to the scores, it removes the
-// future from each position's softmax.
-Tensor causal_mask(std::int64_t t) {
-  Tensor mask = Tensor::empty({t, t}, DType::f32);
-  float* p = mask.data<float>();
-  for (std::int64_t i = 0; i < t; ++i)
-    for (std::int64_t j = 0; j < t; ++j) p[i * t + j] = j > i ? -1e9f : 0.0f;
-  return mask;
-}
-
 ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, const AttentionArgs& a) {
   Graph& g = ctx.graph;
   Shape xs = g.shape(x);
@@ -60,9 +50,10 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
     }
   }
   ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
-  if (kv && kv->decode) scores = g.add(scores, kv->attend);  // nothing after the position: later cache rows are stale
-  else if (a.causal) scores = g.add(scores, ctx.constant(scope + "causal_mask", causal_mask(t)));
-  ValueId weights = g.softmax(scores, -1);
+  // Decoding, nothing after each sequence's position (later cache rows are
+  // stale); else a causal softmax removes the future without a mask in memory.
+  if (kv && kv->decode) scores = g.add(scores, kv->attend);
+  ValueId weights = a.causal && !(kv && kv->decode) ? g.causal_softmax(scores) : g.softmax(scores, -1);
   if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
   ValueId context = g.transpose(g.matmul(weights, v), {0, 2, 1, 3});  // [B, T, H, K]
   ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});

@@ -96,7 +96,7 @@ class CpuBackend final : public Backend {
   void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;
   void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                            const Pool2dArgs& args) override;
-  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) override;
+  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) override;
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,

@@ -1,10 +1,12 @@
 // Softmax and log-softmax over any axis, and their backward from the output y,
 // on oneDNN's softmax_v2 primitives; the f32 backward over the innermost axis
-// in a loop of its own.
+// in a loop of its own. A causal softmax writes x into y with the masked
+// elements at -inf, then runs the primitive on y in place.
 //
 // The tensor is viewed as [outer, n, inner] with the softmax over the middle
 // axis: the result is the same as over the original axis, and shapes that
 // differ only outside the axis share a primitive.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -54,9 +56,32 @@ void softmax_backward_row(const float* __restrict y, const float* dy, float* dx,
     for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - sum);
 }
 
+// y = x over [..., m, n], but -inf where key j lies after query i's position
+// (j > i + n - m): exp(-inf) = 0, so a softmax of y gives what a mask of
+// -inf added to x would.
+void mask_future(const Tensor& x, const Tensor& y) {
+  const Shape& s = x.shape();
+  const std::int64_t m = s[s.rank() - 2], n = s[s.rank() - 1], rows = s.rows();
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (rows * n > 65536)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t valid = r % m + 1 + n - m;
+    std::copy(px + r * n, px + r * n + valid, py + r * n);
+    std::fill(py + r * n + valid, py + (r + 1) * n, -INFINITY);
+  }
+}
+
 }  // namespace
 
-void CpuBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) {
+void CpuBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) {
+  if (causal) {  // f32 (supports()), over the last axis (Backend::softmax)
+    {
+      KernelScope scope(threads());
+      mask_future(x, y);
+    }
+    return run_softmax(y, y, axis, log, false);
+  }
   Shape view = softmax_view(x.shape(), axis);
   auto md = plain_desc(view, x.dtype());
   const Primitive& p = primitive("softmax " + view_key(view, x.dtype(), log), [&] {

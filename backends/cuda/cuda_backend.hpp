@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
   void run_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
   void run_one_hot(const Tensor& ids, const Tensor& out) override;
   // softmax.cpp
-  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) override;
+  void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) override;
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
   // layer_norm.cpp

@@ -17,10 +17,12 @@ SoftmaxRows rows_of(const Tensor& t, int axis) {
 
 }  // namespace
 
-void CudaBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log) {
+void CudaBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) {
   require_f32(x, log ? "log_softmax" : "softmax", device());
   CudaDeviceGuard guard(gpu_);
-  cuda_softmax(x.data<float>(), y.data<float>(), rows_of(x, axis), log, stream_);
+  SoftmaxRows rows = rows_of(x, axis);
+  if (causal) rows.causal_queries = x.shape()[x.rank() - 2];  // the axis is last (Backend::softmax)
+  cuda_softmax(x.data<float>(), y.data<float>(), rows, log, stream_);
 }
 
 void CudaBackend::run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,

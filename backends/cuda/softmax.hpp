@@ -13,6 +13,9 @@
 // at least kSoftmaxWarpFrom elements, a warp takes each row (32 lanes, whose
 // loads are then coalesced); otherwise a thread does (lanes == 1: softmax_row),
 // as adjacent rows are then adjacent in memory, or too short to split.
+//
+// A causal softmax (Backend::softmax) over the last axis of [..., m, n] sees
+// only the first valid(row) elements of each row; the others are written 0.
 #pragma once
 
 #include <math.h>
@@ -25,10 +28,16 @@ namespace tessera {
 
 struct SoftmaxRows {
   std::int64_t outer = 1, n = 1, inner = 1;
+  std::int64_t causal_queries = 0;  // m of a causal softmax (inner == 1), else 0
 
   TESSERA_HOST_DEVICE std::int64_t count() const { return outer * inner; }
   TESSERA_HOST_DEVICE std::int64_t base(std::int64_t row) const {
     return (row / inner) * n * inner + row % inner;
+  }
+  // The elements of `row` that count: all n, or for a causal softmax those up
+  // to its query's position (query i of m is position i + n - m).
+  TESSERA_HOST_DEVICE std::int64_t valid(std::int64_t row) const {
+    return causal_queries == 0 ? n : row % causal_queries + 1 + n - causal_queries;
   }
 };
 
@@ -54,9 +63,9 @@ inline bool softmax_warp_per_row(const SoftmaxRows& rows) {
 TESSERA_HOST_DEVICE inline float softmax_partial_max(const float* x, const SoftmaxRows& rows,
                                                      std::int64_t row, std::int64_t lane,
                                                      std::int64_t lanes) {
-  const std::int64_t base = rows.base(row), step = rows.inner;
+  const std::int64_t base = rows.base(row), step = rows.inner, valid = rows.valid(row);
   float max = -INFINITY;
-  for (std::int64_t j = lane; j < rows.n; j += lanes) {
+  for (std::int64_t j = lane; j < valid; j += lanes) {
     const float v = x[base + j * step];
     max = max < v ? v : max;
   }
@@ -69,14 +78,14 @@ TESSERA_HOST_DEVICE inline float softmax_max_combine(float a, float b) { return 
 TESSERA_HOST_DEVICE inline float softmax_partial_sum(const float* x, const SoftmaxRows& rows,
                                                      std::int64_t row, float max, std::int64_t lane,
                                                      std::int64_t lanes) {
-  const std::int64_t base = rows.base(row), step = rows.inner;
+  const std::int64_t base = rows.base(row), step = rows.inner, valid = rows.valid(row);
   float sum = 0.0f;
-  for (std::int64_t j = lane; j < rows.n; j += lanes) sum += ::expf(x[base + j * step] - max);
+  for (std::int64_t j = lane; j < valid; j += lanes) sum += ::expf(x[base + j * step] - max);
   return sum;
 }
 
 // y = exp(x - max) / sum, or for log-softmax y = x - max - log(sum), over this
-// lane's elements, given the whole row's max and sum.
+// lane's elements, given the whole row's max and sum (0 past a causal row's end).
 TESSERA_HOST_DEVICE inline void softmax_write(const float* x, float* y, const SoftmaxRows& rows,
                                               std::int64_t row, float max, float sum, bool log,
                                               std::int64_t lane, std::int64_t lanes) {
@@ -86,8 +95,9 @@ TESSERA_HOST_DEVICE inline void softmax_write(const float* x, float* y, const So
     for (std::int64_t j = lane; j < rows.n; j += lanes) y[base + j * step] = x[base + j * step] - shift;
   } else {
     const float scale = 1.0f / sum;
+    const std::int64_t valid = rows.valid(row);
     for (std::int64_t j = lane; j < rows.n; j += lanes)
-      y[base + j * step] = ::expf(x[base + j * step] - max) * scale;
+      y[base + j * step] = j < valid ? ::expf(x[base + j * step] - max) * scale : 0.0f;
   }
 }
 

@@ -79,6 +79,9 @@ class Graph {
 
   // Normalisation, embedding, casts.
   ValueId softmax(ValueId x, int axis = -1, bool log = false);
+  // Softmax over the last axis of x[..., queries, keys] in which query i sees
+  // keys up to its own position i + keys - queries: attention's causal mask.
+  ValueId causal_softmax(ValueId x);
   // Returns {y, mean, rstd}; mean and rstd feed the backward pass.
   std::vector<ValueId> layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon = 1e-5f);
   ValueId embedding(ValueId table, ValueId ids);

@@ -23,6 +23,7 @@ struct OpAttrs {
   std::vector<int> axes;  // reduce axes or transpose permutation
   int axis = -1;          // softmax axis
   bool log = false;       // log-softmax
+  bool causal = false;    // softmax over [..., queries, keys] that sees no later key (Backend::softmax)
   float epsilon = 1e-5f;  // layer norm
   double scalar = 0.0;    // fill value
   Shape shape;            // target shape (reshape, broadcast_to, gradients of known shape)

@@ -461,6 +461,37 @@ TEST_CASE("softmax and log-softmax forward and backward over the last and a midd
   backend.set_threads(saved);
 }
 
+TEST_CASE("causal softmax equals softmax after adding a mask of -1e9 where keys lie past the query") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  // Square [5, 5]; 3 queries that are the last 3 of 7 positions; rows enough
+  // for the masking pass to split over threads.
+  for (const Shape& shape : {Shape{2, 3, 5, 5}, Shape{2, 3, 7}, Shape{2, 130, 300}}) {
+    CAPTURE(shape.str());
+    const std::int64_t m = shape[shape.rank() - 2], n = shape[shape.rank() - 1];
+    Tensor x = random_tensor(shape, 57, -4.0f, 4.0f), masked = Tensor::empty(shape, DType::f32);
+    auto xv = x.to_vector<float>();
+    for (std::size_t e = 0; e < xv.size(); ++e) {
+      const std::int64_t i = static_cast<std::int64_t>(e) / n % m, j = static_cast<std::int64_t>(e) % n;
+      masked.data<float>()[e] = xv[e] + (j > i + n - m ? -1e9f : 0.0f);
+    }
+    Tensor y = Tensor::empty(shape, DType::f32), want = Tensor::empty(shape, DType::f32);
+    cpu.softmax(x, y, -1, false, /*causal=*/true);
+    cpu.softmax(masked, want, -1, false);
+    CHECK(y.to_vector<float>() == want.to_vector<float>());  // bit for bit: the mask's exp is 0 either way
+    check_close(y, reference_softmax(masked, shape.rank() - 1, false), 1e-5, 1e-6);
+    auto yv = y.to_vector<float>();
+    std::size_t masked_nonzero = 0;
+    for (std::size_t e = 0; e < yv.size(); ++e)
+      if (static_cast<std::int64_t>(e) % n > static_cast<std::int64_t>(e) / n % m + n - m && yv[e] != 0.0f) ++masked_nonzero;
+    CHECK(masked_nonzero == 0);
+  }
+  Tensor x = random_tensor({2, 4, 3}, 58), y = Tensor::empty({2, 4, 3}, DType::f32);
+  CHECK_THROWS_AS(cpu.softmax(x, y, -1, false, true), ShapeError);  // 4 queries of 3 keys
+  Tensor square = random_tensor({2, 3, 3}, 59), out = Tensor::empty({2, 3, 3}, DType::f32);
+  CHECK_THROWS_AS(cpu.softmax(square, out, 1, false, true), ShapeError);  // not over the keys
+  CHECK_THROWS_WITH_AS(cpu.softmax(square, out, -1, true, true), doctest::Contains("log"), ShapeError);
+}
+
 TEST_CASE("layer norm forward (y, mean, rstd) and backward (dx, dgamma, dbeta)") {
   Backend& cpu = backend_for(Device::cpu(0));
   const float epsilon = 1e-5f;

@@ -4,8 +4,8 @@
 // combined in the warp kernels' shuffle tree, match the CPU backend (oneDNN,
 // or its own loop for f32 backward over the last axis) for softmax and
 // log-softmax, over the first, a middle and the last axis, for odd sizes
-// (1, 7, 65537), rows of 768 and 1024, and ranks 1-4. The cases at the end
-// (test suite "gpu", CUDA builds only) run the kernels.
+// (1, 7, 65537), rows of 768 and 1024, ranks 1-4, and causal rows. The cases
+// at the end (test suite "gpu", CUDA builds only) run the kernels.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -36,8 +36,15 @@ constexpr double kRtol = 2e-5, kAtol = 5e-6;
 
 SoftmaxRows rows_of(const Shape& s, int axis) { return make_softmax_rows(s.dims().data(), s.rank(), axis); }
 
-std::vector<float> host_softmax(const Tensor& x, int axis, bool log) {
-  const SoftmaxRows rows = rows_of(x.shape(), axis);
+// A causal softmax's rows: over the last axis of [..., queries, keys].
+SoftmaxRows causal_rows(const Shape& s) {
+  SoftmaxRows rows = rows_of(s, s.rank() - 1);
+  rows.causal_queries = s[s.rank() - 2];
+  return rows;
+}
+
+std::vector<float> host_softmax(const Tensor& x, int axis, bool log, bool causal = false) {
+  const SoftmaxRows rows = causal ? causal_rows(x.shape()) : rows_of(x.shape(), axis);
   std::vector<float> y(static_cast<std::size_t>(x.numel()));
   for (std::int64_t r = 0; r < rows.count(); ++r) softmax_row(x.data<float>(), y.data(), rows, r, log);
   return y;
@@ -63,8 +70,9 @@ float tree_combine(std::vector<float> partials, Combine combine) {
 float add(float a, float b) { return a + b; }
 
 // The warp-per-row kernels on the host: each pass split over `lanes` lanes.
-std::vector<float> host_softmax_lanes(const Tensor& x, int axis, bool log, std::int64_t lanes) {
-  const SoftmaxRows rows = rows_of(x.shape(), axis);
+std::vector<float> host_softmax_lanes(const Tensor& x, int axis, bool log, std::int64_t lanes,
+                                      bool causal = false) {
+  const SoftmaxRows rows = causal ? causal_rows(x.shape()) : rows_of(x.shape(), axis);
   const float* in = x.data<float>();
   std::vector<float> y(static_cast<std::size_t>(x.numel()));
   std::vector<float> partials(static_cast<std::size_t>(lanes));
@@ -148,6 +156,25 @@ TEST_CASE("cuda softmax takes a warp per row over the last axis from 32 elements
   CHECK_FALSE(softmax_warp_per_row(rows_of(Shape{3, 64, 2}, 1)));
 }
 
+const std::vector<Shape> kCausalShapes = {Shape{2, 3, 5, 5}, Shape{2, 3, 7}, Shape{4, 64, 64}, Shape{2, 33, 100}};
+
+TEST_CASE("cuda causal softmax rows, by one lane and by 32, match the CPU backend's causal softmax") {
+  for (const Shape& shape : kCausalShapes) {
+    CAPTURE(shape.str());
+    const Tensor x = random_tensor(shape, 61, -30.0f, 30.0f);
+    Tensor y = Tensor::empty(shape, DType::f32);
+    cpu().softmax(x, y, -1, false, /*causal=*/true);
+    const int last = shape.rank() - 1;
+    check_close(host_softmax(x, last, false, true), y.to_vector<float>(), kRtol, kAtol);
+    check_close(host_softmax_lanes(x, last, false, 32, true), y.to_vector<float>(), kRtol, kAtol);
+    // Each row counts up to its query's position: the last query sees every key.
+    const SoftmaxRows rows = causal_rows(shape);
+    CHECK(rows.valid(0) == shape[last] - shape[last - 1] + 1);
+    CHECK(rows.valid(shape[last - 1] - 1) == shape[last]);
+    CHECK(rows.valid(shape[last - 1]) == rows.valid(0));  // the next block starts over
+  }
+}
+
 // --- the kernels on a GPU --------------------------------------------------------
 
 #if TESSERA_HAVE_CUDA
@@ -222,6 +249,19 @@ TEST_CASE("cuda softmax warp-per-row kernels match the CPU backend and repeat bi
         }
       }
     }
+  }
+}
+
+TEST_CASE("cuda causal softmax matches the CPU backend's, thread and warp kernels" * doctest::test_suite("gpu") *
+          skip_without_gpu()) {
+  // Rows of 5 and 7 take a thread each, of 64 and 100 a warp.
+  for (const Shape& shape : kCausalShapes) {
+    CAPTURE(shape.str());
+    const Tensor x = random_tensor(shape, 62, -30.0f, 30.0f);
+    Tensor y = Tensor::empty(shape, DType::f32), gy = Tensor::empty(shape, DType::f32, Device::cuda(0));
+    cpu().softmax(x, y, -1, false, /*causal=*/true);
+    gpu().softmax(to_gpu(x), gy, -1, false, /*causal=*/true);
+    check_close(to_host(gy).to_vector<float>(), y.to_vector<float>(), kRtol, kAtol);
   }
 }
 

@@ -103,6 +103,8 @@ std::vector<OpCase> op_cases() {
     for (int axis : {-1, 0})
       add(std::string(log ? "log_softmax" : "softmax") + " axis " + std::to_string(axis), kF32, true,
           [log, axis](Builder& b) { return b.g.softmax(b.leaf("x", {4, 6}, 1, -2.0f, 2.0f), axis, log); });
+  add("causal_softmax", kF32, true,
+      [](Builder& b) { return b.g.causal_softmax(b.leaf("x", {2, 3, 5}, 1, -2.0f, 2.0f)); });  // 3 queries of 5 keys
   add("layer_norm", kF32, true, [](Builder& b) {
     ValueId x = b.leaf("x", {4, 6}, 1);
     return b.g.layer_norm(x, b.leaf("gamma", {6}, 2, 0.5f, 1.5f), b.leaf("beta", {6}, 3))[0];

@@ -122,6 +122,17 @@ TEST_CASE("gradient: softmax and log-softmax over the last and a middle axis") {
     }
 }
 
+TEST_CASE("gradient: causal softmax, square and with fewer queries than keys") {
+  for (const Shape& shape : {Shape{2, 4, 4}, Shape{2, 3, 5}}) {
+    CAPTURE(shape.str());
+    Graph g;
+    ValueId x = g.variable("x", shape);
+    check_gradients(g, g.causal_softmax(x), {{x, random_tensor(shape, 14, -2.0f, 2.0f)}});
+  }
+  Graph g;
+  CHECK_THROWS_WITH_AS(g.causal_softmax(g.variable("x", {2, 5, 3})), doctest::Contains("queries <= keys"), ShapeError);
+}
+
 TEST_CASE("gradient: layer normalisation (x, gamma, beta)") {
   Graph g;
   ValueId x = g.variable("x", {2, 3, 8}), gamma = g.variable("gamma", {8}), beta = g.variable("beta", {8});

@@ -1,5 +1,6 @@
 // Normalisations over an axis, and their gradients.
-//   softmax:         (x) -> softmax (or log-softmax when attrs.log) over attrs.axis
+//   softmax:         (x) -> softmax (or log-softmax when attrs.log) over attrs.axis,
+//                    or with attrs.causal over the last axis of [..., queries, keys] that sees no later key
 //   softmax_grad:    (y, dy) -> dx
 //   layer_norm:      (x, gamma, beta) -> (y, mean, rstd) over the last axis
 //   layer_norm_grad: (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)
@@ -14,6 +15,17 @@ ValueId Graph::softmax(ValueId x, int axis, bool log) {
   attrs.axis = shape(x).normalize_axis(axis);
   attrs.log = log;
   return single(OpKind::softmax, {x}, attrs, shape(x), dtype(x));
+}
+
+ValueId Graph::causal_softmax(ValueId x) {
+  check_floating("causal_softmax", x);
+  const Shape& s = shape(x);
+  if (s.rank() < 2 || s[s.rank() - 2] > s[s.rank() - 1])
+    throw ShapeError("causal_softmax: x must be [..., queries, keys] with queries <= keys, got " + describe(x));
+  OpAttrs attrs;
+  attrs.axis = s.rank() - 1;
+  attrs.causal = true;
+  return single(OpKind::softmax, {x}, attrs, s, dtype(x));
 }
 
 std::vector<ValueId> Graph::layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon) {
@@ -64,11 +76,14 @@ ValueId softmax_over_split(Graph& l, const Node& node, const std::vector<ValueId
   return l.mul(x, l.sub(dy, across(over_axis(ReduceOp::sum, l.mul(dy, x)), ReduceOp::sum)));  // dx = y * (dy - sum(dy * y))
 }
 
-// Elsewhere the axis is whole; softmax_grad is linear in dy.
+// Elsewhere the axis is whole; softmax_grad is linear in dy. A causal
+// softmax keeps its queries whole too (a row's mask follows from its index),
+// and its keys: it is never expanded over a split.
 ShardingRule softmax_sharding(const Graph& g, const Node& node) {
-  ShardingRule rule = elementwise_rule(g, node, node.kind == OpKind::softmax_grad ? std::vector<bool>{false, true}
-                                                                                  : std::vector<bool>{},
-                                       false, {node.attrs.axis});
+  const std::vector<bool> linear =
+      node.kind == OpKind::softmax_grad ? std::vector<bool>{false, true} : std::vector<bool>{};
+  if (node.attrs.causal) return elementwise_rule(g, node, linear, false, {node.attrs.axis - 1, node.attrs.axis});
+  ShardingRule rule = elementwise_rule(g, node, linear, false, {node.attrs.axis});
   rule.split_expansion = softmax_over_split;
   rule.split_axis = node.attrs.axis;
   return rule;
@@ -99,7 +114,8 @@ void ops::add_normalization_rules(OpRuleTable& t) {
       [](Graph& g, const Node& n, const std::vector<ValueId>& dys) -> std::vector<ValueId> {
         return {emit(g, OpKind::softmax_grad, {n.outputs[0], dys[0]}, n.attrs, g.shape(dys[0]), g.dtype(dys[0]))};
       },
-      [](NodeRun& r) { r.backend.softmax(r.in(0), r.out(0), r.node.attrs.axis, r.node.attrs.log); }, softmax_sharding};
+      [](NodeRun& r) { r.backend.softmax(r.in(0), r.out(0), r.node.attrs.axis, r.node.attrs.log, r.node.attrs.causal); },
+      softmax_sharding};
   entry(t, OpKind::softmax_grad) = {
       nullptr,
       [](NodeRun& r) { r.backend.softmax_backward(r.in(0), r.in(1), r.out(0), r.node.attrs.axis, r.node.attrs.log); },
