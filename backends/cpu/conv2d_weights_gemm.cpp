@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -12,10 +13,10 @@
 namespace tessera {
 namespace {
 
-// A band's col buffer is kept under 768 KiB: one 24x24 image of the reference
-// CNN's 3x3x32 windows (648 KiB) is one band, the size that ran fastest on
-// two threads of a Zen 1 with 1 MiB of L2 a core (two and four images a band
-// were 1% and 12% slower).
+// A band's col buffer is kept to about 768 KiB: one 24x24 image of the
+// reference CNN's 3x3x32 windows (648 KiB) is one band. On a Zen 1 (512 KiB of
+// L2 a core, 8 MiB of L3) half an image a band (331 KiB) ran as fast, two and
+// four images 1% and 12% slower on two threads.
 constexpr std::int64_t kBandFloats = 192 * 1024;
 
 struct Geometry {
@@ -77,24 +78,27 @@ bool conv_weights_through_gemm(const Tensor& x, const Tensor& dy, const Tensor& 
 
 std::size_t conv_weights_gemm_scratch(const Shape& x, const Shape& dy, const Shape& dw, int threads) {
   const Geometry g(x, dy, dw);
-  // Per thread: its band and its partial dw^T[F, window].
-  return static_cast<std::size_t>(threads) * static_cast<std::size_t>(g.band_floats() + g.f * g.window);
+  // Per thread: its band, its partial dw^T[F, window] and its partial db[F].
+  return static_cast<std::size_t>(threads) * static_cast<std::size_t>(g.band_floats() + g.f * g.window + g.f);
 }
 
 void conv2d_backward_weights_gemm(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor* db,
                                   const Conv2dArgs& args, float* scratch, int threads) {
   const Geometry g(x.shape(), dy.shape(), dw.shape());
-  const std::int64_t per_thread = g.band_floats() + g.f * g.window;
+  const std::int64_t partials = g.f * g.window + g.f;  // dw^T[F, window], then db[F]
+  const std::int64_t per_thread = g.band_floats() + partials;
   const float* xs = x.data<float>();
   const float* dys = dy.data<float>();
   // Partials of threads the team may not get stay zero.
-  for (int t = 0; t < threads; ++t)
-    std::fill_n(scratch + t * per_thread + g.band_floats(), g.f * g.window, 0.0f);
+  for (int t = 0; t < threads; ++t) std::fill_n(scratch + t * per_thread + g.band_floats(), partials, 0.0f);
+  // A failed sgemm is reported after the region (no exception may leave it).
+  int failed = dnnl_success;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
     float* col = scratch + t * per_thread;
     float* partial = col + g.band_floats();
+    float* partial_bias = partial + g.f * g.window;
     // Whole bands per thread, in order, so a thread's images are adjacent.
     const std::int64_t begin = g.units() * t / team, end = g.units() * (t + 1) / team;
     for (std::int64_t u = begin; u < end; ++u) {
@@ -104,9 +108,20 @@ void conv2d_backward_weights_gemm(const Tensor& x, const Tensor& dy, const Tenso
       // partial[F, window] += dy_band^T[F, rows] col[rows, window]; inside a
       // parallel region oneDNN's sgemm runs on this thread alone.
       const float* dy_band = dys + (image * g.oh + first_row) * g.ow * g.f;
-      dnnl_sgemm('T', 'N', g.f, g.window, rows, 1.0f, dy_band, g.f, col, g.window, 1.0f, partial, g.window);
+      const dnnl_status_t status =
+          dnnl_sgemm('T', 'N', g.f, g.window, rows, 1.0f, dy_band, g.f, col, g.window, 1.0f, partial, g.window);
+      if (status != dnnl_success) {
+#pragma omp atomic write
+        failed = static_cast<int>(status);
+      }
+      if (db != nullptr)  // the band's dy is in cache now
+        for (std::int64_t p = 0; p < rows; ++p)
+          for (std::int64_t o = 0; o < g.f; ++o) partial_bias[o] += dy_band[p * g.f + o];
     }
   }
+  if (failed != dnnl_success)
+    throw Error("conv2d_backward_weights: oneDNN's sgemm failed (status " + std::to_string(failed) + ") for x " +
+                x.describe() + " and dy " + dy.describe());
   // dw[window, F] = the partials' sum, transposed (F x window floats per thread: small).
   float* out = dw.data<float>();
   for (std::int64_t k = 0; k < g.window; ++k)
@@ -117,10 +132,11 @@ void conv2d_backward_weights_gemm(const Tensor& x, const Tensor& dy, const Tenso
     }
   if (db == nullptr) return;
   float* bias = db->data<float>();
-  std::fill(bias, bias + g.f, 0.0f);
-  const std::int64_t positions = g.n * g.oh * g.ow;
-  for (std::int64_t p = 0; p < positions; ++p)
-    for (std::int64_t o = 0; o < g.f; ++o) bias[o] += dys[p * g.f + o];
+  for (std::int64_t o = 0; o < g.f; ++o) {
+    float sum = 0.0f;
+    for (int t = 0; t < threads; ++t) sum += scratch[t * per_thread + g.band_floats() + g.f * g.window + o];
+    bias[o] = sum;
+  }
 }
 
 }  // namespace tessera

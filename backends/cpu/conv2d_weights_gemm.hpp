@@ -4,12 +4,13 @@
 // dw[KH, KW, C, F] is the product col^T dy summed over the batch, where a
 // band of output rows of one image gives col[rows, KH*KW*C] (each row: the
 // input window under one output position) and dy[rows, F]. Each thread takes
-// whole bands, lays one out at a time in a buffer that stays in its L2 cache,
-// multiplies it with one-threaded sgemm into a partial sum of its own, and the
-// partials are added at the end. On a Zen 1 (AVX2, where oneDNN runs its
-// generic jit:avx2 backward weights) the reference CNN's weight gradients
-// took 42.0 ms a training step instead of 51.5 on one thread, 23.7 instead of
-// 27.6 on two (bench/README.md, "Convolution weight gradients on AVX2").
+// whole bands, lays one out at a time in a buffer of its own (about an
+// image's worth, read back from cache), multiplies it with one-threaded sgemm
+// into a partial sum of its own, and the partials are added at the end. On a
+// Zen 1 (AVX2, where oneDNN runs its generic jit:avx2 backward weights) the
+// reference CNN's weight gradients took 42.0 ms a training step instead of
+// 51.5 on one thread, 23.7 instead of 27.6 on two (bench/README.md,
+// "Convolution weight gradients on AVX2").
 #pragma once
 
 #include <cstddef>

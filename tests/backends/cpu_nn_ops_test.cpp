@@ -319,7 +319,8 @@ TEST_CASE("conv2d backward data and weights match reference loops") {
 
 TEST_CASE("conv2d weight gradient through sgemm over im2col bands matches reference loops") {
   // Windows of 72 and 144 inputs (the GEMM path's range); the 64x64 output of
-  // 144-input windows is four bands of 16 rows, so one image gives two threads work.
+  // 144-input windows is three bands (22, 22 and 20 rows; 66x66 with same
+  // padding, four), so one image gives two threads work.
   struct Case {
     Shape x, w;
   };
@@ -346,7 +347,8 @@ TEST_CASE("conv2d weight gradient through sgemm over im2col bands matches refere
   Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), {}), 46);
   CHECK(conv_weights_through_gemm(x, dy, w, 2) == onednn_runs_avx2());
   CHECK_FALSE(conv_weights_through_gemm(x, dy, w, 4));  // three images, one band each
-  CHECK_FALSE(conv_weights_through_gemm(x, dy, random_tensor({3, 3, 7, 6}, 47), 1));  // 63 inputs
+  Tensor x7 = random_tensor({3, 9, 8, 7}, 47);  // 3x3x7 windows: 63 inputs
+  CHECK_FALSE(conv_weights_through_gemm(x7, dy, random_tensor({3, 3, 7, 6}, 48), 1));
 }
 
 TEST_CASE("conv2d backward data skips input rows no window reaches") {
