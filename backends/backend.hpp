@@ -93,8 +93,9 @@ class Backend {
   // causal: x[..., m, n] over its last axis, m queries that are the last m of
   // n positions, query i seeing keys j <= i + n - m: the rest count as -inf
   // (y = 0 there), as a mask of -inf added first would (attention's causal
-  // mask, without the pass that adds it). Not with log; the backward needs no
-  // flag, y being 0 where masked.
+  // mask with no mask tensor: the CUDA kernels skip the masked elements, the
+  // CPU writes them as -inf before oneDNN's softmax). Not with log; the
+  // backward needs no flag, y being 0 where masked.
   void softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal = false);
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis, bool log);
 

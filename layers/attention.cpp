@@ -51,7 +51,8 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
   }
   ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
   // Decoding, nothing after each sequence's position (later cache rows are
-  // stale); else a causal softmax removes the future without a mask in memory.
+  // stale); else, for causal attention, a causal softmax removes the future
+  // without a mask in memory.
   if (kv && kv->decode) scores = g.add(scores, kv->attend);
   ValueId weights = a.causal && !(kv && kv->decode) ? g.causal_softmax(scores) : g.softmax(scores, -1);
   if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());

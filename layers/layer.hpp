@@ -57,7 +57,7 @@ class LayerContext {
   // created and initialised on first use.
   ValueId variable(const std::string& name, const Shape& shape, const Initializer& init,
                    std::vector<std::string> axis_roles, bool trainable = true);
-  // A graph input fed with a fixed host tensor (a causal mask); the caller of
+  // A graph input fed with a fixed host tensor (a decoding step's attention mask); the caller of
   // trace binds the tensors listed by constants().
   ValueId constant(const std::string& name, const Tensor& value);
   const std::vector<std::pair<ValueId, Tensor>>& constants() const { return constants_; }

@@ -137,7 +137,7 @@ std::span<const float> KvDecoder::decode(const std::vector<std::int32_t>& tokens
     tokens_.data<std::int32_t>()[b] = tokens[static_cast<std::size_t>(b)];
     positions_.data<std::int32_t>()[b] = static_cast<std::int32_t>(at);
     for (std::int64_t t = 0; t < context_; ++t)
-      attend[b * context_ + t] = t <= at ? 0.0f : -1e9f;  // the full forward pass's causal mask, one row
+      attend[b * context_ + t] = t <= at ? 0.0f : -1e9f;  // what the full pass's causal softmax sees, one row
   }
   bind_decode_inputs();
   primed_ = false;  // a failed step leaves the caches part-written
