@@ -58,7 +58,7 @@ void softmax_backward_row(const float* __restrict y, const float* dy, float* dx,
 
 // y = x over [..., m, n], but -inf where key j lies after query i's position
 // (j > i + n - m): exp(-inf) = 0, so a softmax of y gives what a mask of
-// -inf added to x would.
+// -inf added to x would. x may be y (an in-place softmax).
 void mask_future(const Tensor& x, const Tensor& y) {
   const Shape& s = x.shape();
   const std::int64_t m = s[s.rank() - 2], n = s[s.rank() - 1], rows = s.rows();
@@ -67,7 +67,7 @@ void mask_future(const Tensor& x, const Tensor& y) {
 #pragma omp parallel for schedule(static) if (rows * n > 65536)
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t valid = r % m + 1 + n - m;
-    std::copy(px + r * n, px + r * n + valid, py + r * n);
+    if (px != py) std::copy(px + r * n, px + r * n + valid, py + r * n);
     std::fill(py + r * n + valid, py + (r + 1) * n, -INFINITY);
   }
 }

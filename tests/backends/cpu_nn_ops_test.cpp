@@ -486,6 +486,9 @@ TEST_CASE("causal softmax equals softmax after adding a mask of -1e9 where keys 
     for (std::size_t e = 0; e < yv.size(); ++e)
       if (static_cast<std::int64_t>(e) % n > static_cast<std::int64_t>(e) / n % m + n - m && yv[e] != 0.0f) ++masked_nonzero;
     CHECK(masked_nonzero == 0);
+    Tensor in_place = Tensor::from_vector(xv, shape);
+    cpu.softmax(in_place, in_place, -1, false, true);
+    CHECK(in_place.to_vector<float>() == y.to_vector<float>());
   }
   Tensor x = random_tensor({2, 4, 3}, 58), y = Tensor::empty({2, 4, 3}, DType::f32);
   CHECK_THROWS_AS(cpu.softmax(x, y, -1, false, true), ShapeError);  // 4 queries of 3 keys
