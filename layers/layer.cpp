@@ -32,12 +32,6 @@ void LayerContext::enter_layer(const Layer& layer) {
   current_ = &layer;
 }
 
-ValueId LayerContext::constant(const std::string& name, const Tensor& value) {
-  ValueId id = graph.input(prefix_ + layer_ + "/" + name, value.shape(), value.dtype());
-  constants_.emplace_back(id, value);
-  return id;
-}
-
 std::uint64_t LayerContext::layer_seed(std::uint64_t site) const {
   std::uint64_t h = seed_ ^ 0x9E3779B97F4A7C15ull;  // FNV-style mix of the seed and the layer path
   for (char c : prefix_ + layer_) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;

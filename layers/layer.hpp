@@ -57,10 +57,6 @@ class LayerContext {
   // created and initialised on first use.
   ValueId variable(const std::string& name, const Shape& shape, const Initializer& init,
                    std::vector<std::string> axis_roles, bool trainable = true);
-  // A graph input fed with a fixed host tensor (a decoding step's attention mask); the caller of
-  // trace binds the tensors listed by constants().
-  ValueId constant(const std::string& name, const Tensor& value);
-  const std::vector<std::pair<ValueId, Tensor>>& constants() const { return constants_; }
   // The output of sublayer `name` of this layer (a block's attention), by its
   // path "<layer path>/<name>/output": an activation a layout map can name.
   void nested_output(const std::string& name, ValueId value) { nested_.emplace_back(path_of(name + "/output"), value); }
@@ -82,7 +78,6 @@ class LayerContext {
   std::uint64_t seed_;
   std::vector<std::pair<std::string, ValueId>> traced_;
   std::vector<std::pair<ValueId, Regularizer>> regularized_;
-  std::vector<std::pair<ValueId, Tensor>> constants_;
   std::vector<std::pair<std::string, ValueId>> nested_;
 };
 

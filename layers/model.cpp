@@ -207,7 +207,6 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   }
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
-  traced.constants = ctx.constants();
   traced.regularized = ctx.regularized();
   traced.layer_outputs.insert(traced.layer_outputs.end(), ctx.nested_outputs().begin(), ctx.nested_outputs().end());
   return traced;

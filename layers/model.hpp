@@ -50,7 +50,6 @@ class Model {
     // Every layer's output by its path, in layer order ("<layer path>/output",
     // as output_paths() lists them), then the sublayers' ("block_0/attention/output").
     std::vector<std::pair<std::string, ValueId>> layer_outputs;
-    std::vector<std::pair<ValueId, Tensor>> constants;  // inputs to bind to fixed tensors
     // Variables with a kernel_/bias_regularizer: the loss adds their penalty.
     std::vector<std::pair<ValueId, Regularizer>> regularized;
   };

@@ -53,7 +53,6 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   // Layer outputs by their paths (a layout map's activation keys), as the Trainer's programs give them.
   p->runner = host_.runner(TracedStep{g, {p->scores}, p->tokens, -1, -1, model_variables, traced.variables,
                                       traced.layer_outputs, /*fixed_variables=*/true});
-  for (const auto& [leaf, value] : traced.constants) p->runner->bind(leaf, value);
   if (!decode) p->window_tokens = Tensor::empty({batch_, window}, DType::i32);
   return p;
 }

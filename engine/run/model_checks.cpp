@@ -73,7 +73,6 @@ GradientCheckResult check_model_gradients(const RunConfig& run, const Dataset& d
   Executor with_gradients(g, outputs), forward(g, {loss});
   for (Executor* e : {&with_gradients, &forward}) {
     e->set_update_step(1, 0.0f);  // one step: every run draws the same dropout mask
-    for (const auto& [id, value] : traced.constants) e->bind(id, value);
     for (const auto& [path, id] : traced.variables) e->bind(id, store.find(path)->value);
     e->bind(traced.inputs[0], first.inputs);
     e->bind(target, first.targets);

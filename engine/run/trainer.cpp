@@ -184,7 +184,6 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;
-  p->constants = traced.constants;
   TracedStep& step = p->step;
   step.input = p->input;
   step.model_variables = step.variables = traced.variables;
