@@ -20,8 +20,8 @@ SoftmaxRows rows_of(const Tensor& t, int axis) {
 void CudaBackend::run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) {
   require_f32(x, log ? "log_softmax" : "softmax", device());
   CudaDeviceGuard guard(gpu_);
-  SoftmaxRows rows = rows_of(x, axis);
-  if (causal) rows.causal_queries = x.shape()[x.rank() - 2];  // the axis is last (Backend::softmax)
+  // A causal softmax is over the last axis (Backend::softmax).
+  const SoftmaxRows rows = causal ? make_causal_softmax_rows(x.shape().dims().data(), x.rank()) : rows_of(x, axis);
   cuda_softmax(x.data<float>(), y.data<float>(), rows, log, stream_);
 }
 

@@ -50,6 +50,13 @@ inline SoftmaxRows make_softmax_rows(const std::int64_t* dims, int rank, int axi
   return rows;
 }
 
+// The rows of a causal softmax over the last axis of `dims` ([..., m, n]).
+inline SoftmaxRows make_causal_softmax_rows(const std::int64_t* dims, int rank) {
+  SoftmaxRows rows = make_softmax_rows(dims, rank, rank - 1);
+  rows.causal_queries = dims[rank - 2];
+  return rows;
+}
+
 // Below a warp's width a row would leave lanes idle.
 inline constexpr std::int64_t kSoftmaxWarpFrom = 32;
 

@@ -36,12 +36,7 @@ constexpr double kRtol = 2e-5, kAtol = 5e-6;
 
 SoftmaxRows rows_of(const Shape& s, int axis) { return make_softmax_rows(s.dims().data(), s.rank(), axis); }
 
-// A causal softmax's rows: over the last axis of [..., queries, keys].
-SoftmaxRows causal_rows(const Shape& s) {
-  SoftmaxRows rows = rows_of(s, s.rank() - 1);
-  rows.causal_queries = s[s.rank() - 2];
-  return rows;
-}
+SoftmaxRows causal_rows(const Shape& s) { return make_causal_softmax_rows(s.dims().data(), s.rank()); }
 
 std::vector<float> host_softmax(const Tensor& x, int axis, bool log, bool causal = false) {
   const SoftmaxRows rows = causal ? causal_rows(x.shape()) : rows_of(x.shape(), axis);
