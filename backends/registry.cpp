@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_CUDA
 #include "backends/cuda/cuda_backend.hpp"
 #endif

@@ -24,6 +24,7 @@
 #include "bench/cpu_use.hpp"
 #include "distribution/strategies.hpp"
 #include "engine/tessera.hpp"
+#include "tests/source_tree.hpp"
 
 namespace {
 
@@ -50,7 +51,7 @@ Timing time_steps(Trainer& trainer, const Tensor& x, const Tensor& y, int warmup
 
 int main(int argc, char** argv) {
   CLI::App app{"Data-parallel training on cpu:2 (1 thread each) against one device with 2 threads"};
-  std::string model_file = std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml";
+  std::string model_file = tessera::test::source_path("models/mlp.yaml");
   std::int64_t batch = 128;
   int warmup = 5, steps = 30, rounds = 3;
   bool profile = false;

@@ -45,6 +45,7 @@
 #include "bench/machine_info.hpp"
 #include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
+#include "tests/source_tree.hpp"
 
 namespace {
 
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool compare_denormals = false;
   std::string python = "/usr/bin/python3";
-  std::string source_dir = TESSERA_SOURCE_DIR;
+  std::string source_dir = tessera::test::source_dir();
   std::string data_folder = "/usr/share/datasets/fashion-mnist";
   app.add_option("--models", models, "Models, comma-separated: mlp (configs/fashion_mlp.yaml), cnn")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"mlp", "cnn"}));

@@ -30,6 +30,7 @@
 #include "bench/machine_info.hpp"
 #include "bench/torch_peer.hpp"
 #include "engine/tessera.hpp"
+#include "tests/source_tree.hpp"
 
 namespace {
 
@@ -119,7 +120,7 @@ std::filesystem::path weights_file(const std::filesystem::path& weights, const s
 
 int main(int argc, char** argv) {
   CLI::App app{"Text generation, llama-bench style: Tessera against PyTorch with a KV cache, same weights"};
-  std::string config = std::string(TESSERA_SOURCE_DIR) + "/configs/kjv_gpt.yaml", weights, text;
+  std::string config = tessera::test::source_path("configs/kjv_gpt.yaml"), weights, text;
   std::vector<int> batches{1, 8}, threads{1, 2};
   std::int64_t prompt_tokens = 64, new_tokens = 32;
   int repeats = 3;
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", python, "The python3 that has torch")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  const std::filesystem::path source(TESSERA_SOURCE_DIR);
+  const std::filesystem::path source(tessera::test::source_dir());
   if (text.empty()) text = std::filesystem::exists(source / "data/kjv.txt") ? source / "data/kjv.txt" : source / "README.md";
   std::ifstream in(text, std::ios::binary);
   const std::string corpus((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -40,6 +40,7 @@
 #include "bench/torch_peer.hpp"
 #include "bench/zoo_case.hpp"
 #include "engine/tessera.hpp"
+#include "tests/source_tree.hpp"
 
 namespace {
 
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
                  cuda_compiled() ? "yes" : "no");
       return 77;
     }
-    const std::filesystem::path source_dir = TESSERA_SOURCE_DIR;
+    const std::filesystem::path source_dir = tessera::test::source_dir();
 
     // The peer first, all of it: its process ends before Tessera takes GPU memory.
     std::sort(sizes.begin(), sizes.end());

@@ -54,6 +54,7 @@
 #include "bench/torch_peer.hpp"
 #include "bench/zoo_case.hpp"
 #include "engine/tessera.hpp"
+#include "tests/source_tree.hpp"
 
 namespace {
 
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
   int steps = 30, warmup = 10, rounds = 2;
   bool csv = false, as_json = false, profile = false;
   std::string python = "/usr/bin/python3";
-  std::string source_dir = TESSERA_SOURCE_DIR;
+  std::string source_dir = tessera::test::source_dir();
   app.add_option("--models", models, "Models, comma-separated: mlp,cnn,gpt")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   app.add_option("--modes", modes, "Modes, comma-separated: train,infer")

@@ -22,3 +22,14 @@ if(NOT TESSERA_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "Tessera CUDA backend: ${TESSERA_HAVE_CUDA}")
+
+# tessera_cuda_headers(TARGET SOURCE...): CUDA's headers for those sources of
+# TARGET alone. Every other object compiles from the same command with or
+# without a toolkit, so one ccache serves both (cmake/TesseraFeatures.cmake).
+function(tessera_cuda_headers target)
+  set(options "")
+  foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+    list(APPEND options "-isystem${dir}")  # joined: a source property has no SHELL: form
+  endforeach()
+  set_property(SOURCE ${ARGN} TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS ${options})
+endfunction()

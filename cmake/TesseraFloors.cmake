@@ -71,9 +71,6 @@ foreach(name IN LISTS TESSERA_FLOORS)
   endif()
   # -fno-math-errno: std::sqrt and friends may then vectorise (nothing reads errno).
   target_compile_options(tessera_${name} PRIVATE ${TESSERA_WARNINGS} $<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)
-  # What tessera's consumers compile with (TESSERA_HAVE_CUDA, ...) and the
-  # packages it links (their headers), as in one library.
-  target_compile_definitions(tessera_${name} PRIVATE $<TARGET_PROPERTY:tessera,INTERFACE_COMPILE_DEFINITIONS>)
   target_sources(tessera PRIVATE $<TARGET_OBJECTS:tessera_${name}>)
   set(_tessera_below ${name})
 endforeach()
@@ -91,9 +88,12 @@ function(tessera_floor_includes target floor)
 endfunction()
 
 # Once every folder added its sources and tessera its links: each floor
-# compiles with the packages tessera links (for their headers and flags).
+# compiles with the packages tessera links (for their headers and flags), but
+# CUDA's and NCCL's headers, which go only to the sources that include them
+# (tessera_cuda_headers, cmake/TesseraCuda.cmake).
 function(tessera_floors_finish)
   get_target_property(links tessera LINK_LIBRARIES)
+  list(FILTER links EXCLUDE REGEX "^(CUDA::.*|tessera_nccl)$")
   foreach(name IN LISTS TESSERA_FLOORS)
     target_link_libraries(tessera_${name} PRIVATE ${links})
   endforeach()

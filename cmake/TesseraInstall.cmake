@@ -33,10 +33,6 @@ install(EXPORT TesseraTargets NAMESPACE Tessera:: DESTINATION ${TESSERA_CONFIG_D
 # the configure here, before it can ship a package that fails to load.
 set(_tessera_known_links DNNL::dnnl yaml-cpp yaml-cpp::yaml-cpp fmt::fmt OpenMP::OpenMP_CXX
     ZLIB::ZLIB nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublas CUDA::cublasLt MPI::MPI_CXX tessera_nccl)
-set(TESSERA_HAVE_NCCL OFF)
-if(TARGET tessera_nccl)
-  set(TESSERA_HAVE_NCCL ON)
-endif()
 get_target_property(_tessera_links tessera LINK_LIBRARIES)
 set(TESSERA_LINKS_NLOHMANN_JSON OFF)
 foreach(lib IN LISTS _tessera_links)

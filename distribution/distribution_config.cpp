@@ -6,6 +6,7 @@
 #include "backends/device_set.hpp"
 #include "backends/registry.hpp"
 #include "engine/config/config.hpp"
+#include "tessera_features.hpp"
 
 namespace tessera {
 namespace {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "distribution/collectives/shm_communicator.hpp"
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_MPI
 #include "distribution/collectives/mpi_communicator.hpp"
 #endif

@@ -7,6 +7,7 @@
 
 #include "engine/config/config.hpp"
 #include "layers/model.hpp"
+#include "tests/source_tree.hpp"
 
 namespace tessera::test {
 
@@ -22,7 +23,7 @@ model:
 
 // `overrides` as `tessera train --set` takes them, e.g. "model.layers.1.units=64".
 inline Model zoo_model(const std::string& file, const std::vector<std::string>& overrides = {}) {
-  ConfigNode root = ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file);
+  ConfigNode root = ConfigNode::load_file(source_path("models/" + file));
   for (const auto& assignment : overrides) apply_override(root, assignment);
   return Model::from_config(root["model"]);
 }

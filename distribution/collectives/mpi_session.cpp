@@ -9,6 +9,7 @@
 #include "distribution/collectives/communicator.hpp"
 #include "engine/core/error.hpp"
 
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_MPI
 #include <mpi.h>
 #endif

@@ -6,6 +6,7 @@
 // only the CUDA libraries and run everywhere the backend is built.
 #include <doctest/doctest.h>
 
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_CUDA
 
 #include <algorithm>

@@ -16,6 +16,7 @@
 #include "backends/registry.hpp"
 #include "tests/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
+#include "tessera_features.hpp"
 
 using namespace tessera;
 using namespace tessera::test;

@@ -24,6 +24,7 @@
 #include "tests/classifier.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
+#include "tests/source_tree.hpp"
 
 using namespace tessera;
 
@@ -106,7 +107,7 @@ TEST_CASE("the FLOPs the op rules count are the reference models' training FLOPs
   };
   for (const auto& c : cases) {
     INFO(c.file);
-    Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + c.file)["model"]);
+    Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/" + c.file))["model"]);
     TrainingSpec spec = parse_training(ConfigNode::parse(
         "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: " +
         std::to_string(c.inputs.shape()[0]) + "}")["training"]);
@@ -130,7 +131,7 @@ TEST_CASE("the probe measures positive speeds") {
 
 TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest within the budget wins") {
   set_cpu_device_count(4, 1);
-  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/mlp.yaml"))["model"]);
   TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
   const Calibration calibration{100, 10, 10, 1, 2};
@@ -161,7 +162,7 @@ TEST_CASE("type auto: every mesh and strategy is a candidate and the fastest wit
 }
 
 TEST_CASE("type auto runs the strategy it chose: ZeRO-1 splits the optimizer state") {
-  RunConfig run = load_run_config(TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml",
+  RunConfig run = load_run_config(test::source_path("configs/tiny_synthetic.yaml"),
                                   {"distribution={devices: cpu:2, type: auto}"});
   AutoChoice choice;  // as if the cost model had picked ZeRO-1 on 2x1
   choice.candidates.push_back({.batch_devices = 2, .model_devices = 1, .strategy = Strategy::zero});
@@ -193,7 +194,7 @@ struct FirstProcessChose final : ProcessGroup {
 }  // namespace
 
 TEST_CASE("type auto follows the choice of the job's first process, through the process group it is given") {
-  RunConfig run = load_run_config(TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml",
+  RunConfig run = load_run_config(test::source_path("configs/tiny_synthetic.yaml"),
                                   {"distribution={devices: cpu:2, type: auto}"});
   FirstProcessChose job;
   job.choice = 5;  // meshes 1x2 then 2x1, strategies dp, zero, tp, fsdp each: 2x1 ZeRO-1

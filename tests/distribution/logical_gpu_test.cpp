@@ -14,6 +14,7 @@
 
 #include "backends/cuda/peer_reduce.hpp"
 #include "backends/registry.hpp"
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_CUDA
 #include "backends/cuda/cuda_allocator.hpp"
 #include "distribution/collectives/cuda_peer_kernels.hpp"

@@ -8,6 +8,7 @@
 
 #include "backends/registry.hpp"
 
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_NCCL
 #include "backends/cuda/cuda_backend.hpp"
 #include "distribution/collectives/nccl_communicator.hpp"

@@ -15,6 +15,7 @@
 #include "engine/run/trainer.hpp"
 #include "layers/registry.hpp"
 #include "tests/test_util.hpp"
+#include "tests/source_tree.hpp"
 
 using namespace tessera;
 
@@ -27,7 +28,7 @@ std::string mlp_plan(std::vector<std::int64_t> shape, const LayoutMap& map,
                                     std::vector<std::string>* gathered = nullptr) {
   const int devices = static_cast<int>(shape[0] * shape[1]);
   set_cpu_device_count(devices, 1);
-  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/mlp.yaml"))["model"]);
   TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 16}")["training"]);
   DeviceMesh mesh(shape, {"batch", "model"}, cpu_devices(devices));
@@ -179,7 +180,7 @@ TEST_CASE("an optimizer state split unlike its parameter is an error naming both
 
 TEST_CASE("zero 1: gradients reduce-scattered and parameters all-gathered, no all-reduce of big parameters") {
   set_cpu_device_count(4, 1);
-  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/mlp.yaml")["model"]);
+  Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/mlp.yaml"))["model"]);
   TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: adam, batch_size: 16}")["training"]);
   DataParallel distribution(cpu_devices(4));
@@ -238,7 +239,7 @@ TEST_CASE("softmax over a split dimension all-reduces its max and sum instead of
 
 TEST_CASE("AutoTP's vocabulary-parallel head: training never gathers the logits") {
   set_cpu_device_count(4, 1);
-  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/gpt.yaml")["model"]);
+  Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/gpt.yaml"))["model"]);
   TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: sgd, batch_size: 8}")["training"]);
   DeviceMesh mesh({1, 4}, {"batch", "model"}, cpu_devices(4));
@@ -331,7 +332,7 @@ TEST_CASE("a KV cache is split as the keys written into it: attending over it ga
 
 TEST_CASE("an activation layout reaches a block's nested attention output, as block_0/attention/output") {
   set_cpu_device_count(2, 1);
-  Model model = Model::from_config(ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/gpt.yaml")["model"]);
+  Model model = Model::from_config(ConfigNode::load_file(test::source_path("models/gpt.yaml"))["model"]);
   const auto paths = model.output_paths();
   CHECK(std::find(paths.begin(), paths.end(), "block_0/attention/output") != paths.end());
   {  // a trace hands out the same paths, each with its value

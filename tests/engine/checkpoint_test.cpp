@@ -23,6 +23,7 @@
 #include "engine/run/trainer.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/test_util.hpp"
+#include "tests/source_tree.hpp"
 
 using namespace tessera;
 using namespace tessera::test;
@@ -199,7 +200,7 @@ TEST_CASE("checkpoint: a Tessera safetensors file reads in Python with only json
   NamedTensors tensors = sample_tensors();
   const fs::path file = tmp / "py.safetensors", out = tmp / "py.out";
   save_safetensors(file, tensors, {{"format", "tessera"}});
-  const std::string script = std::string(TESSERA_SOURCE_DIR) + "/tests/python/read_safetensors.py";
+  const std::string script = test::source_path("tests/python/read_safetensors.py");
   const std::string command = "python3 '" + script + "' '" + file.string() + "' > '" + out.string() + "' 2>&1";
   int status = std::system(command.c_str());
   std::ifstream in(out);

@@ -18,6 +18,8 @@
 #include "tests/gpu_test_util.hpp"
 #include "tests/classifier.hpp"
 #include "tests/temp_dir.hpp"
+#include "tessera_features.hpp"
+#include "tests/source_tree.hpp"
 
 using namespace tessera;
 using tessera::test::classifier;
@@ -164,7 +166,7 @@ TEST_CASE("device-resident blocks of a mesh: a save writes the devices' values, 
 }
 
 TEST_CASE("device: picks the one device of a run, checked at its key") {
-  const std::string config = TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml";
+  const std::string config = test::source_path("configs/tiny_synthetic.yaml");
   CHECK(load_run_config(config, {"distribution=null", "device=cpu"}).device == Device::cpu());
   CHECK(load_run_config(config, {"distribution=null", "device=cpu:0"}).device == Device::cpu());
   CHECK_THROWS_WITH_AS(load_run_config(config, {"distribution=null", "device=cpu:1"}),
@@ -175,7 +177,7 @@ TEST_CASE("device: picks the one device of a run, checked at its key") {
                        doctest::Contains("whose mesh names its devices in distribution.devices"), ConfigError);
   // Written in a file, the error names its line and column.
   test::TempDir dir;
-  std::ofstream(dir / "run.yaml") << "model: " << TESSERA_SOURCE_DIR << "/models/mlp.yaml\ndevice: cpu:2\n";
+  std::ofstream(dir / "run.yaml") << "model: " << test::source_path("models/mlp.yaml") << "\ndevice: cpu:2\n";
   CHECK_THROWS_WITH_AS(load_run_config(dir / "run.yaml"), doctest::Contains("run.yaml:2:9"), ConfigError);
   if (cuda_device_count() == 0)
     CHECK_THROWS_WITH_AS(load_run_config(config, {"distribution=null", "device=cuda:0"}), doctest::Contains("'cuda:0': "),

@@ -8,6 +8,7 @@
 #include "engine/graph/executor.hpp"
 #include "layers/model.hpp"
 #include "tests/test_util.hpp"
+#include "tests/source_tree.hpp"
 
 using namespace tessera;
 
@@ -61,7 +62,7 @@ TEST_CASE("the reference MLP has 1,863,690 parameters and the CNN 1,199,882") {
   for (const auto& zoo_model : {std::pair{"mlp.yaml", 1863690}, std::pair{"cnn.yaml", 1199882}}) {
     const auto [file, expected] = zoo_model;
     CAPTURE(zoo_model.first);
-    ConfigNode zoo = ConfigNode::load_file(std::string(TESSERA_SOURCE_DIR) + "/models/" + file);
+    ConfigNode zoo = ConfigNode::load_file(test::source_path(std::string("models/") + file));
     Model m = Model::from_config(zoo["model"]);
     VariableStore store;
     m.build(store, 0);

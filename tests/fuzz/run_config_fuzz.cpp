@@ -4,6 +4,7 @@
 #include "engine/core/error.hpp"
 #include "engine/run/run_config.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
+#include "tessera_source_dir.hpp"
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include "distribution/collectives/mpi_communicator.hpp"
 #include "distribution/collectives/mpi_session.hpp"
 #include "distribution/collectives/shm_communicator.hpp"
+#include "tessera_features.hpp"
 #if TESSERA_HAVE_NCCL
 #include "distribution/collectives/nccl_communicator.hpp"
 #endif

@@ -8,6 +8,7 @@
 
 #include "distribution/collectives/mpi_session.hpp"
 #include "engine/run/run_config.hpp"
+#include "tests/source_tree.hpp"
 
 namespace tessera {
 namespace {
@@ -19,7 +20,7 @@ TEST_CASE("make_trainer in a job of several processes: no process holds a whole 
     return;
   }
   RunConfig run = load_run_config(
-      TESSERA_SOURCE_DIR "/configs/tiny_synthetic.yaml",
+      test::source_path("configs/tiny_synthetic.yaml"),
       {"training.epochs=1", "data.train.samples=96",
        "distribution={devices: cpu:4, mesh: {shape: [2, 2], axis_names: [batch, model]}, type: model_parallel, "
        "layout_map: {'dense/kernel': [null, model], 'dense/bias': [model], 'dense_1/kernel': [model, null]}}"});
