@@ -2,7 +2,7 @@
 // accumulation, f32 result) while variables, optimizer state and every other op stay f32.
 // Checked against the f32 run of the same seed on the zoo's MLP and GPT, with
 // the tolerance the README states (5% per step over 10 steps; measured on
-// 2026-11-27: MLP 3.4%, GPT 0.05%).
+// 2026-11-27: MLP 3.4%, GPT 0.41% at a context of 32).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -35,8 +35,9 @@ std::vector<double> ten_steps(const Model& model, const std::string& precision, 
   return losses;
 }
 
-void check_close_to_f32(const std::string& file, const Tensor& x, const Tensor& y) {
-  const Model model = test::zoo_model(file);
+void check_close_to_f32(const std::string& file, const Tensor& x, const Tensor& y,
+                        const std::vector<std::string>& overrides = {}) {
+  const Model model = test::zoo_model(file, overrides);
   VariableStore f32_store, bf16_store;
   const auto f32 = ten_steps(model, "f32", x, y, f32_store), bf16 = ten_steps(model, "bf16", x, y, bf16_store);
   double largest = 0;
@@ -102,8 +103,12 @@ TEST_CASE("mixed precision: the zoo's MLP trains within 5% of f32 per step") {
   check_close_to_f32("mlp.yaml", test::random_tensor({32, 784}, 11), test::random_labels({32}, 10, 12));
 }
 
+// At a context of 32 tokens (every layer and variable the same but the
+// position table): a quarter of the tokens; at 128 the test took 21 s, and
+// 48 s under the sanitizers.
 TEST_CASE("mixed precision: the zoo's GPT trains within 5% of f32 per step") {
-  check_close_to_f32("gpt.yaml", test::random_labels({4, 128}, 256, 13), test::random_labels({4, 128}, 256, 14));
+  check_close_to_f32("gpt.yaml", test::random_labels({4, 32}, 256, 13), test::random_labels({4, 32}, 256, 14),
+                     test::gpt_context(32));
 }
 
 TEST_CASE("training.precision names f32 or bf16") {
