@@ -28,7 +28,9 @@ message(STATUS "Tessera CUDA backend: ${TESSERA_HAVE_CUDA}")
 # without a toolkit, so one ccache serves both (cmake/TesseraFeatures.cmake).
 function(tessera_cuda_headers target)
   set(options "")
-  foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+  # The math libraries' folder too where cuBLAS is not in the toolkit's own
+  # (NVIDIA's HPC SDK), as FindCUDAToolkit gives CUDA::cublas.
+  foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS CUDAToolkit_MATH_INCLUDE_DIR)
     list(APPEND options "-isystem${dir}")  # joined: a source property has no SHELL: form
   endforeach()
   set_property(SOURCE ${ARGN} TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS ${options})

@@ -52,7 +52,8 @@ unmount_all() {  # ours, and the one `ip netns add` makes (the multi-host test's
 }
 cleanup() {
   unmount_all
-  if [ $keep -eq 1 ]; then echo "bare-debian-check: the chroot is kept in $root"; else rm -rf "$root"; fi
+  # --one-file-system: a mount left behind (this machine's ccache, /dev) is not emptied.
+  if [ $keep -eq 1 ]; then echo "bare-debian-check: the chroot is kept in $root"; else rm -rf --one-file-system "$root"; fi
 }
 trap cleanup EXIT
 

@@ -1,6 +1,7 @@
-// The one file that knows the source tree's path (a generated header), so
-// that the other objects of the tests and benchmarks compile the same in every clone and a
-// ccache serves them all (cmake/TesseraFeatures.cmake).
+// The one file of the tests and benchmarks that knows the source tree's path
+// (a generated header), so that their other objects compile the same in
+// every clone and a ccache serves them all (cmake/TesseraFeatures.cmake).
+// The fuzzers, a build of their own, include the header themselves.
 #include "tests/source_tree.hpp"
 
 #include "tessera_source_dir.hpp"
