@@ -236,6 +236,21 @@ void Backend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& 
   run_softmax_backward(y, dy, dx, y.shape().normalize_axis(axis), log);
 }
 
+void Backend::cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
+                               const Tensor& out, float scale) {
+  Check c(*this, "cached_attention");
+  c.on_device({{"q", &q}, {"keys", &keys}, {"values", &values}, {"positions", &positions}, {"out", &out}});
+  c.same_dtype({{"q", &q}, {"keys", &keys}, {"values", &values}, {"out", &out}}).floating("q", q);
+  c.dtype(DType::i32, {{"positions", &positions}});
+  const Shape& s = q.shape();
+  const Shape& k = keys.shape();
+  if (s.rank() != 4 || k.rank() != 4 || s[0] != k[0] || s[1] != k[1] || s[3] != k[3] || s[2] > k[2])
+    throw ShapeError("cached_attention: q " + q.describe() + " must be [B, H, T, K] with T at most C of keys " +
+                     keys.describe());
+  c.shape("values", values, k).shape("positions", positions, Shape{s[0], 1}).shape("out", out, s);
+  run_cached_attention(q, keys, values, positions, out, scale);
+}
+
 void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd, float epsilon) {
   Check c(*this, "layer_norm");
@@ -435,6 +450,7 @@ void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(tesse
 void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(tessera::name(OpKind::transpose)); }
 void Backend::run_softmax(const Tensor&, const Tensor&, int, bool, bool) { unsupported(tessera::name(OpKind::softmax)); }
 void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax_grad)); }
+void Backend::run_cached_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::cached_attention)); }
 void Backend::run_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::layer_norm)); }
 void Backend::run_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::layer_norm_grad)); }
 void Backend::run_embedding(const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::embedding)); }

@@ -99,6 +99,15 @@ class Backend {
   void softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal = false);
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis, bool log);
 
+  // Attention of q [B, H, T, K] over a KV cache (keys, values [B, H, C, K]):
+  // out[b, h, t] = softmax_j(scale * q[b, h, t] . keys[b, h, j]) values[b, h, j]
+  // over j = 0 .. positions[b] + t only (positions i32 [B, 1]), the cache's
+  // later rows never read. A position whose queries would pass C is a
+  // ShapeError where the backend can read positions first (the CPU); a GPU
+  // attends over the rows that exist.
+  void cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
+                        const Tensor& out, float scale);
+
   // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
   // mean and rstd ([rows]) are saved for the backward pass.
   void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
@@ -185,6 +194,8 @@ class Backend {
   virtual void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal);
   virtual void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                                     bool log);
+  virtual void run_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values,
+                                    const Tensor& positions, const Tensor& out, float scale);
   virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& y, const Tensor& mean, const Tensor& rstd,
                               float epsilon);

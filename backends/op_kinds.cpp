@@ -34,6 +34,7 @@ const std::array<OpInfo, kOpKindCount> kOps = {{
     {.name = "transpose", .arity = 1},
     {.name = "softmax", .arity = 1},
     {.name = "softmax_grad", .arity = 2},
+    {.name = "cached_attention", .arity = 4},
     {.name = "layer_norm", .arity = 3},
     {.name = "layer_norm_grad", .arity = 5},
     {.name = "embedding", .arity = 2},

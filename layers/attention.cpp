@@ -49,14 +49,17 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
       v = cached_values;
     }
   }
-  ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)))});
-  // Decoding, nothing after each sequence's position (later cache rows are
-  // stale); else, for causal attention, a causal softmax removes the future
-  // without a mask in memory.
-  if (kv && kv->decode) scores = g.add(scores, kv->attend);
-  ValueId weights = a.causal && !(kv && kv->decode) ? g.causal_softmax(scores) : g.softmax(scores, -1);
-  if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
-  ValueId context = g.transpose(g.matmul(weights, v), {0, 2, 1, 3});  // [B, T, H, K]
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)));
+  ValueId attended;  // [B, H, T, K]
+  if (kv && kv->decode) {  // the new token over its sequence's filled cache rows only
+    attended = g.cached_attention(q, key, v, kv->positions, scale);
+  } else {  // for causal attention, a causal softmax removes the future without a mask in memory
+    ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = scale});
+    ValueId weights = a.causal ? g.causal_softmax(scores) : g.softmax(scores, -1);
+    if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
+    attended = g.matmul(weights, v);
+  }
+  ValueId context = g.transpose(attended, {0, 2, 1, 3});  // [B, T, H, K]
   ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});
   ValueId out = g.matmul(g.reshape(context, {b, t, h * k}), g.reshape(wo, {h * k, d}));
   if (a.use_bias) out = g.add(out, ctx.variable(scope + "attention_output/bias", {d}, zeros, {"out"}));

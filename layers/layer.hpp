@@ -26,16 +26,15 @@ namespace tessera {
 // Prefill: the ordinary forward pass over a window of `window` tokens (at
 // most the context), written at position 0.
 // Decode: one new token per sequence ([B, 1] inputs) at its position, each
-// attention layer attending over its cache with the new key and value in.
+// attention layer attending over its cache's filled rows, the new key and value in.
 struct KvTrace {
   bool decode = false;
   std::int64_t context = 0;
   // Prefill: the window's length when shorter than the model's input (0: the input's).
   std::int64_t window = 0;
-  // Inputs: each sequence's position [B, 1] i32 (prefill: 0); decode's
-  // `attend` [B, 1, 1, C] 0 up to the position and -1e9 after (the causal
-  // mask of one row).
-  ValueId positions = -1, attend = -1;
+  // Input: each sequence's position [B, 1] i32 (prefill: 0), where its new
+  // rows go and up to which a decode step attends (Graph::cached_attention).
+  ValueId positions = -1;
   std::vector<std::string> caches;  // the cache variables' paths, in trace order
   bool causal = true;  // false once an attention layer that sees later positions was traced
 };

@@ -39,6 +39,7 @@ bool CpuBackend::supports(OpKind kind, DType dtype) const {
     case OpKind::reduce:
     case OpKind::softmax:
     case OpKind::softmax_grad:
+    case OpKind::cached_attention:
     case OpKind::layer_norm:
     case OpKind::layer_norm_grad:
     case OpKind::embedding_grad:

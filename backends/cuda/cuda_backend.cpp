@@ -113,6 +113,7 @@ bool CudaBackend::supports(OpKind kind, DType dtype) const {
     case OpKind::pool2d_grad:
     case OpKind::softmax:
     case OpKind::softmax_grad:
+    case OpKind::cached_attention:
     case OpKind::layer_norm:
     case OpKind::layer_norm_grad:
     case OpKind::dropout:

@@ -91,6 +91,9 @@ class CudaBackend final : public Backend {
   void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) override;
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
+  // attention.cpp
+  void run_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
+                            const Tensor& out, float scale) override;
   // layer_norm.cpp
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd, float epsilon) override;

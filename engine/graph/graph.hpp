@@ -82,6 +82,12 @@ class Graph {
   // Softmax over the last axis of x[..., queries, keys] in which query i sees
   // keys up to its own position i + keys - queries: attention's causal mask.
   ValueId causal_softmax(ValueId x);
+  // Attention of queries [B, H, T, K] over a KV cache (keys and values
+  // [B, H, C, K], Graph::cache_write): softmax(scale * q keys^T) values,
+  // query t of sequence b seeing cache positions 0 .. positions[b] + t
+  // (positions i32 [B, 1]: the first query's position) and nothing after, so
+  // a decode step reads only the filled rows. Not differentiable.
+  ValueId cached_attention(ValueId query, ValueId keys, ValueId values, ValueId positions, float scale);
   // Returns {y, mean, rstd}; mean and rstd feed the backward pass.
   std::vector<ValueId> layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon = 1e-5f);
   ValueId embedding(ValueId table, ValueId ids);

@@ -32,6 +32,7 @@ const OpRules& op_rules(OpKind kind) {
     ops::add_reduce_rules(t);
     ops::add_layout_rules(t);
     ops::add_normalization_rules(t);
+    ops::add_attention_rules(t);
     ops::add_embedding_rules(t);
     ops::add_update_rules(t);
     ops::add_collective_rules(t);

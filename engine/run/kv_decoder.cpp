@@ -40,7 +40,6 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   p->kv.window = decode ? 0 : window;
   g.set_matmul_dtype(matmul_dtype_);
   p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
-  if (decode) p->kv.attend = g.input("kv/attend", {batch_, 1, 1, context_});
   Model::Traced traced = model_.trace(g, batch_, /*training=*/false, store_, seed_, &p->kv);
   if (!p->kv.causal)  // before a runner holds (device copies of) anything
     throw UnsupportedError("incremental decoding needs causal attention: a position must not see later ones");
@@ -77,7 +76,6 @@ KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, s
 
   tokens_ = Tensor::empty({batch_, 1}, DType::i32);
   positions_ = Tensor::empty({batch_, 1}, DType::i32);
-  attend_ = Tensor::empty({batch_, 1, 1, context_}, DType::f32);
   start_ = Tensor::empty({batch_, 1}, DType::i32);
   zero(start_);
 }
@@ -89,7 +87,6 @@ void KvDecoder::bind_decode_inputs() {
   StepRunner& r = *decode_->runner;
   r.bind(decode_->tokens, tokens_);
   r.bind(decode_->kv.positions, positions_);
-  r.bind(decode_->kv.attend, attend_);
 }
 
 KvDecoder::~KvDecoder() = default;
@@ -130,13 +127,9 @@ bool KvDecoder::has_room() const {
 std::span<const float> KvDecoder::decode(const std::vector<std::int32_t>& tokens) {
   if (static_cast<std::int64_t>(tokens.size()) != batch_ || !has_room() || !primed_)
     throw Error("kv decoder: decode needs one token per sequence, a prefill before and room in every cache");
-  float* attend = attend_.data<float>();
   for (std::int64_t b = 0; b < batch_; ++b) {
-    const std::int64_t at = length_[static_cast<std::size_t>(b)];
     tokens_.data<std::int32_t>()[b] = tokens[static_cast<std::size_t>(b)];
-    positions_.data<std::int32_t>()[b] = static_cast<std::int32_t>(at);
-    for (std::int64_t t = 0; t < context_; ++t)
-      attend[b * context_ + t] = t <= at ? 0.0f : -1e9f;  // what the full pass's causal softmax sees, one row
+    positions_.data<std::int32_t>()[b] = static_cast<std::int32_t>(length_[static_cast<std::size_t>(b)]);
   }
   bind_decode_inputs();
   primed_ = false;  // a failed step leaves the caches part-written

@@ -19,9 +19,10 @@
 // (distribution/partitioner.cpp): with the heads of a tensor-parallel
 // attention, with the sequences of a split batch.
 //
-// What costs more than it should: a step attends over all `context`
-// positions (masked past each sequence's). A sequence whose window fills the
-// context has no room left: the caller prefills again (see InferenceModel).
+// A decode step's attention (Graph::cached_attention) reads each sequence's
+// filled cache rows only: its cost grows with the sequence, not the context.
+// A sequence whose window fills the context has no room left: the caller
+// prefills again (see InferenceModel).
 #pragma once
 
 #include <cstdint>
@@ -90,7 +91,7 @@ class KvDecoder {
   std::int64_t batch_, context_ = 0, vocabulary_ = 0;
   std::map<std::int64_t, std::unique_ptr<Program>> prefills_;  // by window length
   std::unique_ptr<Program> decode_;
-  Tensor tokens_, positions_, attend_;  // the decode program's inputs
+  Tensor tokens_, positions_;  // the decode program's inputs
   Tensor start_;                        // a prefill's positions: zeros
   std::vector<std::int64_t> length_;    // tokens in each sequence's cache
   bool primed_ = false;                 // the caches hold a prefill's windows

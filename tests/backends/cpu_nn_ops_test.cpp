@@ -497,6 +497,78 @@ TEST_CASE("causal softmax equals softmax after adding a mask of -1e9 where keys 
   CHECK_THROWS_WITH_AS(cpu.softmax(square, out, -1, true, true), doctest::Contains("log"), ShapeError);
 }
 
+namespace {
+
+// out[b, h, t] = softmax_j(scale * q . keys[j]) values[j] over j <= positions[b] + t, in double.
+std::vector<float> reference_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values,
+                                              const std::vector<std::int32_t>& positions, double scale) {
+  const Shape& s = q.shape();
+  const std::int64_t heads = s[1], queries = s[2], width = s[3], capacity = keys.shape()[2];
+  const auto qv = q.to_vector<float>(), kv = keys.to_vector<float>(), vv = values.to_vector<float>();
+  std::vector<float> out(qv.size());
+  for (std::int64_t row = 0; row < s[0] * heads * queries; ++row) {
+    const std::int64_t sequence_head = row / queries, t = row % queries;
+    const std::int64_t n = positions[static_cast<std::size_t>(sequence_head / heads)] + t + 1;
+    std::vector<double> score(static_cast<std::size_t>(n));
+    double max = -INFINITY, sum = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (std::int64_t i = 0; i < width; ++i)
+        dot += double{qv[static_cast<std::size_t>(row * width + i)]} *
+               kv[static_cast<std::size_t>((sequence_head * capacity + j) * width + i)];
+      score[static_cast<std::size_t>(j)] = scale * dot;
+      max = std::max(max, scale * dot);
+    }
+    for (double& e : score) sum += e = std::exp(e - max);
+    for (std::int64_t i = 0; i < width; ++i) {
+      double acc = 0;
+      for (std::int64_t j = 0; j < n; ++j)
+        acc += score[static_cast<std::size_t>(j)] * vv[static_cast<std::size_t>((sequence_head * capacity + j) * width + i)];
+      out[static_cast<std::size_t>(row * width + i)] = static_cast<float>(acc / sum);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cached attention attends over each sequence's filled cache rows and never reads the others") {
+  CpuBackend& cpu = cpu_backend();
+  const int saved = cpu.threads();
+  // One query per sequence (a decode step) and three (the last three written);
+  // a width of 67 leaves a tail after the vector lanes.
+  for (const Shape& cache : {Shape{3, 2, 9, 67}, Shape{2, 4, 16, 8}})
+    for (std::int64_t queries : {1, 3})
+      for (int threads : {1, 2}) {
+        CAPTURE(cache.str());
+        CAPTURE(queries);
+        CAPTURE(threads);
+        cpu.set_threads(threads);
+        const Shape shape{cache[0], cache[1], queries, cache[3]};
+        const std::vector<std::int32_t> positions = cache[0] == 3 ? std::vector<std::int32_t>{0, 4, 6}
+                                                                  : std::vector<std::int32_t>{13, 2};
+        Tensor q = random_tensor(shape, 81, -2.0f, 2.0f);
+        Tensor keys = random_tensor(cache, 82, -2.0f, 2.0f), values = random_tensor(cache, 83);
+        // Rows past each sequence's last query hold NaN: reading one would show.
+        for (std::int64_t e = 0; e < cache.numel(); ++e) {
+          const std::int64_t row = e / cache[3] % cache[2], sequence = e / (cache[1] * cache[2] * cache[3]);
+          if (row > positions[static_cast<std::size_t>(sequence)] + queries - 1)
+            keys.data<float>()[e] = values.data<float>()[e] = NAN;
+        }
+        Tensor out = Tensor::empty(shape, DType::f32);
+        cpu.cached_attention(q, keys, values, Tensor::from_vector(positions, {cache[0], 1}), out, 0.3f);
+        check_close(out, reference_cached_attention(q, keys, values, positions, 0.3), 1e-5, 1e-6);
+      }
+  cpu.set_threads(saved);
+  Tensor q = random_tensor({2, 1, 2, 4}, 84), keys = random_tensor({2, 1, 5, 4}, 85), out = Tensor::empty({2, 1, 2, 4}, DType::f32);
+  // Sequence 1's second query would be at position 5 of 5.
+  CHECK_THROWS_WITH_AS(cpu.cached_attention(q, keys, keys, Tensor::from_vector(std::vector<std::int32_t>{0, 4}, {2, 1}), out, 1.0f),
+                       doctest::Contains("sequence 1 has 2 queries at position 4 of a cache of 5"), ShapeError);
+  Tensor wide = random_tensor({2, 1, 6, 4}, 86), out_wide = Tensor::empty({2, 1, 6, 4}, DType::f32);
+  CHECK_THROWS_WITH_AS(cpu.cached_attention(wide, keys, keys, Tensor::from_vector(std::vector<std::int32_t>{0, 0}, {2, 1}), out_wide, 1.0f),
+                       doctest::Contains("T at most C"), ShapeError);
+}
+
 TEST_CASE("layer norm forward (y, mean, rstd) and backward (dx, dgamma, dbeta)") {
   Backend& cpu = backend_for(Device::cpu(0));
   const float epsilon = 1e-5f;

@@ -148,6 +148,11 @@ std::vector<OpCase> op_cases() {
     b.updated = {state};
     return ValueId{-1};
   });
+  // Sequence 0's two queries at positions 1 and 2 of 5, sequence 1's at 3 and 4: rows past them are never read.
+  add("cached_attention", kF32, false, [](Builder& b) {
+    return b.g.cached_attention(b.leaf("q", {2, 3, 2, 4}, 1), b.leaf("keys", {2, 3, 5, 4}, 2),
+                                b.leaf("values", {2, 3, 5, 4}, 3), b.ids("positions", {2, 1}, {1, 3}), 0.5f);
+  });
   add("cache_write", kF32Bf16, false, [](Builder& b) {
     ValueId cache = b.leaf("cache", {2, 3, 5, 4}, 1, -1.0f, 1.0f, true);
     b.g.cache_write(cache, b.leaf("rows", {2, 3, 2, 4}, 2), b.ids("positions", {2, 1}, {1, 3}));
