@@ -52,7 +52,7 @@ Model::~Model() = default;
 
 Model Model::from_config(ConfigNode node) {
   register_builtin_layers();
-  node.expect_keys({"name", "inputs", "layers", "outputs", "layouts"});
+  node.expect_keys({"name", "inputs", "layers", "outputs", "layouts", "tokenizer"});
   Model model;
   ConfigNode inputs = node["inputs"];
   if (!inputs.is_sequence() || inputs.size() == 0)
@@ -65,6 +65,7 @@ Model Model::from_config(ConfigNode node) {
     if (layers.at(i).has("inputs")) model.sequential_ = false;
   model.name_ = node.get<std::string>("name", model.sequential_ ? "sequential" : "functional");
   check_name(node, model.name_);
+  model.tokenizer_ = node.find("tokenizer");
   if (auto layouts = node.find("layouts")) {
     if (!layouts->is_map()) config_error(*layouts, "expected a map of variable paths to layouts, like {mlp/dense/kernel: [null, model]}");
     for (const auto& path : layouts->keys()) model.layouts_.emplace_back(path, (*layouts)[path]);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,8 @@ class Model {
   // ([null, model]); make_trainer reads them against the mesh, ahead of the
   // distribution's layout map (Keras: a variable's _layout first).
   const std::vector<std::pair<std::string, ConfigNode>>& declared_layouts() const { return layouts_; }
+  // `tokenizer:` of the model (engine/run/tokenizer.hpp reads it), or null.
+  const ConfigNode* declared_tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
 
  private:
   Model() = default;
@@ -103,6 +106,7 @@ class Model {
   std::vector<ModelInput> inputs_;
   std::vector<Node> nodes_;  // topologically ordered
   std::vector<std::pair<std::string, ConfigNode>> layouts_;
+  std::optional<ConfigNode> tokenizer_;
   int output_ = -1;
 };
 

@@ -141,8 +141,9 @@ InferenceModel::InferenceModel(const std::filesystem::path& config, const std::f
         return;
       }
   try {
-    tokenizer_ = tokenizer_for(vocabulary_);
+    tokenizer_ = tokenizer_for(run_->model.declared_tokenizer(), vocabulary_);
   } catch (const Error& e) {
+    if (run_->model.declared_tokenizer()) throw;  // a declared tokenizer that cannot serve is the config's error
     not_language_model_ = e.what();
     return;
   }

@@ -1,6 +1,8 @@
 #include "engine/run/tokenizer.hpp"
 
+#include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/run/bpe_tokenizer.hpp"
 
 namespace tessera {
 
@@ -21,10 +23,37 @@ std::string ByteTokenizer::decode(std::span<const std::int32_t> tokens) const {
   return text;
 }
 
-std::unique_ptr<Tokenizer> tokenizer_for(std::int64_t vocabulary) {
-  if (vocabulary == 256) return std::make_unique<ByteTokenizer>();
-  throw Error("no tokenizer for a vocabulary of " + std::to_string(vocabulary) +
-              " tokens: Tessera has the byte tokenizer (256) only");
+std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_t vocabulary) {
+  if (declared == nullptr) {
+    if (vocabulary == 256) return std::make_unique<ByteTokenizer>();
+    throw Error("no tokenizer for a vocabulary of " + std::to_string(vocabulary) +
+                " tokens: declare one in the model's config (tokenizer: {type: bpe, vocab: vocab.json, merges: "
+                "merges.txt}); bytes are taken for 256 only");
+  }
+  const ConfigNode& spec = *declared;
+  if (!spec.is_map()) spec.fail("expected a tokenizer like {type: bpe, vocab: vocab.json, merges: merges.txt}");
+  const auto type = spec["type"].as<std::string>();
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (type == "bytes") {
+    spec.expect_keys({"type"});
+    tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (type == "bpe") {
+    spec.expect_keys({"type", "vocab", "merges"});
+    try {
+      tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::from_files(
+          spec.resolve_path(spec["vocab"].as<std::string>()), spec.resolve_path(spec["merges"].as<std::string>())));
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      spec.fail(e.what());
+    }
+  } else {
+    spec["type"].fail_unknown("tokenizer type", type, {"bytes", "bpe"});
+  }
+  if (tokenizer->vocabulary_size() != vocabulary)
+    spec.fail("the " + type + " tokenizer has " + std::to_string(tokenizer->vocabulary_size()) +
+              " tokens but the model scores " + std::to_string(vocabulary));
+  return tokenizer;
 }
 
 }  // namespace tessera

@@ -1,8 +1,9 @@
 // Tokenizer: text to the token ids a language model reads, and back.
 //
 // The zoo's language models read bytes (vocabulary 256: token i is byte i),
-// which ByteTokenizer does; another tokenizer would implement the same
-// interface. tokenizer_for() picks the one a model's vocabulary calls for.
+// which ByteTokenizer does; a model may declare another (`tokenizer:` of its
+// config: GPT-2's byte-level BPE, engine/run/bpe_tokenizer.hpp).
+// tokenizer_for() gives the one a model declares or its vocabulary calls for.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,14 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(std::span<const std::int32_t> tokens) const override;
 };
 
-// The tokenizer of a model whose output scores `vocabulary` tokens: bytes for
-// 256; others throw Error (no other tokenizer is built yet).
-std::unique_ptr<Tokenizer> tokenizer_for(std::int64_t vocabulary);
+class ConfigNode;
+
+// The tokenizer of a model whose output scores `vocabulary` tokens: the one
+// its config declares (`declared`: {type: bytes}, or {type: bpe, vocab:
+// FILE, merges: FILE} with files from the config's folder), else (`declared`
+// null) bytes for a vocabulary of 256. Throws ConfigError at the declaration
+// when it is wrong, its files cannot be read or its vocabulary is not
+// `vocabulary`; Error when nothing is declared and `vocabulary` is not 256.
+std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_t vocabulary);
 
 }  // namespace tessera

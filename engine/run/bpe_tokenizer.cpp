@@ -1,0 +1,265 @@
+#include "engine/run/bpe_tokenizer.hpp"
+
+#include <array>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+#include "engine/data/detail.hpp"
+#include "engine/run/unicode_classes.hpp"
+
+namespace tessera {
+namespace {
+
+// One code point of UTF-8 text at `at`, and its length in bytes. A byte that
+// starts no valid sequence is read alone (as its own value).
+struct CodePoint {
+  char32_t value;
+  std::size_t bytes;
+};
+
+CodePoint read_code_point(std::string_view s, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(at);
+  const std::size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
+  if (length <= 1 || at + length > s.size()) return {lead, 1};
+  char32_t value = lead & (0x7f >> length);
+  for (std::size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xc0) != 0x80) return {lead, 1};
+    value = (value << 6) | (byte(at + i) & 0x3f);
+  }
+  return {value, length};
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xc0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xe0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else {
+    out.push_back(static_cast<char>(0xf0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  }
+}
+
+struct Range {
+  char32_t first, last;
+};
+
+template <std::size_t N>
+bool in_ranges(char32_t c, const std::array<Range, N>& ranges) {
+  for (const Range& r : ranges)
+    if (c >= r.first && c <= r.last) return true;
+  return false;
+}
+
+// \s: Unicode's White_Space.
+bool is_space(char32_t c) {
+  static constexpr std::array<Range, 9> kSpaces = {{{0x09, 0x0d}, {0x20, 0x20}, {0x85, 0x85}, {0xa0, 0xa0},
+                                                    {0x1680, 0x1680}, {0x2000, 0x200a}, {0x2028, 0x2029},
+                                                    {0x202f, 0x202f}, {0x205f, 0x205f}}};
+  return c == 0x3000 || in_ranges(c, kSpaces);
+}
+
+enum class Class { letter, number, space, other };
+
+Class class_of(char32_t c) {
+  if (is_space(c)) return Class::space;
+  if (unicode_letter(c)) return Class::letter;
+  if (unicode_number(c)) return Class::number;
+  return Class::other;
+}
+
+// Where the run of code points of class `k` from `at` ends.
+std::size_t run_end(std::string_view s, std::size_t at, Class k) {
+  while (at < s.size()) {
+    const CodePoint c = read_code_point(s, at);
+    if (class_of(c.value) != k) break;
+    at += c.bytes;
+  }
+  return at;
+}
+
+// The length of the contraction at `at` ('s 't 're 've 'm 'll 'd), or 0.
+std::size_t contraction(std::string_view s, std::size_t at) {
+  if (s[at] != '\'') return 0;
+  for (std::string_view c : {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"})
+    if (s.substr(at, c.size()) == c) return c.size();
+  return 0;
+}
+
+const std::array<char32_t, 256>& byte_symbols() {
+  static const std::array<char32_t, 256> symbols = [] {
+    std::array<char32_t, 256> s{};
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+      s[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return s;
+  }();
+  return symbols;
+}
+
+}  // namespace
+
+char32_t gpt2_byte_symbol(std::uint8_t b) { return byte_symbols()[b]; }
+
+std::vector<std::string_view> gpt2_pieces(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = at + contraction(text, at);
+    if (end == at) {
+      // ` ?` then a run of one class: letters, numbers or other symbols.
+      const std::size_t after_space = text[at] == ' ' && at + 1 < text.size() ? at + 1 : at;
+      const Class k = class_of(read_code_point(text, after_space).value);
+      if (k != Class::space) {
+        end = run_end(text, after_space, k);
+      } else {  // whitespace: the run, less its last character when a non-space follows (\s+(?!\S)), else one
+        end = run_end(text, at, Class::space);
+        if (end < text.size()) {
+          std::size_t last = at;
+          for (std::size_t i = at; i < end; i += read_code_point(text, i).bytes) last = i;
+          end = last > at ? last : end;
+        }
+      }
+    }
+    pieces.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  return pieces;
+}
+
+BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab, const std::filesystem::path& merges) {
+  const auto text = [](const std::filesystem::path& path) {
+    const auto file = data_detail::read_file(path, "bpe tokenizer");
+    return std::string(file.bytes.begin(), file.bytes.end());
+  };
+  const std::string vocab_json = text(vocab);  // the vocabulary first: its errors come first
+  return BpeTokenizer(vocab_json, text(merges), "'" + vocab.string() + "'", "'" + merges.string() + "'");
+}
+
+BpeTokenizer::BpeTokenizer(std::string_view vocab_json, std::string_view merges_text, const std::string& vocab_label,
+                           const std::string& merges_label) {
+  nlohmann::json vocab;
+  try {
+    vocab = nlohmann::json::parse(vocab_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("bpe tokenizer: " + vocab_label + " is not JSON: " + e.what());
+  }
+  if (!vocab.is_object() || vocab.empty())
+    throw Error("bpe tokenizer: " + vocab_label + " must be a JSON object of token strings to ids");
+  tokens_.resize(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= static_cast<std::int64_t>(vocab.size()))
+      throw Error("bpe tokenizer: " + vocab_label + ": token '" + token + "' has id " + id.dump() + ", expected 0 to " +
+                  std::to_string(vocab.size() - 1) + " (one id per token)");
+    const auto i = id.get<std::int32_t>();
+    if (!tokens_[static_cast<std::size_t>(i)].empty())
+      throw Error("bpe tokenizer: " + vocab_label + ": id " + std::to_string(i) + " is given to '" +
+                  tokens_[static_cast<std::size_t>(i)] + "' and '" + token + "'");
+    tokens_[static_cast<std::size_t>(i)] = token;
+    ids_.emplace(token, i);
+  }
+  for (int b = 0; b < 256; ++b) {  // every byte must encode
+    std::string symbol;
+    append_utf8(symbol, gpt2_byte_symbol(static_cast<std::uint8_t>(b)));
+    if (!ids_.contains(symbol))
+      throw Error("bpe tokenizer: " + vocab_label + " has no token for byte " + std::to_string(b) + " ('" + symbol +
+                  "'): a byte-level vocabulary holds all 256");
+  }
+  std::size_t line_start = 0;
+  for (int line = 1; line_start < merges_text.size(); ++line) {
+    std::size_t line_end = merges_text.find('\n', line_start);
+    if (line_end == std::string_view::npos) line_end = merges_text.size();
+    std::string_view text = merges_text.substr(line_start, line_end - line_start);
+    line_start = line_end + 1;
+    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    if (text.empty() || text.starts_with("#version")) continue;
+    const std::size_t space = text.find(' ');
+    if (space == 0 || space == std::string_view::npos || space + 1 == text.size() ||
+        text.find(' ', space + 1) != std::string_view::npos)
+      throw Error("bpe tokenizer: " + merges_label + ":" + std::to_string(line) + ": expected two symbols and one space "
+                  "between them, got '" + std::string(text) + "'");
+    if (!ids_.contains(std::string(text.substr(0, space)) + std::string(text.substr(space + 1))))
+      throw Error("bpe tokenizer: " + merges_label + ":" + std::to_string(line) + ": the merge of '" + std::string(text) +
+                  "' is not a token of " + vocab_label);
+    ranks_.emplace(std::string(text), static_cast<std::int32_t>(ranks_.size()));
+  }
+}
+
+// The piece's bytes as symbols of the byte alphabet, merged pair by pair in
+// the merges' order.
+std::vector<std::string> BpeTokenizer::merge(std::string_view piece) const {
+  std::vector<std::string> symbols;
+  for (char c : piece) {
+    std::string s;
+    append_utf8(s, gpt2_byte_symbol(static_cast<std::uint8_t>(c)));
+    symbols.push_back(std::move(s));
+  }
+  while (symbols.size() > 1) {
+    std::int32_t best = std::numeric_limits<std::int32_t>::max();
+    std::string best_pair;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      std::string pair = symbols[i] + " " + symbols[i + 1];
+      if (auto it = ranks_.find(pair); it != ranks_.end() && it->second < best) {
+        best = it->second;
+        best_pair = std::move(pair);
+      }
+    }
+    if (best_pair.empty()) break;
+    std::vector<std::string> merged;
+    for (std::size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size() && symbols[i] + " " + symbols[i + 1] == best_pair) {
+        merged.push_back(symbols[i] + symbols[i + 1]);
+        ++i;
+      } else {
+        merged.push_back(std::move(symbols[i]));
+      }
+    }
+    symbols = std::move(merged);
+  }
+  return symbols;
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  for (std::string_view piece : gpt2_pieces(text))
+    for (const std::string& symbol : merge(piece)) ids.push_back(ids_.at(symbol));  // every merge is a token (checked)
+  return ids;
+}
+
+std::string BpeTokenizer::decode(std::span<const std::int32_t> tokens) const {
+  static const std::unordered_map<char32_t, char> bytes = [] {
+    std::unordered_map<char32_t, char> m;
+    for (int b = 0; b < 256; ++b) m.emplace(gpt2_byte_symbol(static_cast<std::uint8_t>(b)), static_cast<char>(b));
+    return m;
+  }();
+  std::string text;
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= vocabulary_size())
+      throw Error("bpe tokenizer: token " + std::to_string(t) + " is outside the vocabulary (0 to " +
+                  std::to_string(vocabulary_size() - 1) + ")");
+    const std::string& token = tokens_[static_cast<std::size_t>(t)];
+    for (std::size_t at = 0; at < token.size();) {
+      const CodePoint c = read_code_point(token, at);
+      const auto byte = bytes.find(c.value);
+      if (byte == bytes.end())  // not a vocabulary of byte symbols
+        throw Error("bpe tokenizer: token " + std::to_string(t) + " ('" + token + "') is not made of byte symbols");
+      text.push_back(byte->second);
+      at += c.bytes;
+    }
+  }
+  return text;
+}
+
+}  // namespace tessera
