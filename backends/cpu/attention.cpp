@@ -14,8 +14,9 @@ namespace tessera {
 namespace {
 
 // out = softmax_j(scale * q . keys[j]) values[j] over j < n, each row of keys
-// and values `width` floats; `scores` holds n floats. The dot products and the
-// sums over j run in index order, so every run repeats its bits.
+// and values `width` floats; `scores` holds n floats. The order of every sum
+// is fixed for a machine (the dot product's in vector lanes, the sums over j
+// in index order), so its runs repeat their bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void attend_row(const float* __restrict q, const float* __restrict keys, const float* __restrict values,
                 float* __restrict out, float* __restrict scores, std::int64_t n, std::int64_t width, float scale) {

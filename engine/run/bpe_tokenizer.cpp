@@ -1,34 +1,45 @@
 #include "engine/run/bpe_tokenizer.hpp"
 
 #include <array>
-#include <limits>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <queue>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.hpp"
-#include "engine/data/detail.hpp"
+#include "engine/core/file_io.hpp"
 #include "engine/run/unicode_classes.hpp"
 
 namespace tessera {
 namespace {
 
-// One code point of UTF-8 text at `at`, and its length in bytes. A byte that
-// starts no valid sequence is read alone (as its own value).
+// One code point of UTF-8 text at `at`, its length in bytes, and whether it
+// is valid UTF-8 (shortest form, no surrogate, at most U+10FFFF). An invalid
+// byte is read alone; the pattern classes it as a symbol (neither letter,
+// number nor space), as no Unicode text holds it.
 struct CodePoint {
   char32_t value;
   std::size_t bytes;
+  bool valid = true;
 };
 
 CodePoint read_code_point(std::string_view s, std::size_t at) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   const unsigned char lead = byte(at);
-  const std::size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
-  if (length <= 1 || at + length > s.size()) return {lead, 1};
+  if (lead < 0x80) return {lead, 1};
+  const std::size_t length = (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
+  const CodePoint invalid{lead, 1, false};
+  if (length == 0 || at + length > s.size()) return invalid;
   char32_t value = lead & (0x7f >> length);
   for (std::size_t i = 1; i < length; ++i) {
-    if ((byte(at + i) & 0xc0) != 0x80) return {lead, 1};
+    if ((byte(at + i) & 0xc0) != 0x80) return invalid;
     value = (value << 6) | (byte(at + i) & 0x3f);
   }
+  constexpr char32_t kShortest[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (value < kShortest[length] || (value >= 0xd800 && value <= 0xdfff) || value > 0x10ffff) return invalid;
   return {value, length};
 }
 
@@ -71,7 +82,9 @@ bool is_space(char32_t c) {
 
 enum class Class { letter, number, space, other };
 
-Class class_of(char32_t c) {
+Class class_of(CodePoint point) {
+  const char32_t c = point.value;
+  if (!point.valid) return Class::other;
   if (is_space(c)) return Class::space;
   if (unicode_letter(c)) return Class::letter;
   if (unicode_number(c)) return Class::number;
@@ -82,7 +95,7 @@ Class class_of(char32_t c) {
 std::size_t run_end(std::string_view s, std::size_t at, Class k) {
   while (at < s.size()) {
     const CodePoint c = read_code_point(s, at);
-    if (class_of(c.value) != k) break;
+    if (class_of(c) != k) break;
     at += c.bytes;
   }
   return at;
@@ -121,7 +134,7 @@ std::vector<std::string_view> gpt2_pieces(std::string_view text) {
     if (end == at) {
       // ` ?` then a run of one class: letters, numbers or other symbols.
       const std::size_t after_space = text[at] == ' ' && at + 1 < text.size() ? at + 1 : at;
-      const Class k = class_of(read_code_point(text, after_space).value);
+      const Class k = class_of(read_code_point(text, after_space));
       if (k != Class::space) {
         end = run_end(text, after_space, k);
       } else {  // whitespace: the run, less its last character when a non-space follows (\s+(?!\S)), else one
@@ -139,13 +152,17 @@ std::vector<std::string_view> gpt2_pieces(std::string_view text) {
   return pieces;
 }
 
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw file_error("bpe tokenizer", path, std::string("cannot open: ") + std::strerror(errno));
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw file_error("bpe tokenizer", path, "cannot be read (a folder?)");
+  return text;
+}
+
 BpeTokenizer BpeTokenizer::from_files(const std::filesystem::path& vocab, const std::filesystem::path& merges) {
-  const auto text = [](const std::filesystem::path& path) {
-    const auto file = data_detail::read_file(path, "bpe tokenizer");
-    return std::string(file.bytes.begin(), file.bytes.end());
-  };
-  const std::string vocab_json = text(vocab);  // the vocabulary first: its errors come first
-  return BpeTokenizer(vocab_json, text(merges), "'" + vocab.string() + "'", "'" + merges.string() + "'");
+  const std::string vocab_json = read_text(vocab);  // its file read first: a missing one is named first
+  return BpeTokenizer(vocab_json, read_text(merges), "'" + vocab.string() + "'", "'" + merges.string() + "'");
 }
 
 BpeTokenizer::BpeTokenizer(std::string_view vocab_json, std::string_view merges_text, const std::string& vocab_label,
@@ -159,14 +176,16 @@ BpeTokenizer::BpeTokenizer(std::string_view vocab_json, std::string_view merges_
   if (!vocab.is_object() || vocab.empty())
     throw Error("bpe tokenizer: " + vocab_label + " must be a JSON object of token strings to ids");
   tokens_.resize(vocab.size());
+  std::vector<bool> given(vocab.size(), false);
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= static_cast<std::int64_t>(vocab.size()))
       throw Error("bpe tokenizer: " + vocab_label + ": token '" + token + "' has id " + id.dump() + ", expected 0 to " +
                   std::to_string(vocab.size() - 1) + " (one id per token)");
     const auto i = id.get<std::int32_t>();
-    if (!tokens_[static_cast<std::size_t>(i)].empty())
+    if (given[static_cast<std::size_t>(i)])
       throw Error("bpe tokenizer: " + vocab_label + ": id " + std::to_string(i) + " is given to '" +
                   tokens_[static_cast<std::size_t>(i)] + "' and '" + token + "'");
+    given[static_cast<std::size_t>(i)] = true;
     tokens_[static_cast<std::size_t>(i)] = token;
     ids_.emplace(token, i);
   }
@@ -178,6 +197,7 @@ BpeTokenizer::BpeTokenizer(std::string_view vocab_json, std::string_view merges_
                   "'): a byte-level vocabulary holds all 256");
   }
   std::size_t line_start = 0;
+  std::int32_t rank = 0;
   for (int line = 1; line_start < merges_text.size(); ++line) {
     std::size_t line_end = merges_text.find('\n', line_start);
     if (line_end == std::string_view::npos) line_end = merges_text.size();
@@ -193,42 +213,65 @@ BpeTokenizer::BpeTokenizer(std::string_view vocab_json, std::string_view merges_
     if (!ids_.contains(std::string(text.substr(0, space)) + std::string(text.substr(space + 1))))
       throw Error("bpe tokenizer: " + merges_label + ":" + std::to_string(line) + ": the merge of '" + std::string(text) +
                   "' is not a token of " + vocab_label);
-    ranks_.emplace(std::string(text), static_cast<std::int32_t>(ranks_.size()));
+    ranks_[std::string(text)] = rank++;  // a pair listed twice: its last line, as GPT-2's encoder.py reads them
   }
 }
 
 // The piece's bytes as symbols of the byte alphabet, merged pair by pair in
-// the merges' order.
+// the merges' order: the listed pair of lowest rank first, its occurrences
+// left to right (GPT-2's result, as merges.txt lists a pair only after the
+// merges that make its symbols). A queue of candidate pairs over a linked
+// list of symbols keeps a long piece at n log n; a candidate whose symbols
+// have grown since it was queued is stale and skipped.
 std::vector<std::string> BpeTokenizer::merge(std::string_view piece) const {
-  std::vector<std::string> symbols;
-  for (char c : piece) {
-    std::string s;
-    append_utf8(s, gpt2_byte_symbol(static_cast<std::uint8_t>(c)));
-    symbols.push_back(std::move(s));
+  struct Symbol {
+    std::string text;  // empty: merged into the symbol before it
+    std::int64_t next;
+  };
+  struct Candidate {
+    std::int32_t rank;
+    std::int64_t left;
+    std::size_t left_size, right_size;
+  };
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+  };
+  std::vector<Symbol> symbols;
+  std::vector<std::int64_t> previous;
+  for (std::size_t i = 0; i < piece.size(); ++i) {
+    std::string text;
+    append_utf8(text, gpt2_byte_symbol(static_cast<std::uint8_t>(piece[i])));
+    symbols.push_back({std::move(text), i + 1 < piece.size() ? static_cast<std::int64_t>(i + 1) : -1});
+    previous.push_back(static_cast<std::int64_t>(i) - 1);
   }
-  while (symbols.size() > 1) {
-    std::int32_t best = std::numeric_limits<std::int32_t>::max();
-    std::string best_pair;
-    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-      std::string pair = symbols[i] + " " + symbols[i + 1];
-      if (auto it = ranks_.find(pair); it != ranks_.end() && it->second < best) {
-        best = it->second;
-        best_pair = std::move(pair);
-      }
-    }
-    if (best_pair.empty()) break;
-    std::vector<std::string> merged;
-    for (std::size_t i = 0; i < symbols.size(); ++i) {
-      if (i + 1 < symbols.size() && symbols[i] + " " + symbols[i + 1] == best_pair) {
-        merged.push_back(symbols[i] + symbols[i + 1]);
-        ++i;
-      } else {
-        merged.push_back(std::move(symbols[i]));
-      }
-    }
-    symbols = std::move(merged);
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
+  const auto consider = [&](std::int64_t left) {
+    if (left < 0) return;
+    const Symbol& l = symbols[static_cast<std::size_t>(left)];
+    if (l.next < 0) return;
+    const Symbol& r = symbols[static_cast<std::size_t>(l.next)];
+    if (auto it = ranks_.find(l.text + " " + r.text); it != ranks_.end())
+      queue.push({it->second, left, l.text.size(), r.text.size()});
+  };
+  for (std::size_t i = 0; i < symbols.size(); ++i) consider(static_cast<std::int64_t>(i));
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& l = symbols[static_cast<std::size_t>(c.left)];
+    if (l.text.size() != c.left_size || l.next < 0) continue;
+    Symbol& r = symbols[static_cast<std::size_t>(l.next)];
+    if (r.text.size() != c.right_size) continue;
+    l.text += r.text;
+    r.text.clear();
+    l.next = r.next;
+    if (l.next >= 0) previous[static_cast<std::size_t>(l.next)] = c.left;
+    consider(previous[static_cast<std::size_t>(c.left)]);
+    consider(c.left);
   }
-  return symbols;
+  std::vector<std::string> merged;
+  for (std::int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next)
+    merged.push_back(std::move(symbols[static_cast<std::size_t>(i)].text));
+  return merged;
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {

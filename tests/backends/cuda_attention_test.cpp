@@ -2,7 +2,7 @@
 // checked on the host: its passes split over 32 lanes, combined in the warp
 // kernel's shuffle tree, and over one, match the CPU backend for one query
 // per sequence (a decode step) and several, widths below and above a warp's,
-// and rows clamped to the cache. The cases at the end (test suite "gpu", CUDA
+// and rows clamped to the cache; rows past the queries hold NaN, never read. The cases at the end (test suite "gpu", CUDA
 // builds only) run the kernel, on a cache long enough to ask for more shared
 // memory too.
 #include <doctest/doctest.h>
@@ -74,6 +74,14 @@ const std::vector<AttentionCase> kCases = {
     {Shape{1, 3, 1, 80}, 70, {45}},
 };
 
+// Rows past each sequence's last query hold NaN: a kernel that read one would show it.
+void poison_unfilled_rows(Tensor& cache, std::int64_t queries, const std::vector<std::int32_t>& positions) {
+  const Shape& s = cache.shape();
+  for (std::int64_t e = 0; e < s.numel(); ++e)
+    if (e / s[3] % s[2] > positions[static_cast<std::size_t>(e / (s[1] * s[2] * s[3]))] + queries - 1)
+      cache.data<float>()[e] = NAN;
+}
+
 std::vector<float> cpu_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values,
                                         const std::vector<std::int32_t>& positions, float scale) {
   Tensor out = Tensor::empty(q.shape(), DType::f32);
@@ -88,7 +96,9 @@ TEST_CASE("cuda cached attention, by one lane and by 32, matches the CPU backend
     CAPTURE(c.q.str());
     const Shape cache{c.q[0], c.q[1], c.capacity, c.q[3]};
     const Tensor q = random_tensor(c.q, 91, -2.0f, 2.0f);
-    const Tensor keys = random_tensor(cache, 92, -2.0f, 2.0f), values = random_tensor(cache, 93);
+    Tensor keys = random_tensor(cache, 92, -2.0f, 2.0f), values = random_tensor(cache, 93);
+    poison_unfilled_rows(keys, c.q[2], c.positions);
+    poison_unfilled_rows(values, c.q[2], c.positions);
     const std::vector<float> want = cpu_cached_attention(q, keys, values, c.positions, 0.125f);
     check_close(host_cached_attention(q, keys, values, c.positions, 0.125f, 1), want, kRtol, kAtol);
     check_close(host_cached_attention(q, keys, values, c.positions, 0.125f, 32), want, kRtol, kAtol);
@@ -126,7 +136,9 @@ TEST_CASE("cuda cached attention matches the CPU backend, on long caches too, an
     CAPTURE(c.capacity);
     const Shape cache{c.q[0], c.q[1], c.capacity, c.q[3]};
     const Tensor q = random_tensor(c.q, 94, -2.0f, 2.0f);
-    const Tensor keys = random_tensor(cache, 95, -2.0f, 2.0f), values = random_tensor(cache, 96);
+    Tensor keys = random_tensor(cache, 95, -2.0f, 2.0f), values = random_tensor(cache, 96);
+    poison_unfilled_rows(keys, c.q[2], c.positions);
+    poison_unfilled_rows(values, c.q[2], c.positions);
     const std::vector<float> want = cpu_cached_attention(q, keys, values, c.positions, 0.125f);
     const Tensor positions = to_gpu(Tensor::from_vector(c.positions, {c.q[0], 1}));
     std::vector<float> first;

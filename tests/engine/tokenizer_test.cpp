@@ -39,8 +39,10 @@ std::string utf8(char32_t c) {
 std::string byte_token(char byte) { return utf8(gpt2_byte_symbol(static_cast<std::uint8_t>(byte))); }
 
 // A byte-level vocabulary: byte b is token b, then the merges' results from 256 on.
+// "e l" comes last: in "ell" the later pair "l l" merges first, by its rank.
 const std::vector<std::string> kMerges = {"h e", "l l", "he ll", "hell o", byte_token(' ') + " w", "o r",
-                                          byte_token(' ') + "w or"};
+                                          byte_token(' ') + "w or", "e l"};
+constexpr std::int32_t kVocabulary = 256 + 8;
 
 std::string vocab_json(int skip_byte = -1) {
   nlohmann::json vocab = nlohmann::json::object();
@@ -91,6 +93,8 @@ TEST_CASE("gpt-2's pre-tokenization: contractions, words, numbers and symbols wi
         std::vector<std::string>{"caf\xc3\xa9", " \xc3\xbc" "ber", " \xe5\x8c\x97\xe4\xba\xac", " \xc2\xbd", "!"});
   CHECK(pieces("hi \xf0\x9f\x91\x8b!") == std::vector<std::string>{"hi", " \xf0\x9f\x91\x8b!"});  // an emoji is a symbol
   CHECK(pieces("").empty());
+  // Bytes that are not UTF-8 (a stray continuation, an overlong space) are symbols, not letters or spaces.
+  CHECK(pieces("a\xa0" "b \xc0\xa0" "x") == std::vector<std::string>{"a", "\xa0", "b", " \xc0\xa0", "x"});
   const std::string text = "  Mixed: tabs\tand \xff bytes\r\n 42x";
   std::string joined;
   for (std::string_view p : gpt2_pieces(text)) joined += p;
@@ -100,15 +104,22 @@ TEST_CASE("gpt-2's pre-tokenization: contractions, words, numbers and symbols wi
 TEST_CASE("bpe merges pairs in the order merges.txt lists them, and decodes any bytes back") {
   const BpeTokenizer bpe(vocab_json(), merges_text());
   CHECK(bpe.name() == "bpe");
-  CHECK(bpe.vocabulary_size() == 256 + 7);
+  CHECK(bpe.vocabulary_size() == kVocabulary);
   // "hello" merges whole (ranks 0 to 3); " world" takes " w", "or", " wor", then l and d alone.
   CHECK(bpe.encode("hello world") == std::vector<std::int32_t>{259, 262, 'l', 'd'});
   CHECK(bpe.encode("hhe") == std::vector<std::int32_t>{'h', 256});
+  CHECK(bpe.encode("ell") == std::vector<std::int32_t>{'e', 257});     // by rank, not from the left: not "el" "l"
+  CHECK(bpe.encode("hel") == std::vector<std::int32_t>{256, 'l'});     // "h e" before "e l"
+  CHECK(bpe.encode("hehe") == std::vector<std::int32_t>{256, 256});    // every occurrence
+  CHECK(bpe.encode("lllll") == std::vector<std::int32_t>{257, 257, 'l'});  // left to right, never overlapping
+  // A long piece (one run of letters) merges in n log n: 200k letters at once.
+  const std::string letters(200000, 'l');
+  CHECK(bpe.encode(letters).size() == 100000);
   CHECK(bpe.encode("").empty());
   for (const std::string text : {"hello world", "Caf\xc3\xa9 \xf0\x9f\x91\x8b\n\n  tabs\t", "\xff\xfe broken \xc3", "12'll"})
     CHECK(bpe.decode(bpe.encode(text)) == text);
-  const std::vector<std::int32_t> bad{259, 263};
-  CHECK_THROWS_WITH_AS(bpe.decode(bad), doctest::Contains("token 263 is outside the vocabulary (0 to 262)"), Error);
+  const std::vector<std::int32_t> bad{259, kVocabulary};
+  CHECK_THROWS_WITH_AS(bpe.decode(bad), doctest::Contains("token 264 is outside the vocabulary (0 to 263)"), Error);
 }
 
 TEST_CASE("bpe refuses files it cannot use, naming them and the line") {
@@ -117,6 +128,7 @@ TEST_CASE("bpe refuses files it cannot use, naming them and the line") {
   CHECK_THROWS_WITH_AS(BpeTokenizer("{not json", merges_text(), "'v.json'"), doctest::Contains("'v.json' is not JSON"), Error);
   CHECK_THROWS_WITH_AS(BpeTokenizer("[1, 2]", merges_text(), "'v.json'"), doctest::Contains("must be a JSON object"), Error);
   CHECK_THROWS_WITH_AS(BpeTokenizer(R"({"a": 0, "b": 0})", ""), doctest::Contains("id 0 is given to"), Error);
+  CHECK_THROWS_WITH_AS(BpeTokenizer(R"({"": 0, "b": 0})", ""), doctest::Contains("id 0 is given to"), Error);
   CHECK_THROWS_WITH_AS(BpeTokenizer(vocab_json(), "#version: 0.2\nh e\nlonely\n", "v", "'m.txt'"),
                        doctest::Contains("'m.txt':3: expected two symbols"), Error);
   CHECK_THROWS_WITH_AS(BpeTokenizer(vocab_json(), "x y\n", "'v.json'", "'m.txt'"),
@@ -125,7 +137,7 @@ TEST_CASE("bpe refuses files it cannot use, naming them and the line") {
                        doctest::Contains("/nonexistent/vocab.json"), Error);
 }
 
-TEST_CASE("a model's config declares its tokenizer; a wrong one is an error at its line") {
+TEST_CASE("a model's config declares its tokenizer, and a wrong one is an error at its line") {
   test::TempDir dir;
   std::ofstream(dir / "vocab.json") << vocab_json();
   std::ofstream(dir / "merges.txt") << merges_text();
@@ -135,12 +147,12 @@ TEST_CASE("a model's config declares its tokenizer; a wrong one is an error at i
                                       "unknown: {type: wordpiece}\n";
   const ConfigNode spec = ConfigNode::load_file(dir / "spec.yaml");
   const ConfigNode bpe = spec["tokenizer"], bytes = spec["bytes"], missing = spec["missing"], unknown = spec["unknown"];
-  CHECK(tokenizer_for(&bpe, 263)->name() == "bpe");  // its files from the config's folder
+  CHECK(tokenizer_for(&bpe, kVocabulary)->name() == "bpe");  // its files from the config's folder
   CHECK(tokenizer_for(&bytes, 256)->name() == "bytes");
   CHECK(tokenizer_for(nullptr, 256)->name() == "bytes");
-  CHECK_THROWS_WITH_AS(tokenizer_for(&bpe, 256), doctest::Contains("spec.yaml:1:12: tokenizer: the bpe tokenizer has 263 tokens but the model scores 256"), ConfigError);
-  CHECK_THROWS_WITH_AS(tokenizer_for(&missing, 263), doctest::Contains("none.json"), ConfigError);
-  CHECK_THROWS_WITH_AS(tokenizer_for(&unknown, 263), doctest::Contains("unknown tokenizer type 'wordpiece'"), ConfigError);
+  CHECK_THROWS_WITH_AS(tokenizer_for(&bpe, 256), doctest::Contains("spec.yaml:1:12: tokenizer: the bpe tokenizer has 264 tokens but the model scores 256"), ConfigError);
+  CHECK_THROWS_WITH_AS(tokenizer_for(&missing, kVocabulary), doctest::Contains("none.json"), ConfigError);
+  CHECK_THROWS_WITH_AS(tokenizer_for(&unknown, kVocabulary), doctest::Contains("unknown tokenizer type 'wordpiece'"), ConfigError);
   CHECK_THROWS_WITH_AS(tokenizer_for(nullptr, 50257), doctest::Contains("declare one in the model's config"), Error);
 }
 
@@ -153,12 +165,12 @@ TEST_CASE("a language model of a bpe vocabulary declared in its config generates
   tokenizer: {type: bpe, vocab: vocab.json, merges: merges.txt}
   inputs: [{name: tokens, shape: [16], dtype: i32}]
   layers:
-    - {type: Embedding, name: token_embedding, input_dim: 263, output_dim: 32, inputs: [tokens]}
+    - {type: Embedding, name: token_embedding, input_dim: 264, output_dim: 32, inputs: [tokens]}
     - {type: PositionEmbedding, name: position_embedding, sequence_length: 16, inputs: [token_embedding]}
     - {type: Add, name: embeddings, inputs: [token_embedding, position_embedding]}
     - {type: TransformerBlock, name: block_0, num_heads: 2, key_dim: 16, ff_dim: 64, causal: true, inputs: [embeddings]}
     - {type: LayerNormalization, name: final_norm, inputs: [block_0]}
-    - {type: Dense, name: head, units: 263, use_bias: false, inputs: [final_norm]}
+    - {type: Dense, name: head, units: 264, use_bias: false, inputs: [final_norm]}
 )";
   RunConfig run = load_run_config(dir / "gpt.yaml");
   VariableStore store;
@@ -177,16 +189,16 @@ TEST_CASE("a language model of a bpe vocabulary declared in its config generates
   const Generation g = model.generate({prompt}, greedy);
   REQUIRE(g.tokens.size() == 1);
   CHECK(g.tokens[0].size() == 6);
-  for (std::int32_t t : g.tokens[0]) CHECK((t >= 0 && t < 263));
+  for (std::int32_t t : g.tokens[0]) CHECK((t >= 0 && t < kVocabulary));
   CHECK(model.tokenizer().encode(model.tokenizer().decode(prompt)) == prompt);
 
-  // The same model declaring bytes: its 263 scores are not 256 tokens.
+  // The same model declaring bytes: its 264 scores are not 256 tokens.
   std::ifstream in(dir / "gpt.yaml");
   std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const std::string declared = "{type: bpe, vocab: vocab.json, merges: merges.txt}";
   text.replace(text.find(declared), declared.size(), "{type: bytes}");
   std::ofstream(dir / "bytes.yaml") << text;
   CHECK_THROWS_WITH_AS(InferenceModel(dir / "bytes.yaml", dir / "gpt.safetensors"),
-                       doctest::Contains("bytes.yaml:3:14: model.tokenizer: the bytes tokenizer has 256 tokens but the model scores 263"),
+                       doctest::Contains("bytes.yaml:3:14: model.tokenizer: the bytes tokenizer has 256 tokens but the model scores 264"),
                        ConfigError);
 }
