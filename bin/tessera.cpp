@@ -351,7 +351,7 @@ int predict(const std::string& file, const std::vector<std::string>& overrides, 
 // completion in turn for several; a summary of the speeds on stderr.
 int generate(const std::string& file, const std::vector<std::string>& overrides, const std::string& checkpoint,
              std::vector<std::string> prompts, const std::string& prompt_file, const GenerationOptions& options,
-             NonFinite non_finite) {
+             bool ignore_end_of_text, NonFinite non_finite) {
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file);
     if (!in) throw DataError("generate: cannot read the prompt file '" + prompt_file + "'");
@@ -367,7 +367,9 @@ int generate(const std::string& file, const std::vector<std::string>& overrides,
   const bool stream = prompts.size() == 1;
   if (stream) fmt::print("{}", prompts[0]);
   std::fflush(stdout);
-  const Generation g = model.generate(tokens, options, [&](std::size_t, std::int32_t token) {
+  GenerationOptions run_options = options;
+  if (const auto end = tokenizer.end_of_text(); end && !ignore_end_of_text) run_options.stop_tokens.push_back(*end);
+  const Generation g = model.generate(tokens, run_options, [&](std::size_t, std::int32_t token) {
     if (!stream) return;
     const std::int32_t one[] = {token};
     fmt::print("{}", tokenizer.decode(one));
@@ -376,7 +378,8 @@ int generate(const std::string& file, const std::vector<std::string>& overrides,
   if (stream) fmt::print("\n");
   for (std::size_t i = 0; !stream && i < prompts.size(); ++i)
     fmt::print("--- {}/{}\n{}{}\n", i + 1, prompts.size(), prompts[i], tokenizer.decode(g.tokens[i]));
-  const auto later = static_cast<double>(options.max_new_tokens - 1) * static_cast<double>(prompts.size());
+  double later = 0;  // tokens after each prompt's first
+  for (const auto& t : g.tokens) later += static_cast<double>(std::max<std::size_t>(t.size(), 1) - 1);
   std::fflush(stdout);
   fmt::print(stderr, "{} prompt(s), {} prompt tokens: {:.1f} tokens/s to the first new token; {:.1f} new tokens/s after it\n",
              prompts.size(), g.prompt_tokens, static_cast<double>(g.prompt_tokens) / std::max(g.first_token_seconds, 1e-9),
@@ -560,6 +563,9 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-p", generation.top_p, "Draw among the likeliest tokens that make up P of the probability")
       ->capture_default_str();
   generate_cmd->add_option("--seed", generation.seed, "The draws' seed: the same seed, the same text")->capture_default_str();
+  bool ignore_end_of_text = false;
+  generate_cmd->add_flag("--ignore-eos", ignore_end_of_text,
+                         "Go on past the tokenizer's end of text (by default a text ends there)");
   std::string export_out;
   export_cmd->add_option("checkpoint", checkpoint, "Checkpoint directory (single-file or sharded)")->required();
   export_cmd->add_option("output", export_out, "The .safetensors file to write")->required();
@@ -629,7 +635,8 @@ int main(int argc, char** argv) {
     const NonFinite non_finite = allow_non_finite ? NonFinite::allow : NonFinite::refuse;
     if (*eval_cmd) return eval(config, overrides, checkpoint, split, non_finite);
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output, non_finite);
-    if (*generate_cmd) return generate(config, overrides, checkpoint, prompts, prompt_file, generation, non_finite);
+    if (*generate_cmd)
+      return generate(config, overrides, checkpoint, prompts, prompt_file, generation, ignore_end_of_text, non_finite);
     if (*train_cmd) return train(config, overrides, log_path, resume_dir, non_finite, profile);
     if (*plan_cmd) return plan(config, overrides, recalibrate);
     if (*export_cmd) return export_checkpoint(checkpoint, export_out);

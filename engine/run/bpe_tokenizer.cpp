@@ -274,6 +274,12 @@ std::vector<std::string> BpeTokenizer::merge(std::string_view piece) const {
   return merged;
 }
 
+void BpeTokenizer::set_end_of_text(const std::string& token) {
+  const auto it = ids_.find(token);
+  if (it == ids_.end()) throw Error("bpe tokenizer: the end of text '" + token + "' is not a token of the vocabulary");
+  end_of_text_ = it->second;
+}
+
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> ids;
   for (std::string_view piece : gpt2_pieces(text))

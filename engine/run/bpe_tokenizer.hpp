@@ -2,7 +2,7 @@
 // its two files (vocab.json: token string -> id; merges.txt: one "a b" pair
 // per line, earlier lines merged first). A model declares it:
 //   model:
-//     tokenizer: {type: bpe, vocab: gpt2/vocab.json, merges: gpt2/merges.txt}
+//     tokenizer: {type: bpe, vocab: gpt2/vocab.json, merges: gpt2/merges.txt, end_of_text: "<|endoftext|>"}
 //
 // Encoding: the text is cut into pieces by GPT-2's pattern (contractions,
 // words, numbers and other symbols each with one space before them, runs of
@@ -39,6 +39,9 @@ class BpeTokenizer final : public Tokenizer {
   std::int64_t vocabulary_size() const override { return static_cast<std::int64_t>(tokens_.size()); }
   std::vector<std::int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const std::int32_t> tokens) const override;
+  std::optional<std::int32_t> end_of_text() const override { return end_of_text_; }
+  // Names the token that ends a text; throws Error when the vocabulary lacks it.
+  void set_end_of_text(const std::string& token);
 
  private:
   std::vector<std::string> merge(std::string_view piece) const;
@@ -46,6 +49,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, std::int32_t> ids_;  // token string -> id
   std::vector<std::string> tokens_;                    // id -> token string
   std::unordered_map<std::string, std::int32_t> ranks_;  // "a b" -> its line among the merges
+  std::optional<std::int32_t> end_of_text_;
 };
 
 // GPT-2's pre-tokenization: `text` cut into the pieces its pattern matches,

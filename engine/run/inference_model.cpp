@@ -260,7 +260,9 @@ Generation InferenceModel::generate(const std::vector<std::vector<std::int32_t>>
   }
   std::vector<float> uncached;  // [prompts, V] without a cache
   std::vector<std::int32_t> chosen(prompts.size());
-  for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
+  g.stopped.assign(prompts.size(), false);
+  std::size_t running = prompts.size();  // sequences that have drawn no stop token
+  for (std::int64_t step = 0; step < options.max_new_tokens && running > 0; ++step) {
     const auto start = Clock::now();
     std::span<const float> scores;
     if (decoder) {
@@ -271,8 +273,14 @@ Generation InferenceModel::generate(const std::vector<std::vector<std::int32_t>>
       scores = uncached;
     }
     for (std::size_t i = 0; i < sequences.size(); ++i) {
+      if (g.stopped[i]) continue;  // the decoder still takes its stop token each step; its scores go unread
       const auto row = scores.subspan(i * static_cast<std::size_t>(vocabulary_), static_cast<std::size_t>(vocabulary_));
       chosen[i] = sample_token(row, options, rngs[i].next());
+      if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), chosen[i]) != options.stop_tokens.end()) {
+        g.stopped[i] = true;
+        --running;
+        continue;
+      }
       sequences[i].push_back(chosen[i]);
       g.tokens[i].push_back(chosen[i]);
       if (on_token) on_token(i, chosen[i]);

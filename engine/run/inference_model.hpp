@@ -61,10 +61,15 @@ struct RunConfig;
 struct GenerationOptions : SamplingOptions {
   std::int64_t max_new_tokens = 64;
   std::uint64_t seed = 0;  // with the same prompts and options, the same tokens
+  // A sequence ends when it draws one of these (not added to its tokens);
+  // generation ends when every sequence has (tessera generate passes the
+  // tokenizer's end_of_text()). Empty: each runs max_new_tokens.
+  std::vector<std::int32_t> stop_tokens;
 };
 
 struct Generation {
   std::vector<std::vector<std::int32_t>> tokens;  // the new tokens, per prompt
+  std::vector<bool> stopped;                       // per prompt: it drew a stop token
   std::int64_t prompt_tokens = 0;                  // over all prompts
   double first_token_seconds = 0;  // the first step: reading the prompts, and their first token
   double later_tokens_seconds = 0;  // every later step

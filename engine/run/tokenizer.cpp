@@ -38,15 +38,26 @@ std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_
     spec.expect_keys({"type"});
     tokenizer = std::make_unique<ByteTokenizer>();
   } else if (type == "bpe") {
-    spec.expect_keys({"type", "vocab", "merges"});
+    spec.expect_keys({"type", "vocab", "merges", "end_of_text"});
+    std::unique_ptr<BpeTokenizer> bpe;
     try {
-      tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::from_files(
-          spec.resolve_path(spec["vocab"].as<std::string>()), spec.resolve_path(spec["merges"].as<std::string>())));
+      bpe = std::make_unique<BpeTokenizer>(BpeTokenizer::from_files(spec.resolve_path(spec["vocab"].as<std::string>()),
+                                                                    spec.resolve_path(spec["merges"].as<std::string>())));
     } catch (const ConfigError&) {
       throw;
     } catch (const Error& e) {
       spec.fail(e.what());
     }
+    if (spec.has("end_of_text")) {
+      try {
+        bpe->set_end_of_text(spec["end_of_text"].as<std::string>());
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const Error& e) {
+        spec["end_of_text"].fail(e.what());
+      }
+    }
+    tokenizer = std::move(bpe);
   } else {
     spec["type"].fail_unknown("tokenizer type", type, {"bytes", "bpe"});
   }

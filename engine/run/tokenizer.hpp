@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +24,8 @@ class Tokenizer {
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
   // The text of `tokens`; a token outside the vocabulary throws Error.
   virtual std::string decode(std::span<const std::int32_t> tokens) const = 0;
+  // The token that ends a text (GPT-2's <|endoftext|>), if the tokenizer has one.
+  virtual std::optional<std::int32_t> end_of_text() const { return std::nullopt; }
 };
 
 // Token i is byte i: every text encodes, and decoding a prefix of a UTF-8
@@ -39,7 +42,8 @@ class ConfigNode;
 
 // The tokenizer of a model whose output scores `vocabulary` tokens: the one
 // its config declares (`declared`: {type: bytes}, or {type: bpe, vocab:
-// FILE, merges: FILE} with files from the config's folder), else (`declared`
+// FILE, merges: FILE, end_of_text: TOKEN} with files from the config's
+// folder and end_of_text optional), else (`declared`
 // null) bytes for a vocabulary of 256. Throws ConfigError at the declaration
 // when it is wrong, its files cannot be read or its vocabulary is not
 // `vocabulary`; Error when nothing is declared and `vocabulary` is not 256.

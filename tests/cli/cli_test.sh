@@ -131,6 +131,43 @@ expect_fail 3 "temperature must be 0 (greedy) or a finite number above 0" -- \
   "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt" --prompt hi --temperature -1
 expect_fail 3 "cannot read the prompt file" -- \
   "$tessera" generate "$work/run.yaml" --checkpoint "$work/ckpt" --prompt-file "$work/missing.txt"
+# generate through a declared tokenizer: GPT-2's byte-level BPE with the 256
+# byte symbols and no merges (so it reads a byte model's tokens), whose end of
+# text is the space. A text ends at its first space; --ignore-eos goes on.
+python3 - "$work" <<'PY'
+import json, sys
+printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+symbols, extra = {}, 0
+for b in range(256):
+    symbols[b] = chr(b) if b in printable else chr(256 + extra)
+    extra += b not in printable
+folder = sys.argv[1]
+json.dump({symbols[b]: b for b in range(256)}, open(f"{folder}/vocab.json", "w"), ensure_ascii=False)
+open(f"{folder}/merges.txt", "w").write("#version: 0.2\n")
+open(f"{folder}/text.txt", "w").write("ab cd " * 400)
+open(f"{folder}/gpt.yaml", "w").write(f"""model:
+  name: spaced_gpt
+  tokenizer: {{type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: "{symbols[32]}"}}
+  inputs: [{{name: tokens, shape: [16], dtype: i32}}]
+  layers:
+    - {{type: Embedding, name: token_embedding, input_dim: 256, output_dim: 32, inputs: [tokens]}}
+    - {{type: PositionEmbedding, name: position_embedding, sequence_length: 16, inputs: [token_embedding]}}
+    - {{type: Add, name: embeddings, inputs: [token_embedding, position_embedding]}}
+    - {{type: TransformerBlock, name: block_0, num_heads: 2, key_dim: 16, ff_dim: 64, causal: true, inputs: [embeddings]}}
+    - {{type: LayerNormalization, name: final_norm, inputs: [block_0]}}
+    - {{type: Dense, name: head, units: 256, use_bias: false, inputs: [final_norm]}}
+training: {{loss: {{type: sparse_categorical_crossentropy, from_logits: true}}, optimizer: {{type: adam, learning_rate: 0.01}},
+           batch_size: 8, epochs: 3, seed: 1, checkpoint: {{dir: {folder}/gpt_ckpt}}}}
+data: {{train: {{type: text, path: text.txt, context: 16}}}}
+""")
+PY
+"$tessera" train "$work/gpt.yaml" > /dev/null
+ended=$("$tessera" generate "$work/gpt.yaml" --checkpoint "$work/gpt_ckpt" --prompt "ab cd ab" --temperature 0 \
+  --max-new-tokens 12 2> /dev/null)
+[ "$ended" = "ab cd ab" ] || fail "generate did not end at the tokenizer's end of text (a space): '$ended'"
+went_on=$("$tessera" generate "$work/gpt.yaml" --checkpoint "$work/gpt_ckpt" --prompt "ab cd ab" --temperature 0 \
+  --max-new-tokens 12 --ignore-eos 2> /dev/null)
+[ "${#went_on}" = 20 ] && [[ "$went_on" == "ab cd ab "* ]] || fail "generate --ignore-eos: '$went_on'"
 
 before=$(md5sum "$work/ckpt/model.safetensors")
 expect_fail 3 "tiny/dense/kernel" -- "$tessera" eval "$work/run.yaml" --set model.layers.0.units=32 --checkpoint "$work/ckpt" --split train

@@ -261,15 +261,61 @@ TEST_CASE("greedy generation is the argmax of a full forward pass at every step,
   }
 }
 
-TEST_CASE("sampled generation repeats with its seed, draws only allowed tokens, and a prompt's tokens do not depend on its batch") {
-  TinyGpt gpt;
-  InferenceModel model(gpt.config, gpt.file);
-  const std::vector<std::vector<std::int32_t>> prompts = {{72, 101}, {10}};
+namespace {
+
+// 12 tokens drawn at temperature 1.5 among the 5 likeliest, seed 99.
+GenerationOptions sampled_twelve() {
   GenerationOptions o;
   o.temperature = 1.5;
   o.top_k = 5;
   o.max_new_tokens = 12;
   o.seed = 99;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a sequence ends at a stop token, which it does not keep, and the others go on as they would") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.file);
+  const std::vector<std::vector<std::int32_t>> prompts = {{72, 101}, {10}};
+  GenerationOptions o = sampled_twelve();
+  const Generation free = model.generate(prompts, o);
+  CHECK(free.stopped == std::vector<bool>{false, false});
+  // A token that prompt 0 first draws as its third or later token and prompt 1 never draws.
+  const auto& first = free.tokens[0];
+  std::int32_t stop = -1;
+  std::size_t at = 0;
+  for (std::size_t k = 2; k < first.size() && stop < 0; ++k)
+    if (std::find(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(k), first[k]) ==
+            first.begin() + static_cast<std::ptrdiff_t>(k) &&
+        std::find(free.tokens[1].begin(), free.tokens[1].end(), first[k]) == free.tokens[1].end()) {
+      stop = first[k];
+      at = k;
+    }
+  REQUIRE(stop >= 0);
+  o.stop_tokens = {stop};
+  std::vector<std::size_t> streamed(2, 0);
+  const Generation g = model.generate(prompts, o, [&](std::size_t i, std::int32_t t) {
+    ++streamed[i];
+    CHECK(t != stop);
+  });
+  CHECK(g.tokens[0] == std::vector<std::int32_t>(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(at)));
+  CHECK(g.tokens[1] == free.tokens[1]);
+  CHECK(g.stopped == std::vector<bool>{true, false});
+  CHECK(streamed == std::vector<std::size_t>{at, 12});
+  // Every sequence stops at its first token: generation ends there, with nothing.
+  o.stop_tokens = {free.tokens[0][0], free.tokens[1][0]};
+  const Generation none = model.generate(prompts, o);
+  CHECK(none.tokens == std::vector<std::vector<std::int32_t>>{{}, {}});
+  CHECK(none.stopped == std::vector<bool>{true, true});
+}
+
+TEST_CASE("sampled generation repeats with its seed, draws only allowed tokens, and a prompt's tokens do not depend on its batch") {
+  TinyGpt gpt;
+  InferenceModel model(gpt.config, gpt.file);
+  const std::vector<std::vector<std::int32_t>> prompts = {{72, 101}, {10}};
+  GenerationOptions o = sampled_twelve();
   const Generation a = model.generate(prompts, o), b = model.generate(prompts, o);
   CHECK(a.tokens == b.tokens);
   o.seed = 100;

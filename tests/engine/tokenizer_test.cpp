@@ -144,9 +144,17 @@ TEST_CASE("a model's config declares its tokenizer, and a wrong one is an error 
   std::ofstream(dir / "spec.yaml") << "tokenizer: {type: bpe, vocab: vocab.json, merges: merges.txt}\n"
                                       "bytes: {type: bytes}\n"
                                       "missing: {type: bpe, vocab: none.json, merges: merges.txt}\n"
-                                      "unknown: {type: wordpiece}\n";
+                                      "unknown: {type: wordpiece}\n"
+                                      "ended: {type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: hello}\n"
+                                      "unended: {type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: \"<|endoftext|>\"}\n";
   const ConfigNode spec = ConfigNode::load_file(dir / "spec.yaml");
   const ConfigNode bpe = spec["tokenizer"], bytes = spec["bytes"], missing = spec["missing"], unknown = spec["unknown"];
+  const ConfigNode ended = spec["ended"], unended = spec["unended"];
+  CHECK_FALSE(tokenizer_for(&bpe, kVocabulary)->end_of_text().has_value());
+  CHECK(tokenizer_for(&ended, kVocabulary)->end_of_text() == 259);  // "hello" ends a text here
+  CHECK_THROWS_WITH_AS(tokenizer_for(&unended, kVocabulary),
+                       doctest::Contains("spec.yaml:6:74: unended.end_of_text: bpe tokenizer: the end of text '<|endoftext|>' is not a token"),
+                       ConfigError);
   CHECK(tokenizer_for(&bpe, kVocabulary)->name() == "bpe");  // its files from the config's folder
   CHECK(tokenizer_for(&bytes, 256)->name() == "bytes");
   CHECK(tokenizer_for(nullptr, 256)->name() == "bytes");
