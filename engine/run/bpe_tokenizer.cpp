@@ -278,12 +278,31 @@ void BpeTokenizer::set_end_of_text(const std::string& token) {
   const auto it = ids_.find(token);
   if (it == ids_.end()) throw Error("bpe tokenizer: the end of text '" + token + "' is not a token of the vocabulary");
   end_of_text_ = it->second;
+  // The bytes that stand for it in a text; none where it is not made of byte
+  // symbols (a special token outside the alphabet is never written out).
+  try {
+    const std::int32_t id[] = {it->second};
+    end_of_text_bytes_ = decode(id);
+  } catch (const Error&) {
+    end_of_text_bytes_.clear();
+  }
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> ids;
-  for (std::string_view piece : gpt2_pieces(text))
-    for (const std::string& symbol : merge(piece)) ids.push_back(ids_.at(symbol));  // every merge is a token (checked)
+  const auto plain = [&](std::string_view part) {
+    for (std::string_view piece : gpt2_pieces(part))
+      for (const std::string& symbol : merge(piece)) ids.push_back(ids_.at(symbol));  // every merge is a token (checked)
+  };
+  // The end of text written out in a prompt (documents joined by it) is that token, as GPT-2's users write it.
+  const std::string_view end = end_of_text_bytes_;
+  for (std::size_t at = 0;;) {
+    const std::size_t found = end.empty() ? std::string_view::npos : text.find(end, at);
+    plain(text.substr(at, found == std::string_view::npos ? std::string_view::npos : found - at));
+    if (found == std::string_view::npos) break;
+    ids.push_back(*end_of_text_);
+    at = found + end.size();
+  }
   return ids;
 }
 

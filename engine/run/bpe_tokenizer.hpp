@@ -10,7 +10,8 @@
 // alphabet (bytes_to_unicode: printable bytes stand for themselves, the other
 // 68 for code points from U+0100 on), and the pair of adjacent symbols that
 // merges.txt lists first is merged until none is listed. Every text encodes
-// and decodes back to its bytes.
+// and decodes back to its bytes. The end of text (if named) written out in a
+// text is that one token, as GPT-2's users join documents with it.
 //
 // The pattern's classes are Unicode's: letters and numbers by the tables of
 // engine/run/unicode_classes.hpp (Unicode 14), whitespace by White_Space.
@@ -50,6 +51,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> tokens_;                    // id -> token string
   std::unordered_map<std::string, std::int32_t> ranks_;  // "a b" -> its line among the merges
   std::optional<std::int32_t> end_of_text_;
+  std::string end_of_text_bytes_;  // its text, empty without one
 };
 
 // GPT-2's pre-tokenization: `text` cut into the pieces its pattern matches,

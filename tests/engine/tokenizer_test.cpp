@@ -145,13 +145,19 @@ TEST_CASE("a model's config declares its tokenizer, and a wrong one is an error 
                                       "bytes: {type: bytes}\n"
                                       "missing: {type: bpe, vocab: none.json, merges: merges.txt}\n"
                                       "unknown: {type: wordpiece}\n"
-                                      "ended: {type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: hello}\n"
+                                      "ended: {type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: ll}\n"
                                       "unended: {type: bpe, vocab: vocab.json, merges: merges.txt, end_of_text: \"<|endoftext|>\"}\n";
   const ConfigNode spec = ConfigNode::load_file(dir / "spec.yaml");
   const ConfigNode bpe = spec["tokenizer"], bytes = spec["bytes"], missing = spec["missing"], unknown = spec["unknown"];
   const ConfigNode ended = spec["ended"], unended = spec["unended"];
   CHECK_FALSE(tokenizer_for(&bpe, kVocabulary)->end_of_text().has_value());
-  CHECK(tokenizer_for(&ended, kVocabulary)->end_of_text() == 259);  // "hello" ends a text here
+  CHECK(tokenizer_for(&ended, kVocabulary)->end_of_text() == 257);  // "ll" ends a text here
+  // Written out in a text, the end of text is its one token, though "hello" would merge whole around it.
+  const auto with_end = tokenizer_for(&ended, kVocabulary);
+  CHECK(with_end->encode("hello") == std::vector<std::int32_t>{256, 257, 'o'});
+  CHECK(with_end->encode("ll") == std::vector<std::int32_t>{257});
+  CHECK(with_end->decode(with_end->encode("hello ll wall")) == "hello ll wall");
+  CHECK(tokenizer_for(&bpe, kVocabulary)->encode("hello") == std::vector<std::int32_t>{259});
   CHECK_THROWS_WITH_AS(tokenizer_for(&unended, kVocabulary),
                        doctest::Contains("spec.yaml:6:74: unended.end_of_text: bpe tokenizer: the end of text '<|endoftext|>' is not a token"),
                        ConfigError);
