@@ -18,6 +18,7 @@
 #include "engine/data/synthetic.hpp"
 #include "engine/data/text.hpp"
 #include "engine/run/auto_choice.hpp"
+#include "engine/run/tokenizer.hpp"
 
 namespace tessera {
 namespace {
@@ -70,6 +71,7 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
     model = zoo["model"];
   }
   RunConfig run{root, Model::from_config(model), {}, root.has("training"), {}, {}, {}};
+  if (const ConfigNode* tokenizer = run.model.declared_tokenizer()) check_tokenizer(*tokenizer);
   // `distribution: null` (`--set distribution=null`) is a run on one device, as no key is.
   if (auto distribution = root.find("distribution"); distribution && !distribution->is_null())
     run.distribution = parse_distribution(*distribution);

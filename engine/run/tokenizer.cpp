@@ -23,6 +23,20 @@ std::string ByteTokenizer::decode(std::span<const std::int32_t> tokens) const {
   return text;
 }
 
+std::string check_tokenizer(const ConfigNode& spec) {
+  if (!spec.is_map()) spec.fail("expected a tokenizer like {type: bpe, vocab: vocab.json, merges: merges.txt}");
+  const auto type = spec["type"].as<std::string>();
+  if (type == "bytes") {
+    spec.expect_keys({"type"});
+  } else if (type == "bpe") {
+    spec.expect_keys({"type", "vocab", "merges", "end_of_text"});
+    for (const char* file : {"vocab", "merges"}) spec[file].as<std::string>();  // present, and text
+  } else {
+    spec["type"].fail_unknown("tokenizer type", type, {"bytes", "bpe"});
+  }
+  return type;
+}
+
 std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_t vocabulary) {
   if (declared == nullptr) {
     if (vocabulary == 256) return std::make_unique<ByteTokenizer>();
@@ -31,14 +45,11 @@ std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_
                 "merges.txt}); bytes are taken for 256 only");
   }
   const ConfigNode& spec = *declared;
-  if (!spec.is_map()) spec.fail("expected a tokenizer like {type: bpe, vocab: vocab.json, merges: merges.txt}");
-  const auto type = spec["type"].as<std::string>();
+  const std::string type = check_tokenizer(spec);
   std::unique_ptr<Tokenizer> tokenizer;
   if (type == "bytes") {
-    spec.expect_keys({"type"});
     tokenizer = std::make_unique<ByteTokenizer>();
-  } else if (type == "bpe") {
-    spec.expect_keys({"type", "vocab", "merges", "end_of_text"});
+  } else {
     std::unique_ptr<BpeTokenizer> bpe;
     try {
       bpe = std::make_unique<BpeTokenizer>(BpeTokenizer::from_files(spec.resolve_path(spec["vocab"].as<std::string>()),
@@ -58,8 +69,6 @@ std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_
       }
     }
     tokenizer = std::move(bpe);
-  } else {
-    spec["type"].fail_unknown("tokenizer type", type, {"bytes", "bpe"});
   }
   if (tokenizer->vocabulary_size() != vocabulary)
     spec.fail("the " + type + " tokenizer has " + std::to_string(tokenizer->vocabulary_size()) +

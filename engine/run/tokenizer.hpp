@@ -49,4 +49,9 @@ class ConfigNode;
 // `vocabulary`; Error when nothing is declared and `vocabulary` is not 256.
 std::unique_ptr<Tokenizer> tokenizer_for(const ConfigNode* declared, std::int64_t vocabulary);
 
+// Checks a `tokenizer:` declaration's form without reading its files (a run
+// config does when it loads, so a training run meets a typo at once); its
+// type. Throws ConfigError at the declaration.
+std::string check_tokenizer(const ConfigNode& spec);
+
 }  // namespace tessera

@@ -170,6 +170,22 @@ TEST_CASE("a model's config declares its tokenizer, and a wrong one is an error 
   CHECK_THROWS_WITH_AS(tokenizer_for(nullptr, 50257), doctest::Contains("declare one in the model's config"), Error);
 }
 
+TEST_CASE("a run config checks its model's tokenizer declaration when it loads, before any file is read") {
+  test::TempDir dir;
+  const auto load = [&](const std::string& tokenizer) {
+    std::ofstream(dir / "run.yaml") << "model:\n  tokenizer: " << tokenizer << R"(
+  inputs: [{name: tokens, shape: [4], dtype: i32}]
+  layers: [{type: Embedding, input_dim: 256, output_dim: 4}]
+)";
+    return load_run_config(dir / "run.yaml");
+  };
+  CHECK_NOTHROW(load("{type: bpe, vocab: not_read_yet.json, merges: not_read_yet.txt}"));
+  CHECK_THROWS_WITH_AS(load("{type: bpe, vocab: v.json}"), doctest::Contains("run.yaml:2:14: model.tokenizer: missing required key 'merges'"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("{type: bpee}"), doctest::Contains("unknown tokenizer type 'bpee' (did you mean 'bpe'?)"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("{type: bytes, vocab: v.json}"), doctest::Contains("unknown key 'vocab'"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("bpe"), doctest::Contains("run.yaml:2:14: model.tokenizer: expected a tokenizer like"), ConfigError);
+}
+
 TEST_CASE("a language model of a bpe vocabulary declared in its config generates text through it") {
   test::TempDir dir;
   std::ofstream(dir / "vocab.json") << vocab_json();
