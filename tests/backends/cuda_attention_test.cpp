@@ -89,19 +89,30 @@ std::vector<float> cpu_cached_attention(const Tensor& q, const Tensor& keys, con
   return out.to_vector<float>();
 }
 
+// A case's query, cache (rows past the queries NaN) and the CPU backend's result, from `seed`.
+struct AttentionInputs {
+  Tensor q, keys, values;
+  std::vector<float> want;
+};
+
+AttentionInputs inputs_of(const AttentionCase& c, unsigned seed) {
+  const Shape cache{c.q[0], c.q[1], c.capacity, c.q[3]};
+  AttentionInputs in{random_tensor(c.q, seed, -2.0f, 2.0f), random_tensor(cache, seed + 1, -2.0f, 2.0f),
+                     random_tensor(cache, seed + 2), {}};
+  poison_unfilled_rows(in.keys, c.q[2], c.positions);
+  poison_unfilled_rows(in.values, c.q[2], c.positions);
+  in.want = cpu_cached_attention(in.q, in.keys, in.values, c.positions, 0.125f);
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("cuda cached attention, by one lane and by 32, matches the CPU backend") {
   for (const AttentionCase& c : kCases) {
     CAPTURE(c.q.str());
-    const Shape cache{c.q[0], c.q[1], c.capacity, c.q[3]};
-    const Tensor q = random_tensor(c.q, 91, -2.0f, 2.0f);
-    Tensor keys = random_tensor(cache, 92, -2.0f, 2.0f), values = random_tensor(cache, 93);
-    poison_unfilled_rows(keys, c.q[2], c.positions);
-    poison_unfilled_rows(values, c.q[2], c.positions);
-    const std::vector<float> want = cpu_cached_attention(q, keys, values, c.positions, 0.125f);
-    check_close(host_cached_attention(q, keys, values, c.positions, 0.125f, 1), want, kRtol, kAtol);
-    check_close(host_cached_attention(q, keys, values, c.positions, 0.125f, 32), want, kRtol, kAtol);
+    const AttentionInputs in = inputs_of(c, 91);
+    check_close(host_cached_attention(in.q, in.keys, in.values, c.positions, 0.125f, 1), in.want, kRtol, kAtol);
+    check_close(host_cached_attention(in.q, in.keys, in.values, c.positions, 0.125f, 32), in.want, kRtol, kAtol);
   }
 }
 
@@ -134,19 +145,14 @@ TEST_CASE("cuda cached attention matches the CPU backend, on long caches too, an
   for (const AttentionCase& c : cases) {
     CAPTURE(c.q.str());
     CAPTURE(c.capacity);
-    const Shape cache{c.q[0], c.q[1], c.capacity, c.q[3]};
-    const Tensor q = random_tensor(c.q, 94, -2.0f, 2.0f);
-    Tensor keys = random_tensor(cache, 95, -2.0f, 2.0f), values = random_tensor(cache, 96);
-    poison_unfilled_rows(keys, c.q[2], c.positions);
-    poison_unfilled_rows(values, c.q[2], c.positions);
-    const std::vector<float> want = cpu_cached_attention(q, keys, values, c.positions, 0.125f);
+    const AttentionInputs in = inputs_of(c, 94);
     const Tensor positions = to_gpu(Tensor::from_vector(c.positions, {c.q[0], 1}));
     std::vector<float> first;
     for (int run = 0; run < 2; ++run) {
       Tensor out = Tensor::empty(c.q, DType::f32, Device::cuda(0));
-      gpu().cached_attention(to_gpu(q), to_gpu(keys), to_gpu(values), positions, out, 0.125f);
+      gpu().cached_attention(to_gpu(in.q), to_gpu(in.keys), to_gpu(in.values), positions, out, 0.125f);
       const std::vector<float> got = to_host(out).to_vector<float>();
-      check_close(got, want, 1e-4, 1e-5);
+      check_close(got, in.want, 1e-4, 1e-5);
       if (run == 0) first = got;
       else CHECK(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
     }
