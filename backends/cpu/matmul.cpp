@@ -1,7 +1,8 @@
 // Matmul on oneDNN: transposes are expressed as strides of the memory
 // descriptors (no copy), the bias and activation as a fused bias and eltwise
 // post-op, alpha as the output scale. One shape family on AVX2 runs against a
-// transposed copy of b (transpose_b_first below).
+// transposed copy of b (transpose_b_first below), and GELU (erf) on AVX2 runs
+// after the product rather than as its post-op.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -9,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
+#include "backends/cpu/gelu.hpp"
 
 namespace tessera {
 namespace {
@@ -149,6 +151,14 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     return run_matmul(a.reshape({rows, k}), b, bias, out.reshape({rows, n}), args);
   }
   if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
+  if (args.activation == Activation::gelu_erf && out.dtype() == DType::f32 && gelu_erf_in_house()) {
+    // The product, then GELU in place: faster than oneDNN's post-op on AVX2 (gelu.hpp).
+    MatmulArgs product = args;
+    product.activation = Activation::none;
+    run_matmul(a, b, bias, out, product);
+    KernelScope scope(threads());
+    return gelu_erf(out.data<float>(), out.data<float>(), out.numel());
+  }
   if (transpose_b_first(a, b, args)) {
     const std::int64_t k = b.shape()[0], n = b.shape()[1];
     Tensor bt = scratch_tensor("matmul b transposed", {n, k}, DType::f32);

@@ -1,10 +1,33 @@
-// Elementwise unary ops and their derivatives on oneDNN eltwise primitives.
+// Elementwise unary ops and their derivatives on oneDNN eltwise primitives,
+// GELU's erf form on backends/cpu/gelu.hpp's where that is faster.
+#include <initializer_list>
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
+#include "backends/cpu/gelu.hpp"
 
 namespace tessera {
+namespace {
+
+bool in_house(UnaryOp op, std::initializer_list<const Tensor*> tensors) {
+  if (op != UnaryOp::gelu_erf || !gelu_erf_in_house()) return false;
+  for (const Tensor* t : tensors)
+    if (t->dtype() != DType::f32) return false;
+  return true;
+}
+
+}  // namespace
+
+bool gelu_erf_in_house() {
+  static const bool in_house = onednn_runs_avx2() && gelu_vectorized();
+  return in_house;
+}
 
 void CpuBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
+  if (in_house(op, {&x, &y})) {
+    KernelScope scope(threads());
+    return gelu_erf(x.data<float>(), y.data<float>(), x.numel());
+  }
   auto alg = eltwise_algorithm(op);
   auto md = plain_desc(Shape{x.numel()}, x.dtype());
   const Primitive& p = primitive("unary " + std::string(tessera::name(op)) + cache_key(x), [&] {
@@ -18,6 +41,10 @@ void CpuBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
 
 void CpuBackend::run_unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy,
                                     const Tensor& dx) {
+  if (in_house(op, {&x, &dy, &dx})) {
+    KernelScope scope(threads());
+    return gelu_erf_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+  }
   auto alg = eltwise_algorithm(op);
   auto md = plain_desc(Shape{x.numel()}, x.dtype());
   const Primitive& p = primitive("unary_backward " + std::string(tessera::name(op)) + cache_key(x), [&] {

@@ -1,0 +1,30 @@
+// GELU in its exact form, gelu(x) = x Φ(x) = 0.5 x (1 + erf(x / √2)), and
+// its derivative Φ(x) + x φ(x), on f32 arrays, for the CPU backend.
+//
+// Why not oneDNN's: on AVX2 its gelu_erf is slow, as an eltwise primitive
+// and as a matmul post-op alike. On a Zen 1 (2026-11-28), one thread, 65,536
+// elements: oneDNN 2.6's 0.159 ms forward and 0.197 backward, these 0.088 and
+// 0.171; its post-op added 0.166 ms to a 0.897 ms product (64x256 by
+// 256x1024, a transformer's first feed-forward layer), this pass 0.09.
+//
+// erf is a rational fit x P(x²) / Q(x²) on |x| <= 4 (erf(4) rounds to 1 in
+// f32), made by scripts/erf_fit.py: within 4e-7 of erf, relative, evaluated
+// in f32. exp (for φ) is 2^n e^r, |r| <= ln2 / 2, with a degree-6 fit of e^r:
+// within 1.2e-7, relative. Without AVX2 and FMA, both use the C library's.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera {
+
+// Whether the kernels below run their AVX2 code on this CPU.
+bool gelu_vectorized();
+
+// y[i] = gelu(x[i]) for i < n; y may be x. Spreads over the calling
+// thread's OpenMP team (a KernelScope's threads).
+void gelu_erf(const float* x, float* y, std::int64_t n);
+
+// dx[i] = dy[i] gelu'(x[i]) for i < n; dx may be dy.
+void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n);
+
+}  // namespace tessera

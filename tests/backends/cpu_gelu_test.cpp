@@ -1,0 +1,109 @@
+// backends/cpu/gelu.hpp's GELU (erf form) and its derivative against the
+// formulas in double, over the whole range the fits cover and past it, and
+// the CPU backend's uses of them (the unary op and its gradient, a matmul's
+// activation), whichever kernels it picks on this CPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/gelu.hpp"
+#include "backends/registry.hpp"
+#include "tests/test_util.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+double gelu_derivative_ref(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+}
+
+// x from -10 to 10 in steps of 1/1024 (every element of the fits' ranges and
+// past them), n not a multiple of 8 so the masked last vector is used.
+std::vector<float> grid() {
+  std::vector<float> x;
+  for (int i = -10 * 1024; i <= 10 * 1024; ++i) x.push_back(static_cast<float>(i) / 1024.0f);
+  x.push_back(-87.5f);
+  x.push_back(100.0f);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("gelu_erf is within 4e-7 |x| + 1e-7 of the formula") {
+  // An erf within 4e-7 of erf's value (gelu.hpp) moves 0.5 x (1 + erf) by
+  // 2e-7 |x|; the rest is f32 rounding.
+  std::vector<float> x = grid(), y(x.size());
+  gelu_erf(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = gelu_ref(x[i]), error = std::fabs(y[i] - want);
+    CAPTURE(x[i]);
+    CHECK(error <= 4e-7 * std::fabs(x[i]) + 1e-7);
+    worst = std::max(worst, error / (std::fabs(x[i]) + 1.0));
+  }
+  MESSAGE("largest error over (|x| + 1): " << worst);
+}
+
+TEST_CASE("gelu_erf_backward is within 8e-7 (1 + |x|) |dy| of dy times the derivative") {
+  std::vector<float> x = grid(), dy(x.size()), dx(x.size());
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = (i % 2 != 0 ? -1.0f : 1.0f) * (0.5f + static_cast<float>(i % 7) / 4.0f);
+  gelu_erf_backward(x.data(), dy.data(), dx.data(), static_cast<std::int64_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    CAPTURE(x[i]);
+    CHECK(std::fabs(dx[i] - dy[i] * gelu_derivative_ref(x[i])) <= 8e-7 * (1.0 + std::fabs(x[i])) * std::fabs(dy[i]));
+  }
+}
+
+TEST_CASE("gelu_erf: in place, any length, the same value wherever an element lies") {
+  std::vector<float> base = grid();
+  std::vector<float> whole(base.size());
+  gelu_erf(base.data(), whole.data(), static_cast<std::int64_t>(base.size()));
+  for (std::int64_t n : {1, 7, 8, 9, 17, 4095, 4096, 4097, 20000}) {
+    for (std::int64_t offset : {0, 3}) {
+      CAPTURE(n);
+      CAPTURE(offset);
+      std::vector<float> part(base.begin() + offset, base.begin() + offset + n);
+      gelu_erf(part.data(), part.data(), n);  // in place
+      for (std::int64_t i = 0; i < n; ++i) REQUIRE(part[i] == whole[offset + i]);
+    }
+  }
+  // The derivative, written over dy.
+  std::vector<float> dx(base.size(), 1.0f), in_place(base.size(), 1.0f);
+  gelu_erf_backward(base.data(), dx.data(), dx.data(), static_cast<std::int64_t>(base.size()));
+  std::vector<float> ones(base.size(), 1.0f);
+  gelu_erf_backward(base.data(), ones.data(), in_place.data(), static_cast<std::int64_t>(base.size()));
+  CHECK(dx == in_place);
+}
+
+TEST_CASE("the CPU backend's GELU op, its gradient and a matmul's GELU match the formula") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  CAPTURE(gelu_erf_in_house());
+  Tensor a = random_tensor({37, 29}, 1), b = random_tensor({29, 41}, 2), bias = random_tensor({41}, 3);
+  Tensor product = Tensor::empty({37, 41}, DType::f32), want = Tensor::empty({37, 41}, DType::f32);
+  cpu.matmul(a, b, &bias, product, MatmulArgs{});
+  std::vector<float> expected;
+  for (float v : product.to_vector<float>()) expected.push_back(static_cast<float>(gelu_ref(v)));
+  cpu.unary(UnaryOp::gelu_erf, product, want);
+  check_close(want, expected, 1e-6, 1e-6);
+  // Fused into the product (oneDNN's post-op, or the product then gelu_erf).
+  Tensor fused = Tensor::empty({37, 41}, DType::f32);
+  MatmulArgs with_gelu;
+  with_gelu.activation = Activation::gelu_erf;
+  cpu.matmul(a, b, &bias, fused, with_gelu);
+  check_close(fused, expected, 1e-5, 1e-5);
+  // The gradient.
+  Tensor dy = random_tensor({37, 41}, 4), dx = Tensor::empty({37, 41}, DType::f32);
+  cpu.unary_backward(UnaryOp::gelu_erf, product, dy, dx);
+  std::vector<float> grad;
+  const auto p = product.to_vector<float>(), d = dy.to_vector<float>();
+  for (std::size_t i = 0; i < p.size(); ++i) grad.push_back(static_cast<float>(d[i] * gelu_derivative_ref(p[i])));
+  check_close(dx, grad, 1e-6, 1e-6);
+}
