@@ -23,17 +23,21 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
   Shape xs = g.shape(x);
   if (xs.rank() != 3)
     throw ShapeError("attention '" + scope + "': input must be [batch, sequence, features], got " + xs.str());
-  std::int64_t b = xs[0], t = xs[1], d = xs[2], h = a.num_heads, k = a.key_dim;
+  std::int64_t b = xs[0], d = xs[2], h = a.num_heads, k = a.key_dim;
   Initializer glorot{}, zeros{.kind = InitializerKind::zeros};
-  // x[B, T, D] @ W[D, H*K] -> [B, T, H, K] -> [B, H, T, K]
-  auto project = [&](const std::string& name) {
+  // from[B, T, D] @ W[D, H*K] -> [B, T, H, K] -> [B, H, T, K]
+  auto project = [&](const std::string& name, ValueId from) {
     ValueId w = ctx.variable(scope + name + "/kernel", {d, h, k}, glorot, {"in", "heads", ""});
-    ValueId y = g.matmul(x, g.reshape(w, {d, h * k}));
+    ValueId y = g.matmul(from, g.reshape(w, {d, h * k}));
     if (a.use_bias) y = g.add(y, g.reshape(ctx.variable(scope + name + "/bias", {h, k}, zeros, {"heads", ""}), {h * k}));
-    return g.transpose(g.reshape(y, {b, t, h, k}), {0, 2, 1, 3});
+    return g.transpose(g.reshape(y, {b, g.shape(from)[1], h, k}), {0, 2, 1, 3});
   };
-  ValueId q = project("query"), key = project("key"), v = project("value");
   KvTrace* kv = ctx.kv;
+  // A prefill's last attention layer, when only the last rows are read
+  // (KvTrace::last_rows): their queries alone, over the cache once the window is in it.
+  const bool last_rows_only = kv && kv->last_rows_only();
+  ValueId q = project("query", last_rows_only ? rows_at(g, x, kv->last_rows) : x);
+  ValueId key = project("key", x), v = project("value", x);
   if (kv && !a.causal) kv->causal = false;
   if (kv) {  // this trace's keys and values written into the cache (variables) at each sequence's position
     const Initializer zeros_init{.kind = InitializerKind::zeros};
@@ -44,7 +48,7 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
     g.cache_write(cached_values, v, kv->positions);
     kv->caches.push_back(ctx.path_of(cache + "keys"));
     kv->caches.push_back(ctx.path_of(cache + "values"));
-    if (kv->decode) {  // the new token attends over the cache, its own key and value written in
+    if (kv->decode || last_rows_only) {  // the queries attend over the cache, their own keys and values written in
       key = cached_keys;
       v = cached_values;
     }
@@ -53,6 +57,8 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
   ValueId attended;  // [B, H, T, K]
   if (kv && kv->decode) {  // the new token over its sequence's filled cache rows only
     attended = g.cached_attention(q, key, v, kv->positions, scale);
+  } else if (last_rows_only) {  // the prefill starts at 0: the last row's position is its index
+    attended = g.cached_attention(q, key, v, kv->last_rows, scale);
   } else {  // for causal attention, a causal softmax removes the future without a mask in memory
     ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = scale});
     ValueId weights = a.causal ? g.causal_softmax(scores) : g.softmax(scores, -1);
@@ -61,7 +67,7 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
   }
   ValueId context = g.transpose(attended, {0, 2, 1, 3});  // [B, T, H, K]
   ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});
-  ValueId out = g.matmul(g.reshape(context, {b, t, h * k}), g.reshape(wo, {h * k, d}));
+  ValueId out = g.matmul(g.reshape(context, {b, g.shape(q)[2], h * k}), g.reshape(wo, {h * k, d}));
   if (a.use_bias) out = g.add(out, ctx.variable(scope + "attention_output/bias", {d}, zeros, {"out"}));
   return out;
 }
@@ -100,6 +106,7 @@ class MultiHeadAttention final : public Layer {
     return self_attention(ctx, "", inputs[0], args_);
   }
   TensorSplit tensor_split() const override { return {TensorSplit::Kind::block, {attention_heads("")}}; }
+  bool attends() const override { return true; }
 
  private:
   AttentionArgs args_;
@@ -136,6 +143,7 @@ class TransformerBlock final : public Layer {
     };
     const ValueId attended = self_attention(ctx, "attention/", norm("norm_1", x), attention_);
     ctx.nested_output("attention", attended);
+    if (ctx.kv && ctx.kv->last_rows_only()) x = rows_at(g, x, ctx.kv->last_rows);  // as attended's rows
     x = g.add(x, drop(attended, 1));
     ValueId hidden = apply_activation(g, dense("ffn_in", norm("norm_2", x), d, ff_dim_), activation_);
     return g.add(x, drop(dense("ffn_out", hidden, ff_dim_, d), 2));
@@ -146,6 +154,7 @@ class TransformerBlock final : public Layer {
     return {TensorSplit::Kind::block, {attention_heads("attention/"), feed_forward}};
   }
   std::vector<std::string> nested_layers() const override { return {"attention"}; }
+  bool attends() const override { return true; }
 
  private:
   AttentionArgs attention_;

@@ -39,6 +39,19 @@ std::uint64_t LayerContext::layer_seed(std::uint64_t site) const {
   return h;
 }
 
+ValueId rows_at(Graph& g, ValueId x, ValueId rows) {
+  const Shape s = g.shape(x);
+  if (s.rank() < 2 || s[1] == 1) return x;
+  if (g.dtype(x) != DType::f32)
+    throw DTypeError("rows_at: " + std::string(dtype_name(g.dtype(x))) + " values " + s.str() + ", f32 expected");
+  const std::int64_t b = s[0], t = s[1], rest = s.numel() / (b * t);
+  const ValueId pick = g.one_hot(rows, t);  // [B, 1, T]
+  const ValueId row = g.matmul(pick, g.reshape(x, {b, t, rest}), {}, DType::f32);  // [B, 1, rest]
+  std::vector<std::int64_t> dims = s.dims();
+  dims[1] = 1;
+  return g.reshape(row, Shape(dims));
+}
+
 void check_activation(const ConfigNode& node, const std::string& activation) {
   if (std::find(kActivations.begin(), kActivations.end(), activation) != kActivations.end()) return;
   node.fail_unknown("activation", activation, kActivations);

@@ -35,9 +35,26 @@ struct KvTrace {
   // Input: each sequence's position [B, 1] i32 (prefill: 0), where its new
   // rows go and up to which a decode step attends (Graph::cached_attention).
   ValueId positions = -1;
+  // Prefill, when set: input [B, 1] i32, each sequence's last row of the
+  // window, the only row whose output the caller reads. The model's last
+  // attention layer then writes every row's keys and values but computes
+  // its output at that row alone ([B, 1, ...]), and Model::trace gives the
+  // layers after it (position-wise) only such rows, as llama.cpp does: the
+  // last block's feed-forward and the head run once per sequence, not per
+  // prompt token.
+  ValueId last_rows = -1;
+  bool in_last_attention = false;  // set by Model::trace while it traces that layer
   std::vector<std::string> caches;  // the cache variables' paths, in trace order
   bool causal = true;  // false once an attention layer that sees later positions was traced
+
+  // Whether the layer being traced computes its output at last_rows only.
+  bool last_rows_only() const { return !decode && last_rows >= 0 && in_last_attention; }
 };
+
+// x[b, rows[b], ...] of x [B, T, ...] (f32) as [B, 1, ...], rows [B, 1] i32:
+// a one-hot row times x, in f32 whatever the run's precision, so exact
+// (other rows count times 0). x itself when T is 1.
+ValueId rows_at(Graph& graph, ValueId x, ValueId rows);
 
 // What a layer sees while it is traced.
 class LayerContext {
@@ -99,6 +116,8 @@ class Layer {
   virtual TensorSplit tensor_split() const { return {}; }
   // The sublayers whose outputs `call` reports (LayerContext::nested_output).
   virtual std::vector<std::string> nested_layers() const { return {}; }
+  // Whether `call` mixes positions through attention (a KV cache when decoding).
+  virtual bool attends() const { return false; }
   // A penalty on the layer's variable `variable` ("kernel"), added to the loss.
   void set_regularizer(const std::string& variable, Regularizer r) { regularizers_.emplace_back(variable, r); }
   const Regularizer* regularizer(const std::string& variable) const {

@@ -186,10 +186,31 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   }
   LayerContext ctx(graph, store, sequential_ ? name_ + "/" : "", training, seed);
   ctx.kv = kv;
+  // A prefill that reads each sequence's last row only (KvTrace::last_rows):
+  // the last attention layer computes that row, and the layers after it get
+  // their f32 inputs at that row (position-wise layers: a value they broadcast
+  // against a whole window is still right at the row read).
+  std::size_t last_attention = nodes_.size();
+  if (kv && !kv->decode && kv->last_rows >= 0)
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].layer->attends()) last_attention = i;
+  const std::int64_t window = last_attention < nodes_.size() ? graph.shape(traced.inputs.at(0))[1] : 0;
+  std::map<ValueId, ValueId> at_last_rows;
+  auto last_rows_of = [&](ValueId v) {
+    const Shape s = graph.shape(v);
+    if (graph.dtype(v) != DType::f32 || s.rank() < 2 || s[1] != window) return v;
+    auto [it, fresh] = at_last_rows.emplace(v, -1);
+    if (fresh) it->second = rows_at(graph, v, kv->last_rows);
+    return it->second;
+  };
   std::vector<ValueId> outputs;
-  for (const auto& node : nodes_) {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
     std::vector<ValueId> args;
     for (int s : node.sources) args.push_back(s < 0 ? traced.inputs[static_cast<std::size_t>(-s - 1)] : outputs[static_cast<std::size_t>(s)]);
+    if (last_attention < nodes_.size() && i > last_attention)
+      for (ValueId& a : args) a = last_rows_of(a);
+    if (kv) kv->in_last_attention = i == last_attention;
     ctx.enter_layer(*node.layer);
     // Errors about the inputs the layer gets (shapes, dtypes) point at its config.
     try {
@@ -206,6 +227,7 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
     }
     traced.layer_outputs.emplace_back(ctx.path_of("output"), outputs.back());
   }
+  if (kv) kv->in_last_attention = false;
   traced.output = outputs[static_cast<std::size_t>(output_)];
   traced.variables = ctx.traced_variables();
   traced.regularized = ctx.regularized();

@@ -40,6 +40,7 @@ std::unique_ptr<KvDecoder::Program> KvDecoder::trace(bool decode, std::int64_t w
   p->kv.window = decode ? 0 : window;
   g.set_matmul_dtype(matmul_dtype_);
   p->kv.positions = g.input("kv/positions", {batch_, 1}, DType::i32);
+  if (!decode) p->kv.last_rows = g.input("kv/last_rows", {batch_, 1}, DType::i32);  // only they are read
   Model::Traced traced = model_.trace(g, batch_, /*training=*/false, store_, seed_, &p->kv);
   if (!p->kv.causal)  // before a runner holds (device copies of) anything
     throw UnsupportedError("incremental decoding needs causal attention: a position must not see later ones");
@@ -78,6 +79,7 @@ KvDecoder::KvDecoder(const Model& model, VariableStore& store, StepHost& host, s
   positions_ = Tensor::empty({batch_, 1}, DType::i32);
   start_ = Tensor::empty({batch_, 1}, DType::i32);
   zero(start_);
+  last_rows_ = Tensor::empty({batch_, 1}, DType::i32);
 }
 
 // Inputs are bound before every run: a runner that stages them onto a GPU
@@ -107,16 +109,23 @@ std::span<const float> KvDecoder::prefill(const std::vector<std::vector<std::int
   for (std::size_t b = 0; b < windows.size(); ++b)
     std::copy(windows[b].begin(), windows[b].end(), p.window_tokens.data<std::int32_t>() + static_cast<std::int64_t>(b) * window);
   p.runner->bind(p.tokens, p.window_tokens);
+  for (std::size_t b = 0; b < windows.size(); ++b)
+    last_rows_.data<std::int32_t>()[b] = static_cast<std::int32_t>(windows[b].size() - 1);
   p.runner->bind(p.kv.positions, start_);
+  p.runner->bind(p.kv.last_rows, last_rows_);
   primed_ = false;  // until the caches hold these windows whole
   p.runner->run();
   primed_ = true;
   for (std::size_t b = 0; b < windows.size(); ++b) length_[b] = static_cast<std::int64_t>(windows[b].size());
-  const Tensor scores = p.runner->output(p.scores);  // [batch, window, vocabulary]
-  for (std::int64_t b = 0; b < batch_; ++b)
-    std::memcpy(scores_.data() + b * vocabulary_,
-                scores.data<float>() + (b * window + length_[static_cast<std::size_t>(b)] - 1) * vocabulary_,
+  // [batch, 1, vocabulary] at the last rows, or [batch, window, vocabulary] where
+  // the scores come from a layer before the last attention (KvTrace::last_rows).
+  const Tensor scores = p.runner->output(p.scores);
+  const bool whole_window = scores.shape()[1] == window && window > 1;
+  for (std::int64_t b = 0; b < batch_; ++b) {
+    const std::int64_t row = whole_window ? b * window + length_[static_cast<std::size_t>(b)] - 1 : b;
+    std::memcpy(scores_.data() + b * vocabulary_, scores.data<float>() + row * vocabulary_,
                 static_cast<std::size_t>(vocabulary_) * sizeof(float));
+  }
   return scores_;
 }
 

@@ -5,7 +5,8 @@
 //   prefill  the model over each sequence's window (at most `context` tokens,
 //            padded after to a power of two, 8 at least: one program per
 //            such length), writing every attention layer's keys and values
-//            into its cache from position 0;
+//            into its cache from position 0; from the last attention layer
+//            on, at each window's last row only (KvTrace::last_rows);
 //   decode   one new token per sequence at its next position, its key and
 //            value written into the caches, attending over them.
 // The caches are variables of the store, [B, H, context, K] per attention
@@ -93,6 +94,7 @@ class KvDecoder {
   std::unique_ptr<Program> decode_;
   Tensor tokens_, positions_;  // the decode program's inputs
   Tensor start_;                        // a prefill's positions: zeros
+  Tensor last_rows_;                    // a prefill's last row of each window
   std::vector<std::int64_t> length_;    // tokens in each sequence's cache
   bool primed_ = false;                 // the caches hold a prefill's windows
   std::vector<float> scores_;         // [batch, vocabulary]
