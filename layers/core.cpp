@@ -11,6 +11,7 @@ class ActivationLayer final : public Layer {
  public:
   ActivationLayer(const std::string& name, std::string activation)
       : Layer("Activation", name), activation_(std::move(activation)) {}
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
     return apply_activation(ctx.graph, in[0], activation_);
   }
@@ -64,6 +65,7 @@ class Dropout final : public Layer {
  public:
   Dropout(const std::string& name, float rate, std::uint64_t seed)
       : Layer("Dropout", name), rate_(rate), seed_(seed) {}
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& in) override {
     return ctx.training ? ctx.graph.dropout(in[0], rate_, ctx.layer_seed(seed_)) : in[0];
   }

@@ -12,6 +12,7 @@ class Dense final : public Layer {
       : Layer("Dense", name), units_(units), activation_(std::move(activation)),
         use_bias_(use_bias), kernel_init_(kernel_init), bias_init_(bias_init) {}
 
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Graph& g = ctx.graph;
     Shape in = g.shape(inputs[0]);

@@ -39,9 +39,10 @@ struct KvTrace {
   // window, the only row whose output the caller reads. The model's last
   // attention layer then writes every row's keys and values but computes
   // its output at that row alone ([B, 1, ...]), and Model::trace gives the
-  // layers after it (position-wise) only such rows, as llama.cpp does: the
-  // last block's feed-forward and the head run once per sequence, not per
-  // prompt token.
+  // layers after it only such rows, as llama.cpp does: the last block's
+  // feed-forward and the head run once per sequence, not per prompt token.
+  // Only where every layer after it is row_wise() (not a PositionEmbedding,
+  // which would need the rows' positions, nor an Embedding of the tokens).
   ValueId last_rows = -1;
   bool in_last_attention = false;  // set by Model::trace while it traces that layer
   std::vector<std::string> caches;  // the cache variables' paths, in trace order
@@ -118,6 +119,10 @@ class Layer {
   virtual std::vector<std::string> nested_layers() const { return {}; }
   // Whether `call` mixes positions through attention (a KV cache when decoding).
   virtual bool attends() const { return false; }
+  // Whether, in inference, each output row comes from the same row of the
+  // inputs alone, alike at every position (Dense, LayerNormalization, Add):
+  // a prefill may give such a layer only the rows it reads (KvTrace::last_rows).
+  virtual bool row_wise() const { return false; }
   // A penalty on the layer's variable `variable` ("kernel"), added to the loss.
   void set_regularizer(const std::string& variable, Regularizer r) { regularizers_.emplace_back(variable, r); }
   const Regularizer* regularizer(const std::string& variable) const {

@@ -10,6 +10,7 @@ class Add final : public Layer {
  public:
   explicit Add(const std::string& name) : Layer("Add", name) {}
   int arity() const override { return -1; }
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     ValueId sum = inputs[0];
     for (std::size_t i = 1; i < inputs.size(); ++i) {

@@ -188,12 +188,14 @@ Model::Traced Model::trace(Graph& graph, std::int64_t batch, bool training, Vari
   ctx.kv = kv;
   // A prefill that reads each sequence's last row only (KvTrace::last_rows):
   // the last attention layer computes that row, and the layers after it get
-  // their f32 inputs at that row (position-wise layers: a value they broadcast
-  // against a whole window is still right at the row read).
+  // their inputs at that row, where they are all row-wise; else the whole
+  // window runs through (the caller then reads the row it wants).
   std::size_t last_attention = nodes_.size();
   if (kv && !kv->decode && kv->last_rows >= 0)
     for (std::size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].layer->attends()) last_attention = i;
+  for (std::size_t i = last_attention + 1; i < nodes_.size(); ++i)
+    if (!nodes_[i].layer->row_wise()) last_attention = nodes_.size();
   const std::int64_t window = last_attention < nodes_.size() ? graph.shape(traced.inputs.at(0))[1] : 0;
   std::map<ValueId, ValueId> at_last_rows;
   auto last_rows_of = [&](ValueId v) {

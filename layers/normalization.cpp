@@ -11,6 +11,7 @@ class LayerNormalization final : public Layer {
   LayerNormalization(const std::string& name, float epsilon, bool center, bool scale)
       : Layer("LayerNormalization", name), epsilon_(epsilon), center_(center), scale_(scale) {}
 
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Graph& g = ctx.graph;
     Shape in = g.shape(inputs[0]);
@@ -38,6 +39,7 @@ class BatchNormalization final : public Layer {
   BatchNormalization(const std::string& name, float momentum, float epsilon, bool center, bool scale)
       : Layer("BatchNormalization", name), momentum_(momentum), epsilon_(epsilon), center_(center), scale_(scale) {}
 
+  bool row_wise() const override { return true; }
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     Graph& g = ctx.graph;
     ValueId x = inputs[0];

@@ -45,15 +45,16 @@ template <std::size_t N>
   return _mm256_div_ps(_mm256_mul_ps(x, horner(kErfP, t)), horner(kErfQ, t));
 }
 
-// e^a for a <= 0 (below kExpLowest: about e^-87, not 0).
+// e^a for a <= 0 (0 below kExpLowest).
 [[gnu::target("avx2,fma")]] inline __m256 exp8(__m256 a) {
+  const __m256 in_range = _mm256_cmp_ps(a, _mm256_set1_ps(kExpLowest), _CMP_GE_OQ);
   a = _mm256_max_ps(a, _mm256_set1_ps(kExpLowest));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2High), a);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Low), r);
   const __m256 e_r = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(r, r), horner(kExpC, r), r), _mm256_set1_ps(1.0f));
   const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_n));
+  return _mm256_and_ps(_mm256_mul_ps(e_r, _mm256_castsi256_ps(two_n)), in_range);
 }
 
 // Φ(x) = 0.5 (1 + erf(x / √2)).

@@ -26,12 +26,14 @@ double gelu_derivative_ref(double x) {
 }
 
 // x from -10 to 10 in steps of 1/1024 (every element of the fits' ranges and
-// past them), n not a multiple of 8 so the masked last vector is used.
+// past them) and far out, n not a multiple of 8 so the masked last vector is used.
 std::vector<float> grid() {
   std::vector<float> x;
   for (int i = -10 * 1024; i <= 10 * 1024; ++i) x.push_back(static_cast<float>(i) / 1024.0f);
-  x.push_back(-87.5f);
-  x.push_back(100.0f);
+  for (float far : {87.5f, 100.0f, 1e30f, 3e38f}) {  // past the clamps; x² overflows at the last two
+    x.push_back(far);
+    x.push_back(-far);
+  }
   return x;
 }
 

@@ -432,14 +432,11 @@ TEST_CASE("cached decoding scores each token as a full forward pass over its win
   CHECK_THROWS_WITH_AS(decoder.decode({1, 2}), doctest::Contains("room in every cache"), Error);
 }
 
-TEST_CASE("a prefill after a standalone attention layer reads the residual from before it at each window's last row") {
-  // The layers after the last attention get only each window's last row
-  // (KvTrace::last_rows), a value from before that layer included.
-  TinyGpt gpt(5, {"    - {type: TransformerBlock, name: block_0, num_heads: 2, key_dim: 16, ff_dim: 64, causal: true, "
-                  "inputs: [embeddings]}",
-                  "    - {type: MultiHeadAttention, name: attention, num_heads: 2, key_dim: 16, causal: true, "
-                  "inputs: [embeddings]}\n"
-                  "    - {type: Add, name: block_0, inputs: [embeddings, attention]}"});
+namespace {
+
+// prefill()'s scores against a full forward pass over each window, for
+// windows of 5, 1 and 10 tokens in one batch.
+void check_prefill_against_full_pass(TinyGpt& gpt) {
   InferenceModel model(gpt.config, gpt.checkpoint);
   VariableStore store;
   gpt.run.model.build(store, 0);
@@ -454,6 +451,34 @@ TEST_CASE("a prefill after a standalone attention layer reads the residual from 
     for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(scores[b * 256 + v] - full[v]));
     INFO("window " << b << " of " << windows[b].size() << " tokens: largest difference " << worst);
     CHECK(worst <= 1e-5f);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a prefill computes the layers after the last attention at each window's last row, or all rows where it must") {
+  const std::string final_norm = "    - {type: LayerNormalization, name: final_norm, inputs: [block_0]}";
+  SUBCASE("a standalone attention layer and a residual from before it") {
+    TinyGpt gpt(5, {"    - {type: TransformerBlock, name: block_0, num_heads: 2, key_dim: 16, ff_dim: 64, causal: true, "
+                    "inputs: [embeddings]}",
+                    "    - {type: MultiHeadAttention, name: attention, num_heads: 2, key_dim: 16, causal: true, "
+                    "inputs: [embeddings]}\n"
+                    "    - {type: Add, name: block_0, inputs: [embeddings, attention]}"});
+    check_prefill_against_full_pass(gpt);
+  }
+  SUBCASE("a position embedding after the attention: each row needs its own position") {
+    TinyGpt gpt(5, {final_norm,
+                    "    - {type: PositionEmbedding, name: late_positions, sequence_length: 16, inputs: [block_0]}\n"
+                    "    - {type: Add, name: mixed, inputs: [block_0, late_positions]}\n"
+                    "    - {type: LayerNormalization, name: final_norm, inputs: [mixed]}"});
+    check_prefill_against_full_pass(gpt);
+  }
+  SUBCASE("the tokens embedded again after the attention") {
+    TinyGpt gpt(5, {final_norm,
+                    "    - {type: Embedding, name: late_tokens, input_dim: 256, output_dim: 32, inputs: [tokens]}\n"
+                    "    - {type: Add, name: mixed, inputs: [block_0, late_tokens]}\n"
+                    "    - {type: LayerNormalization, name: final_norm, inputs: [mixed]}"});
+    check_prefill_against_full_pass(gpt);
   }
 }
 
@@ -547,11 +572,18 @@ TEST_CASE("cached decoding multiplies in the run's precision, as the full forwar
     // The prefill's last attention layer attends over the cache in f32, as a
     // decode step does, where the full pass rounds its softmax weights to
     // bf16: the scores differ from it by that rounding, and from f32's by all
-    // the products' casts.
+    // the products' casts. The prompt less its last token, then that token
+    // decoded, computes the same products the same way.
     KvDecoder decoder(run.model, store, *host, 1, 0, run.training.precision);
-    const auto cached = decoder.prefill({prompt});
-    const float to_full = largest_difference(cached, full), to_f32 = largest_difference(cached, exact);
-    INFO("largest difference to the bf16 full pass " << to_full << ", to f32 " << to_f32);
+    const auto prefilled = decoder.prefill({prompt});
+    const std::vector<float> cached(prefilled.begin(), prefilled.end());
+    decoder.prefill({std::vector<std::int32_t>(prompt.begin(), prompt.end() - 1)});
+    const auto stepped = decoder.decode({prompt.back()});
+    const float to_step = largest_difference(stepped, cached), to_full = largest_difference(cached, full),
+                to_f32 = largest_difference(cached, exact);
+    INFO("largest difference to the prompt's last token decoded " << to_step << ", to the bf16 full pass " << to_full
+                                                                  << ", to f32 " << to_f32);
+    CHECK(to_step <= 1e-4f);
     CHECK(to_full <= 1e-2f);
     CHECK(to_f32 > 1e-4f);
   }
