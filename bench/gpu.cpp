@@ -22,6 +22,7 @@
 //   bench_gpu                          # everything
 //   bench_gpu --models gpt --modes train --precisions bf16
 //   bench_gpu --python /opt/torch/.venv/bin/python3
+//   bench_gpu --models gpt_125m --precisions bf16 --profile   # where Tessera's steps go
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -116,6 +117,23 @@ bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int s
   return bench::summarize_steps(bench::time_steps_ms([&] { c.step(train); }, warmup, steps));
 }
 
+// `steps` more steps with every op waited for (Executor's profiling): each
+// op kind's milliseconds per step, the largest `rows` of them.
+void print_profile(bench::ZooCase& c, bool train, int steps, std::size_t rows) {
+  std::map<std::string, StepRunner::OpTime> times;
+  c.trainer->enable_profiling(&times);
+  for (int i = 0; i < steps; ++i) c.step(train);
+  c.trainer->enable_profiling(nullptr);
+  std::vector<std::pair<std::string, StepRunner::OpTime>> sorted(times.begin(), times.end());
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (const auto& [op, t] : sorted) total += t.seconds;
+  fmt::print("    profile, each op waited for: {:.2f} ms a step\n", 1e3 * total / steps);
+  for (std::size_t i = 0; i < std::min(rows, sorted.size()); ++i)
+    fmt::print("    {:<28} {:>9.3f} ms {:>6.1f}% {:>6} calls\n", sorted[i].first, 1e3 * sorted[i].second.seconds / steps,
+               100 * sorted[i].second.seconds / total, sorted[i].second.calls / steps);
+}
+
 // ---------------------------------------------------------------------------
 // The report
 // ---------------------------------------------------------------------------
@@ -130,6 +148,7 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> sizes{1024, 4096, 8192};
   std::string python = "python3";
   int steps = 20, warmup = 5;
+  bool profile = false;
   app.add_option("--models", models, "gpt, gpt_125m")->delimiter(',');
   app.add_option("--precisions", precisions, "f32, bf16")->delimiter(',');
   app.add_option("--modes", modes, "train, infer")->delimiter(',');
@@ -137,6 +156,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps per row")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--python", python, "the Python with PyTorch (CUDA) for the peer");
+  app.add_flag("--profile", profile, "after each Tessera row, its steps op by op (each op waited for)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -226,6 +246,8 @@ int main(int argc, char** argv) {
           if (!error.empty()) {
             fmt::print("  Tessera failed: {}\n", error);
             exit_status = 2;
+          } else if (c && profile) {
+            print_profile(*c, train, steps, 14);
           }
           const auto peer = peer_steps.find(fmt::format("{} {} {} sdpa", m, p, mode));
           if (c && peer != peer_steps.end() && peer->second.value("params", std::int64_t{0}) != c->params) {

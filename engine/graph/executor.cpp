@@ -101,11 +101,17 @@ void Executor::run() {
   if (profile_ == nullptr) {
     for (NodeId n : plan_.schedule) run_node(n);
   } else {
+    // Each op waited for: a device that queues its kernels (CUDA) would
+    // otherwise charge them to whichever later op waits first.
+    backend_.synchronize();
     for (NodeId n : plan_.schedule) {
       const Node& node = graph_.node(n);
       auto start = std::chrono::steady_clock::now();
       run_node(n);
+      backend_.synchronize();
       std::string key(name(node.kind));
+      if (node.kind == OpKind::matmul || node.kind == OpKind::cast)
+        key += std::string(" ") + std::string(dtype_name(graph_.value(node.outputs[0]).dtype));
       if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
       if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
       if (node.kind == OpKind::reduce) key += std::string(" ") + std::string(name(node.attrs.reduce));
