@@ -26,15 +26,24 @@ ValueId storage_root(const Graph& graph, ValueId v) {
 // PyTorch's optimizer-in-backward). Each update still follows every read of
 // the old value, so a step computes exactly what it computed before.
 // Leaves (inputs and variables, bound rather than computed) go first, so that
-// optimizer state created after the backward pass holds nothing back.
+// optimizer state created after the backward pass holds nothing back; and so
+// do views of leaves (attention's bias [H, K] seen as [H * K]), which cost
+// nothing and can then be a matmul's fused bias (fusion.hpp): the matmul
+// comes before them in the graph's order.
 std::vector<NodeId> updates_early(const Graph& graph, const std::vector<NodeId>& schedule) {
+  std::vector<bool> first(static_cast<std::size_t>(graph.node_count()), false);
+  auto leaf = [&](ValueId v) { return graph.value(v).producer >= 0 && first[graph.value(v).producer]; };
   std::vector<NodeId> order;
   order.reserve(schedule.size());
-  for (NodeId n : schedule)
-    if (op_info(graph.node(n).kind).bound) order.push_back(n);
+  for (NodeId n : schedule) {  // in the graph's order: a view comes after what it views
+    const Node& node = graph.node(n);
+    first[n] = op_info(node.kind).bound ||
+               (op_info(node.kind).view && std::all_of(node.inputs.begin(), node.inputs.end(), leaf));
+    if (first[n]) order.push_back(n);
+  }
   for (NodeId n : schedule) {
     const Node& node = graph.node(n);
-    if (op_info(node.kind).bound) continue;
+    if (first[n]) continue;
     if (!op_info(node.kind).side_effect) {
       order.push_back(n);
       continue;
@@ -75,6 +84,7 @@ std::size_t aligned_bytes(const Value& v) {
 }  // namespace
 
 std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
+  if (auto a = attentions.find(n); a != attentions.end()) return {a->second.q, a->second.k, a->second.v};
   std::vector<ValueId> in = graph.node(n).inputs;
   if (auto e = epilogues.find(n); e != epilogues.end() && e->second.bias >= 0) in.push_back(e->second.bias);
   return in;
@@ -85,7 +95,8 @@ std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
   return graph.node(n).outputs;
 }
 
-MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) {
+MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
+                       const FusedAttentionSupport& attention) {
   auto values = static_cast<std::size_t>(graph.value_count());
   MemoryPlan plan;
   plan.offset.assign(values, MemoryPlan::kExternal);
@@ -110,6 +121,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs) 
     if (needed_node[n]) needed.push_back(n);
   plan.schedule = updates_early(graph, needed);
   plan.epilogues = fuse_epilogues(graph, plan.schedule, outputs);
+  plan.attentions = fuse_attention(graph, plan.schedule, outputs, plan.epilogues, attention);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());

@@ -282,6 +282,27 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   REQUIRE(kept.epilogues.size() == 2);
   for (const auto& [n, e] : kept.epilogues)
     if (g.node(n).kind == OpKind::matmul) CHECK(e.out == pre);
+
+  // A bias that is a view of a variable, made after the matmul (attention's
+  // [H, K] bias as [H * K]), fuses too: the view runs with the leaves.
+  Graph r;
+  ValueId rx = r.input("x", {3, 4}), rk = r.variable("q/kernel", {4, 6});
+  ValueId rproduct = r.matmul(rx, rk);
+  ValueId rb = r.variable("q/bias", {2, 3});
+  ValueId ry = r.add(rproduct, r.reshape(rb, {6}));
+  MemoryPlan viewed = plan_memory(r, {ry});
+  REQUIRE(viewed.epilogues.size() == 1);
+  for (NodeId n : viewed.schedule) CHECK(r.node(n).kind != OpKind::binary);
+  Executor fused_view(r, {ry});
+  Tensor tx = random_tensor({3, 4}, 6), tk = random_tensor({4, 6}, 7), tb = random_tensor({2, 3}, 8);
+  fused_view.bind(rx, tx);
+  fused_view.bind(rk, tk);
+  fused_view.bind(rb, tb);
+  fused_view.run();
+  Tensor product = zeros({3, 6}), biased = zeros({3, 6});
+  be.matmul(tx, tk, nullptr, product, {});
+  be.binary(BinaryOp::add, product, tb.reshape({6}), biased);
+  check_close(fused_view.output(ry), biased.to_vector<float>(), 1e-6, 1e-6);
 }
 
 TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {
