@@ -251,6 +251,27 @@ void Backend::cached_attention(const Tensor& q, const Tensor& keys, const Tensor
   run_cached_attention(q, keys, values, positions, out, scale);
 }
 
+void Backend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float scale,
+                              bool causal) {
+  Check c(*this, "fused_attention");
+  c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
+  c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}}).floating("q", q);
+  const Shape& s = q.shape();
+  const Shape& ks = k.shape();
+  bool leading_equal = s.rank() >= 2 && ks.rank() == s.rank();
+  for (int i = 0; leading_equal && i < s.rank() - 2; ++i) leading_equal = s[i] == ks[i];
+  if (!leading_equal || s[s.rank() - 1] != ks[s.rank() - 1] || (causal && s[s.rank() - 2] > ks[s.rank() - 2]))
+    throw ShapeError("fused_attention: q " + q.describe() + " must be [..., Tq, K] and k " + k.describe() +
+                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
+  c.shape("v", v, ks).shape("out", out, s);
+  if (!supports_fused_attention(q.dtype(), out.dtype(), s[s.rank() - 1]))
+    throw UnsupportedError("fused_attention: the " + name() + " backend on " + device().str() + " has no kernel for " +
+                           q.describe() + " into " + out.describe());
+  run_fused_attention(q, k, v, out, scale, causal);
+}
+
+bool Backend::supports_fused_attention(DType, DType, std::int64_t) const { return false; }
+
 void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd, float epsilon) {
   Check c(*this, "layer_norm");
@@ -434,6 +455,9 @@ void Backend::unsupported(std::string_view kernel) const {
 }
 
 // Default slots: not implemented on this backend.
+void Backend::run_fused_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+  unsupported("fused_attention");
+}
 void Backend::run_copy(const Tensor&, const Tensor&) { unsupported("copy"); }
 void Backend::run_fill(const Tensor&, double) { unsupported(tessera::name(OpKind::fill)); }
 void Backend::run_matmul(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const MatmulArgs&) { unsupported(tessera::name(OpKind::matmul)); }

@@ -13,7 +13,10 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device devi
     : graph_(graph),
       outputs_(std::move(outputs)),
       backend_(backend_for(device)),
-      plan_(plan_memory(graph, outputs_)),
+      plan_(plan_memory(graph, outputs_,
+                        [&backend = backend_](DType in, DType out, std::int64_t width) {
+                          return backend.supports_fused_attention(in, out, width);
+                        })),
       tensors_(static_cast<std::size_t>(graph.value_count())) {}
 
 void Executor::bind(ValueId leaf, const Tensor& tensor) {
@@ -54,7 +57,7 @@ void Executor::prepare_fixed_variables() {
   transposed_b_.clear();
   for (NodeId n : plan_.schedule) {
     const Node& node = graph_.node(n);
-    if (node.kind != OpKind::matmul) continue;
+    if (node.kind != OpKind::matmul || plan_.attentions.contains(n)) continue;
     const ValueId a = node.inputs[0], b = node.inputs[1];
     const Value& bv = graph_.value(b);
     if (graph_.node(bv.producer).kind != OpKind::variable || written.contains(b) || bv.shape.rank() != 2 ||
@@ -109,9 +112,11 @@ void Executor::run() {
       auto start = std::chrono::steady_clock::now();
       run_node(n);
       backend_.synchronize();
-      std::string key(name(node.kind));
+      std::string key(plan_.attentions.contains(n) ? "attention (fused)" : name(node.kind));
+      // A matmul by its operands' dtype, a cast by the dtype it makes.
       if (node.kind == OpKind::matmul || node.kind == OpKind::cast)
-        key += std::string(" ") + std::string(dtype_name(graph_.value(node.outputs[0]).dtype));
+        key += std::string(" ") +
+               std::string(dtype_name(graph_.dtype(node.kind == OpKind::cast ? node.outputs[0] : node.inputs[0])));
       if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
       if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
       if (node.kind == OpKind::reduce) key += std::string(" ") + std::string(name(node.attrs.reduce));
@@ -146,6 +151,11 @@ Tensor Executor::output(ValueId value) const {
 
 void Executor::run_node(NodeId n) {
   const Node& node = graph_.node(n);
+  if (auto a = plan_.attentions.find(n); a != plan_.attentions.end()) {
+    const FusedAttention& f = a->second;
+    backend_.fused_attention(tensors_[f.q], tensors_[f.k], tensors_[f.v], tensors_[f.out], f.scale, f.causal);
+    return;
+  }
   NodeRun run{.graph = graph_,
               .node = node,
               .backend = backend_,

@@ -17,21 +17,38 @@ std::optional<Activation> activation_of(UnaryOp op) {
   }
 }
 
+// Readers of each value among the scheduled nodes, and where each node runs.
+struct ScheduleReaders {
+  ScheduleReaders(const Graph& graph, const std::vector<NodeId>& schedule, const std::vector<ValueId>& outputs)
+      : graph(graph), outputs(outputs), readers(static_cast<std::size_t>(graph.value_count())),
+        position(static_cast<std::size_t>(graph.node_count()), -1) {
+    for (std::size_t i = 0; i < schedule.size(); ++i) {
+      position[schedule[i]] = static_cast<int>(i);
+      for (ValueId in : graph.node(schedule[i]).inputs) readers[in].push_back(schedule[i]);
+    }
+  }
+  // The one node that reads `v`, when exactly one does and `v` is not an output.
+  NodeId sole_reader(ValueId v) const {
+    if (readers[v].size() != 1 || std::find(outputs.begin(), outputs.end(), v) != outputs.end()) return -1;
+    return readers[v][0];
+  }
+
+  const Graph& graph;
+  const std::vector<ValueId>& outputs;
+  std::vector<std::vector<NodeId>> readers;
+  std::vector<int> position;
+};
+
 }  // namespace
 
 std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
                                                     const std::vector<ValueId>& outputs) {
-  // Readers of each value among the scheduled nodes, and where each node runs.
-  std::vector<std::vector<NodeId>> readers(static_cast<std::size_t>(graph.value_count()));
-  std::vector<int> position(static_cast<std::size_t>(graph.node_count()), -1);
-  for (std::size_t i = 0; i < schedule.size(); ++i) {
-    position[schedule[i]] = static_cast<int>(i);
-    for (ValueId in : graph.node(schedule[i]).inputs) readers[in].push_back(schedule[i]);
-  }
-  // The one node that reads `v`, when exactly one does and `v` is not an output.
+  const ScheduleReaders schedule_readers(graph, schedule, outputs);
+  const auto& readers = schedule_readers.readers;
+  const auto& position = schedule_readers.position;
   auto sole_reader = [&](ValueId v) -> const Node* {
-    if (readers[v].size() != 1 || std::find(outputs.begin(), outputs.end(), v) != outputs.end()) return nullptr;
-    return &graph.node(readers[v][0]);
+    NodeId n = schedule_readers.sole_reader(v);
+    return n < 0 ? nullptr : &graph.node(n);
   };
   // Whether `v` exists before position `at` (its producer, a leaf's node included, runs earlier).
   auto defined_before = [&](ValueId v, int at) {
@@ -87,6 +104,63 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     if (replaced.empty()) continue;
     for (NodeId a : replaced) absorbed[a] = true;
     fused.emplace(n, std::move(e));
+  }
+  std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
+  return fused;
+}
+
+std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, std::vector<NodeId>& schedule,
+                                                          const std::vector<ValueId>& outputs,
+                                                          const std::unordered_map<NodeId, Epilogue>& epilogues,
+                                                          const FusedAttentionSupport& supported) {
+  std::unordered_map<NodeId, FusedAttention> fused;
+  if (!supported) return fused;
+  const ScheduleReaders readers(graph, schedule, outputs);
+  std::vector<bool> absorbed(static_cast<std::size_t>(graph.node_count()), false);
+  for (NodeId n : schedule) {
+    const Node& scores = graph.node(n);
+    if (scores.kind != OpKind::matmul || epilogues.contains(n)) continue;
+    const MatmulArgs& qk = scores.attrs.matmul;
+    if (qk.transpose_a || !qk.transpose_b || qk.activation != Activation::none) continue;
+    const ValueId q = scores.inputs[0], k = scores.inputs[1];
+    const Shape& qs = graph.shape(q);
+    const Shape& ks = graph.shape(k);
+    if (qs.rank() < 2 || ks.rank() != qs.rank()) continue;  // no broadcast batch axes
+    bool same_leading = true;
+    for (int i = 0; i < qs.rank() - 2; ++i) same_leading = same_leading && qs[i] == ks[i];
+    if (!same_leading) continue;
+
+    const NodeId softmax_node = readers.sole_reader(scores.outputs[0]);
+    if (softmax_node < 0) continue;
+    const Node& softmax = graph.node(softmax_node);
+    if (softmax.kind != OpKind::softmax || softmax.attrs.log || softmax.attrs.axis != qs.rank() - 1) continue;
+    if (softmax.attrs.causal && qs[qs.rank() - 2] > ks[ks.rank() - 2]) continue;
+    std::vector<NodeId> replaced{n, softmax_node};
+    ValueId weights = softmax.outputs[0];
+    NodeId next = readers.sole_reader(weights);
+    if (next >= 0 && graph.node(next).kind == OpKind::cast) {  // mixed precision: weights to bf16
+      replaced.push_back(next);
+      weights = graph.node(next).outputs[0];
+      next = readers.sole_reader(weights);
+    }
+    if (next < 0 || epilogues.contains(next)) continue;
+    const Node& attended = graph.node(next);
+    if (attended.kind != OpKind::matmul || attended.inputs[0] != weights) continue;
+    const MatmulArgs& wv = attended.attrs.matmul;
+    if (wv.transpose_a || wv.transpose_b || wv.alpha != 1.0f || wv.activation != Activation::none) continue;
+    const ValueId v = attended.inputs[1];
+    if (graph.shape(v) != ks || graph.dtype(v) != graph.dtype(q) || graph.dtype(weights) != graph.dtype(q)) continue;
+    const ValueId out = attended.outputs[0];
+    if (!supported(graph.dtype(q), graph.dtype(out), qs[qs.rank() - 1])) continue;
+    // The fused call reads q and k where the second matmul ran: no in-place
+    // write (an update, a cache write) may come between.
+    bool written_between = false;
+    for (int at = readers.position[n] + 1; at < readers.position[next]; ++at)
+      written_between = written_between || op_info(graph.node(schedule[static_cast<std::size_t>(at)]).kind).side_effect;
+    if (written_between) continue;
+    for (NodeId r : replaced) absorbed[r] = true;
+    fused.emplace(next, FusedAttention{.q = q, .k = k, .v = v, .scale = qk.alpha, .causal = softmax.attrs.causal,
+                                       .out = out});
   }
   std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
   return fused;

@@ -17,8 +17,17 @@
 // diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's
 // training step 6-10% slower (five alternating pairs, AMD EPYC Zen 5,
 // 2026-11-24) than the separate sum.
+//
+// Attention fusion: scores = matmul(q, k^T, alpha), weights = softmax(scores)
+// over the last axis (causal or not), an optional cast of the weights to v's
+// dtype, then matmul(weights, v), runs as one Backend::fused_attention call
+// where the backend has a kernel for it and nothing else reads the scores or
+// the weights: an inference pass (training's backward reads the weights). The
+// [.., Tq, Tk] scores and weights are then never in memory.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -38,5 +47,24 @@ struct Epilogue {
 // the absorbed nodes from `schedule`.
 std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
                                                     const std::vector<ValueId>& outputs);
+
+struct FusedAttention {
+  ValueId q = -1, k = -1, v = -1;  // what the two matmuls read
+  float scale = 1.0f;              // the first matmul's alpha
+  bool causal = false;
+  ValueId out = -1;                // the second matmul's output
+};
+
+// Whether a backend runs fused attention for q, k, v of dtype `in`, out of
+// `out`, heads of `width` (Backend::supports_fused_attention).
+using FusedAttentionSupport = std::function<bool(DType in, DType out, std::int64_t width)>;
+
+// Finds the chains above in `schedule` that `supported` takes, none of whose
+// matmuls has an epilogue in `epilogues`, returns them by their second
+// matmul, and removes the first matmul, the softmax and the cast from `schedule`.
+std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, std::vector<NodeId>& schedule,
+                                                          const std::vector<ValueId>& outputs,
+                                                          const std::unordered_map<NodeId, Epilogue>& epilogues,
+                                                          const FusedAttentionSupport& supported);
 
 }  // namespace tessera

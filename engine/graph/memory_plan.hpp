@@ -26,6 +26,7 @@ struct MemoryPlan {
   std::size_t arena_bytes = 0;
   std::size_t unshared_bytes = 0;     // what the values would take without sharing
   std::unordered_map<NodeId, Epilogue> epilogues;  // per fused producer: its bias and activation
+  std::unordered_map<NodeId, FusedAttention> attentions;  // per attention's second matmul: the fused call
 
   // What a scheduled node reads and writes, its epilogue's bias and output included.
   std::vector<ValueId> reads(const Graph& graph, NodeId n) const;
@@ -37,7 +38,9 @@ struct MemoryPlan {
 // after every read of the variables they update (autodiff then updates, in
 // that order, guarantees it); the schedule runs each one as early as that
 // allows, right after its gradient is final. Bias adds and activations after a
-// matmul or convolution are fused into it (fusion.hpp).
-MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs);
+// matmul or convolution are fused into it (fusion.hpp); so is attention where
+// `attention` says the backend runs it fused.
+MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
+                       const FusedAttentionSupport& attention = {});
 
 }  // namespace tessera

@@ -1,0 +1,231 @@
+// Fused attention (Backend::fused_attention, engine/graph/fusion.hpp): the
+// memory plan joins a matmul of q by k^T, a softmax (causal or not), a cast
+// and a matmul by v into one call only where the backend runs it and nothing
+// else reads the scores or the weights; the backend checks its operands. The
+// cases at the end (test suite "gpu", CUDA builds only) run the tensor-core
+// kernel against the CPU's three ops in f32 on the same bf16 inputs, and an
+// inference graph on cuda:0, fused, against the CPU's unfused run.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "backends/registry.hpp"
+#include "engine/graph/executor.hpp"
+#include "engine/graph/memory_plan.hpp"
+#include "tests/gpu_test_util.hpp"
+#include "tests/test_util.hpp"
+#include "tessera_features.hpp"
+
+using namespace tessera;
+using namespace tessera::test;
+
+namespace {
+
+Backend& cpu() { return backend_for(Device::cpu(0)); }
+
+// scores = q k^T / sqrt(K), a (causal) softmax, an optional cast of the
+// weights to v's dtype, then weights v: a MultiHeadAttention layer's graph.
+struct AttentionGraph {
+  AttentionGraph(const Shape& q_shape, std::int64_t keys, bool causal, DType matmul_dtype) {
+    Shape kv = q_shape;
+    kv[kv.rank() - 2] = keys;
+    g.set_matmul_dtype(matmul_dtype);
+    q = g.input("q", q_shape);
+    k = g.input("k", kv);
+    v = g.input("v", kv);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(q_shape[q_shape.rank() - 1]));
+    scores = g.matmul(q, k, {.transpose_b = true, .alpha = scale});
+    weights = causal ? g.causal_softmax(scores) : g.softmax(scores, -1);
+    out = g.matmul(weights, v);
+  }
+  Graph g;
+  ValueId q, k, v, scores, weights, out;
+};
+
+std::int64_t count(const Graph& g, const MemoryPlan& plan, OpKind kind) {
+  std::int64_t n = 0;
+  for (NodeId node : plan.schedule) n += g.node(node).kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only where the backend runs them") {
+  std::vector<std::tuple<DType, DType, std::int64_t>> asked;
+  auto yes = [&](DType in, DType out, std::int64_t width) {
+    asked.emplace_back(in, out, width);
+    return true;
+  };
+  SUBCASE("mixed precision: bf16 operands, f32 product") {
+    AttentionGraph a({2, 3, 5, 8}, 7, /*causal=*/true, DType::bf16);
+    MemoryPlan plan = plan_memory(a.g, {a.out}, yes);
+    REQUIRE(plan.attentions.size() == 1);
+    const auto& [node, f] = *plan.attentions.begin();
+    CHECK(a.g.node(node).outputs[0] == a.out);
+    CHECK(f.out == a.out);
+    CHECK(f.causal);
+    CHECK(f.scale == doctest::Approx(1.0 / std::sqrt(8.0)));
+    CHECK(a.g.dtype(f.q) == DType::bf16);  // the casts of q, k and v stay: the kernel reads bf16
+    CHECK(a.g.node(a.g.value(f.q).producer).kind == OpKind::cast);
+    CHECK(count(a.g, plan, OpKind::softmax) == 0);
+    CHECK(count(a.g, plan, OpKind::matmul) == 1);
+    CHECK(count(a.g, plan, OpKind::cast) == 3);
+    REQUIRE(asked.size() == 1);
+    CHECK(asked[0] == std::tuple{DType::bf16, DType::f32, std::int64_t{8}});
+    // The scores and the weights take no memory.
+    CHECK(plan.offset[static_cast<std::size_t>(a.scores)] == MemoryPlan::kExternal);
+    CHECK(plan.offset[static_cast<std::size_t>(a.weights)] == MemoryPlan::kExternal);
+    // What the fused call reads lives until it runs.
+    const int at = static_cast<int>(std::find(plan.schedule.begin(), plan.schedule.end(), node) - plan.schedule.begin());
+    for (ValueId read : {f.q, f.k, f.v}) CHECK(plan.last_use[static_cast<std::size_t>(plan.storage_of[read])] >= at);
+  }
+  SUBCASE("f32, not causal") {
+    AttentionGraph a({4, 6, 16}, 6, /*causal=*/false, DType::f32);
+    MemoryPlan plan = plan_memory(a.g, {a.out}, yes);
+    REQUIRE(plan.attentions.size() == 1);
+    CHECK_FALSE(plan.attentions.begin()->second.causal);
+    CHECK(plan.attentions.begin()->second.q == a.q);
+    CHECK(count(a.g, plan, OpKind::softmax) == 0);
+  }
+  SUBCASE("not where the backend has no kernel, or nothing is asked") {
+    AttentionGraph a({2, 3, 5, 8}, 7, true, DType::bf16);
+    CHECK(plan_memory(a.g, {a.out}, [](DType, DType, std::int64_t) { return false; }).attentions.empty());
+    CHECK(plan_memory(a.g, {a.out}).attentions.empty());
+    CHECK(count(a.g, plan_memory(a.g, {a.out}), OpKind::softmax) == 1);
+  }
+  SUBCASE("not where the weights or the scores are read again (training's backward, an output)") {
+    AttentionGraph a({2, 3, 5, 8}, 5, true, DType::f32);
+    CHECK(plan_memory(a.g, {a.out, a.weights}, yes).attentions.empty());
+    CHECK(plan_memory(a.g, {a.out, a.scores}, yes).attentions.empty());
+    ValueId again = a.g.reduce(ReduceOp::sum, a.weights, {3});
+    CHECK(plan_memory(a.g, {a.out, again}, yes).attentions.empty());
+  }
+  SUBCASE("not for other shapes of the same ops") {
+    Graph g;  // keys broadcast over the batch axis
+    ValueId q = g.input("q", {2, 5, 8}), k = g.input("k", {1, 5, 8}), v = g.input("v", {1, 5, 8});
+    ValueId out = g.matmul(g.softmax(g.matmul(q, k, {.transpose_b = true}), -1), v);
+    CHECK(plan_memory(g, {out}, yes).attentions.empty());
+    Graph h;  // a softmax over the queries' axis
+    ValueId hq = h.input("q", {5, 8}), hk = h.input("k", {5, 8}), hv = h.input("v", {5, 8});
+    ValueId hout = h.matmul(h.softmax(h.matmul(hq, hk, {.transpose_b = true}), 0), hv);
+    CHECK(plan_memory(h, {hout}, yes).attentions.empty());
+    Graph w;  // values narrower than the keys
+    ValueId wq = w.input("q", {5, 8}), wk = w.input("k", {5, 8}), wv = w.input("v", {5, 4});
+    ValueId wout = w.matmul(w.softmax(w.matmul(wq, wk, {.transpose_b = true}), -1), wv);
+    CHECK(plan_memory(w, {wout}, yes).attentions.empty());
+  }
+}
+
+TEST_CASE("fused attention: the CPU backend has no kernel for it and says so, after checking the operands") {
+  const Tensor q = zeros({2, 4, 8}), k = zeros({2, 6, 8}), out = zeros({2, 4, 8});
+  CHECK_FALSE(cpu().supports_fused_attention(DType::f32, DType::f32, 8));
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, 1.0f, true), doctest::Contains("fused_attention"),
+                       UnsupportedError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, zeros({3, 6, 8}), zeros({3, 6, 8}), out, 1.0f, false),
+                       doctest::Contains("the same leading axes"), ShapeError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(k, q, q, zeros({2, 6, 8}), 1.0f, true),
+                       doctest::Contains("Tq <= Tk"), ShapeError);
+  CHECK_THROWS_AS(cpu().fused_attention(q, k, zeros({2, 6, 4}), out, 1.0f, false), ShapeError);
+}
+
+// --- the kernel on a GPU ----------------------------------------------------------
+
+#if TESSERA_HAVE_CUDA
+
+namespace {
+
+// `shape` of uniform values in [low, high), rounded to bf16: a bf16 tensor and its f32 copy.
+std::pair<Tensor, Tensor> bf16_inputs(const Shape& shape, unsigned seed, float low, float high) {
+  Tensor rounded = Tensor::empty(shape, DType::bf16), exact = Tensor::empty(shape, DType::f32);
+  cpu().cast(random_tensor(shape, seed, low, high), rounded);
+  cpu().cast(rounded, exact);
+  return {rounded, exact};
+}
+
+struct KernelCase {
+  Shape q;
+  std::int64_t keys;
+  bool causal;
+};
+
+}  // namespace
+
+TEST_CASE("cuda fused attention matches the CPU's matmul, softmax and matmul, and repeats bit for bit" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  CHECK(gpu().supports_fused_attention(DType::bf16, DType::f32, 64));
+  CHECK(gpu().supports_fused_attention(DType::bf16, DType::bf16, 128));
+  CHECK_FALSE(gpu().supports_fused_attention(DType::f32, DType::f32, 64));
+  CHECK_FALSE(gpu().supports_fused_attention(DType::bf16, DType::f32, 80));
+  const std::vector<KernelCase> cases = {
+      {Shape{2, 3, 256, 64}, 256, true},  // whole tiles of 64
+      {Shape{1, 2, 100, 64}, 100, true},  // a part tile of queries and of keys
+      {Shape{3, 37, 32}, 70, true},       // fewer queries than keys: the last 37
+      {Shape{2, 70, 128}, 70, false},
+      {Shape{1, 1, 5, 64}, 130, false},
+      {Shape{1, 1, 1, 64}, 1, true},
+  };
+  for (const KernelCase& c : cases) {
+    CAPTURE(c.q.str());
+    CAPTURE(c.keys);
+    CAPTURE(c.causal);
+    Shape kv = c.q;
+    kv[kv.rank() - 2] = c.keys;
+    const std::int64_t width = c.q[c.q.rank() - 1];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(width));
+    const auto [q, q32] = bf16_inputs(c.q, 11, -2.0f, 2.0f);
+    const auto [k, k32] = bf16_inputs(kv, 12, -2.0f, 2.0f);
+    const auto [v, v32] = bf16_inputs(kv, 13, -1.0f, 1.0f);
+    // The CPU: the three ops in f32 on the rounded inputs.
+    Shape scores_shape = c.q;
+    scores_shape[scores_shape.rank() - 1] = c.keys;
+    Tensor scores = Tensor::empty(scores_shape, DType::f32), weights = Tensor::empty(scores_shape, DType::f32);
+    Tensor want = Tensor::empty(c.q, DType::f32);
+    cpu().matmul(q32, k32, nullptr, scores, {.transpose_b = true, .alpha = scale});
+    cpu().softmax(scores, weights, scores_shape.rank() - 1, false, c.causal);
+    cpu().matmul(weights, v32, nullptr, want, {});
+    const std::vector<float> expected = want.to_vector<float>();
+
+    const Tensor gq = to_gpu(q), gk = to_gpu(k), gv = to_gpu(v);
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+      Tensor out = Tensor::empty(c.q, DType::f32, Device::cuda(0));
+      gpu().fused_attention(gq, gk, gv, out, scale, c.causal);
+      const std::vector<float> got = to_host(out).to_vector<float>();
+      // The weights meet v rounded to bf16 (2^-9 relative), as the unfused bf16 product's do.
+      check_close(got, expected, 1e-2, 4e-3);
+      if (run == 0) first = got;
+      else CHECK(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
+    }
+    Tensor out16 = Tensor::empty(c.q, DType::bf16, Device::cuda(0)), back = Tensor::empty(c.q, DType::f32);
+    gpu().fused_attention(gq, gk, gv, out16, scale, c.causal);
+    cpu().cast(to_host(out16), back);
+    check_close(back.to_vector<float>(), expected, 2e-2, 8e-3);
+  }
+}
+
+TEST_CASE("cuda fused attention: an inference graph in bf16 runs it and gives the CPU's unfused result" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  AttentionGraph a({2, 4, 96, 64}, 96, /*causal=*/true, DType::bf16);
+  const Tensor q = random_tensor({2, 4, 96, 64}, 21, -2.0f, 2.0f), k = random_tensor({2, 4, 96, 64}, 22, -2.0f, 2.0f);
+  const Tensor v = random_tensor({2, 4, 96, 64}, 23);
+  Executor on_cpu(a.g, {a.out}), on_gpu(a.g, {a.out}, Device::cuda(0));
+  CHECK(on_cpu.plan().attentions.empty());
+  CHECK(on_gpu.plan().attentions.size() == 1);
+  on_cpu.bind(a.q, q);
+  on_cpu.bind(a.k, k);
+  on_cpu.bind(a.v, v);
+  on_gpu.bind(a.q, to_gpu(q));
+  on_gpu.bind(a.k, to_gpu(k));
+  on_gpu.bind(a.v, to_gpu(v));
+  on_cpu.run();
+  on_gpu.run();
+  // The CPU rounds the normalised weights to bf16, the kernel the unnormalised ones.
+  check_close(to_host(on_gpu.output(a.out)).to_vector<float>(), on_cpu.output(a.out).to_vector<float>(), 2e-2, 8e-3);
+}
+
+#endif
