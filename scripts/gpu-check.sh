@@ -18,6 +18,8 @@
 #   TESSERA_GPU_CHECK_BENCH_ARGS=... # options of bench_gpu for check 7 (--models gpt, --steps 5...)
 #   TESSERA_GPU_CHECK_BENCH_LIMIT=S  # seconds check 7 may take (420)
 #   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one run of checks 4 and 5, or check 6, may take (300)
+#   TESSERA_GPU_CHECK_ONLY="3 7"     # only these checks (1, the devices, always runs): a quick rerun
+#   TESSERA_GPU_CHECK_GPU_CASES=...  # check 3's cases whose names match this doctest filter ('*attention*')
 #   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
 #                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
 #                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
@@ -129,6 +131,8 @@ limited() {
 }
 
 passed=() failed=() skipped=() trained=()
+only=" ${TESSERA_GPU_CHECK_ONLY:-2 3 4 5 6 7 8} "
+wanted() { [[ $only == *" $1 "* ]]; }
 pass() { passed+=("$1"); echo "gpu-check: PASS $1"; }
 fail() { failed+=("$1"); echo "gpu-check: FAIL $1${2:+: $2}"; }
 skip() { skipped+=("$1"); echo "gpu-check: SKIP $1: $2"; }
@@ -153,6 +157,7 @@ why_no_gpu="no GPU here (tessera devices lists no cuda:0)"
 [ $cpu_only -eq 1 ] && has_gpu=0
 
 section "2. cpu suite"
+if wanted 2; then
 # Two test cases read what the kit cannot carry: the Fashion-MNIST package's
 # files, and python3 (an independent safetensors reader).
 excluded=()
@@ -166,12 +171,18 @@ else
   fail "cpu suite"
 fi
 
+else
+  skip "cpu suite" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "3. gpu suite"
+if wanted 3; then
 # Each case in its own process, under a time limit: a sticky CUDA error (an
 # illegal address poisons the context) or a hang then costs one case, not the
 # rest of the suite. A ',' in a name would split doctest's filter: '*' stands in.
 if [ $has_gpu -eq 1 ]; then
-  mapfile -t gpu_cases < <("$tests" --gpu-suite --list-test-cases --no-intro --reporters=console 2>/dev/null |
+  mapfile -t gpu_cases < <("$tests" --gpu-suite --list-test-cases --no-intro --reporters=console \
+    ${TESSERA_GPU_CHECK_GPU_CASES:+"--test-case=$TESSERA_GPU_CHECK_GPU_CASES"} 2>/dev/null |
     grep -vE '^(=+|\[doctest\].*)$' | sed '/^$/d')
   echo "  ${#gpu_cases[@]} GPU test cases"
   bad_cases=()
@@ -201,7 +212,12 @@ else
   skip "gpu suite" "$why_no_gpu"
 fi
 
+else
+  skip "gpu suite" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "4. zoo on $device against the CPU"
+if wanted 4; then
 # Each epoch's loss from a --log file of JSON lines, one per line.
 losses() { grep -oE '"loss": *[-0-9.eE+]+' "$1" | grep -oE '[-0-9.eE+]+$'; }
 # Each case: the model, its precision on the checked device (the CPU runs
@@ -247,7 +263,12 @@ for case in ${TESSERA_GPU_CHECK_ZOO:-mlp:f32:2 cnn:f32:2 gpt:f32:2 gpt:bf16:5 ml
   rm -rf "$work"
 done
 
+else
+  skip "zoo" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "5. inference on $device against the CPU"
+if wanted 5; then
 # The weights check 4 trained on the checked device, run on it and on the
 # CPU: the same weights, so only rounding may differ.
 # The last "loss" figure of an eval's output.
@@ -320,7 +341,12 @@ for model in "${trained[@]}"; do
   rm -rf "$work"
 done
 
+else
+  skip "inference" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "6. sharding on logical devices of GPU 0"
+if wanted 6; then
 if [ $has_gpu -eq 1 ]; then
   # --duration: each case's time, so a slow case and a stuck one read differently.
   if TESSERA_TEST_MESH_DEVICES=cuda limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tests" --no-intro --duration=true \
@@ -333,7 +359,12 @@ else
   skip "sharding matrix on cuda:0x8" "$why_no_gpu"
 fi
 
+else
+  skip "sharding matrix" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "7. benchmarks against PyTorch on the same GPU"
+if wanted 7; then
 # Matmul TFLOP/s against the measured peaks; GPT and gpt_125m steps, train and
 # infer, f32 and bf16, against PyTorch eager (bench/torch_gpu.py, python3).
 if [ $has_gpu -eq 0 ]; then
@@ -348,7 +379,12 @@ else
   fail "benchmarks" "bench_gpu failed or ran past its time limit"
 fi
 
+else
+  skip "benchmarks" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
 section "8. op profiles on $device"
+if wanted 8; then
 # Optional: where a training step's time goes, op by op (tessera train --profile).
 if [ -z "${TESSERA_GPU_CHECK_PROFILE:-}" ]; then
   skip "op profiles" "TESSERA_GPU_CHECK_PROFILE names no model"
@@ -365,6 +401,10 @@ else
       fail "op profile of $model in $precision"
     fi
   done
+fi
+
+else
+  skip "op profiles" "not in TESSERA_GPU_CHECK_ONLY"
 fi
 
 section "summary"

@@ -1,14 +1,17 @@
 // Fused attention (flash_attention.hpp) on tensor cores, FlashAttention's
 // forward pass (Dao et al., 2022): a block of 4 warps takes 64 queries of one
 // head; for each tile of 64 keys it loads the keys and values into shared
-// memory, each warp multiplies its 16 queries by the keys (WMMA, bf16 in, f32
-// sums), updates its rows' running max and sum (online softmax), and adds the
-// tile's exp-weights (rounded to bf16) times the values to its f32 output
-// rows, rescaled by exp(old max - new max). Causal blocks stop at their last
-// query's last key. Nothing is atomic: every run gives the same bits.
+// memory, each warp multiplies its 16 queries (kept in WMMA fragments) by the
+// keys (bf16 in, f32 sums), updates its rows' running max and sum (online
+// softmax), and adds the tile's exp-weights (rounded to bf16) times the
+// values to its f32 output rows, rescaled by exp(old max - new max). Causal
+// blocks stop at their last query's last key. Nothing is atomic: every run
+// gives the same bits.
 //
-// Two lanes share a row: lane 2r and 2r + 1 take row r's columns 0-31 and
-// 32-63 of the scores, and halves of its output columns.
+// Lane l takes columns l and l + 32 of each of its warp's rows, so a warp's
+// reads and writes of a row in shared memory fall in distinct banks, and
+// rows are padded by 16 bytes so that WMMA's loads and stores of 16 rows do
+// not pile onto the same banks either.
 #include "backends/cuda/flash_attention.hpp"
 
 #include <cuda_bf16.h>
@@ -24,33 +27,48 @@ namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
-constexpr int kWarpRows = 16;                   // queries per warp: one WMMA tile high
+constexpr int kWarpRows = 16;                     // queries per warp: one WMMA tile high
 constexpr int kTileQueries = kWarps * kWarpRows;  // 64
 constexpr int kTileKeys = 64;
 constexpr int kThreads = kWarps * 32;
 
-// Byte offsets of the block's shared memory for heads of width K.
+// Row strides (elements) and byte offsets of the block's shared memory for heads of width K.
 template <int K>
 struct Shared {
-  static constexpr int q = 0;                                          // [64][K] bf16
-  static constexpr int k = q + kTileQueries * K * 2;                   // [64][K] bf16
-  static constexpr int v = k + kTileKeys * K * 2;                      // [64][K] bf16
-  static constexpr int scores = v + kTileKeys * K * 2;                 // per warp [16][64] f32
-  static constexpr int weights = scores + kWarps * kWarpRows * kTileKeys * 4;  // per warp [16][64] bf16
-  static constexpr int out = weights + kWarps * kWarpRows * kTileKeys * 2;     // per warp [16][K] f32
-  static constexpr int bytes = out + kWarps * kWarpRows * K * 4;
+  static constexpr int head_stride = K + 8;           // q, k, v rows: bf16
+  static constexpr int score_stride = kTileKeys + 4;  // f32
+  static constexpr int weight_stride = kTileKeys + 8; // bf16
+  static constexpr int out_stride = K + 4;            // f32
+  static constexpr int q = 0;
+  static constexpr int k = q + kTileQueries * head_stride * 2;
+  static constexpr int v = k + kTileKeys * head_stride * 2;
+  static constexpr int scores = v + kTileKeys * head_stride * 2;                   // per warp: 16 rows
+  static constexpr int weights = scores + kWarps * kWarpRows * score_stride * 4;   // per warp: 16 rows
+  static constexpr int out = weights + kWarps * kWarpRows * weight_stride * 2;     // per warp: 16 rows
+  static constexpr int bytes = out + kWarps * kWarpRows * out_stride * 4;
 };
 
-// rows x K bf16 from `from` (rows past `valid` as zeros) into `to`, in 16-byte words.
+// rows x K bf16 from `from` (rows past `valid` as zeros) into `to` (rows
+// `stride` apart), in 16-byte words.
 template <int K>
-__device__ void load_rows(bf16* to, const bf16* from, int rows, std::int64_t valid) {
+__device__ void load_rows(bf16* to, int stride, const bf16* from, int rows, std::int64_t valid) {
   constexpr int words_per_row = K / 8;
   for (int i = threadIdx.x; i < rows * words_per_row; i += kThreads) {
     const int r = i / words_per_row, c = i % words_per_row;
     uint4 word = make_uint4(0, 0, 0, 0);
     if (r < valid) word = reinterpret_cast<const uint4*>(from + static_cast<std::int64_t>(r) * K)[c];
-    reinterpret_cast<uint4*>(to + r * K)[c] = word;
+    reinterpret_cast<uint4*>(to + r * stride)[c] = word;
   }
+}
+
+__device__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
 }
 
 __device__ void store(float* to, float value) { *to = value; }
@@ -65,33 +83,39 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q
   bf16* ks = reinterpret_cast<bf16*>(shared + L::k);
   bf16* vs = reinterpret_cast<bf16*>(shared + L::v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scores = reinterpret_cast<float*>(shared + L::scores) + warp * kWarpRows * kTileKeys;
-  bf16* weights = reinterpret_cast<bf16*>(shared + L::weights) + warp * kWarpRows * kTileKeys;
-  float* acc = reinterpret_cast<float*>(shared + L::out) + warp * kWarpRows * K;
+  float* scores = reinterpret_cast<float*>(shared + L::scores) + warp * kWarpRows * L::score_stride;
+  bf16* weights = reinterpret_cast<bf16*>(shared + L::weights) + warp * kWarpRows * L::weight_stride;
+  float* acc = reinterpret_cast<float*>(shared + L::out) + warp * kWarpRows * L::out_stride;
 
   // The last query tiles first: under a causal mask they have the most keys.
   const std::int64_t tiles = (s.queries + kTileQueries - 1) / kTileQueries;
   const std::int64_t head = blockIdx.x / tiles;
   const std::int64_t first_query = (tiles - 1 - blockIdx.x % tiles) * kTileQueries;
-  const bf16* qh = q + head * s.queries * K;
+  const std::int64_t warp_query = first_query + warp * kWarpRows;  // the warp's first query
   const bf16* kh = k + head * s.keys * K;
   const bf16* vh = v + head * s.keys * K;
   Out* oh = out + head * s.queries * K;
 
-  load_rows<K>(qs, qh + first_query * K, kTileQueries, s.queries - first_query);
-  for (int i = lane; i < kWarpRows * K; i += 32) acc[i] = 0.0f;
+  load_rows<K>(qs, L::head_stride, q + (head * s.queries + first_query) * K, kTileQueries, s.queries - first_query);
+  for (int r = 0; r < kWarpRows; ++r)
+    for (int c = lane; c < K; c += 32) acc[r * L::out_stride + c] = 0.0f;
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> queries[K / 16];
+  for (int i = 0; i < K / 16; ++i) wmma::load_matrix_sync(queries[i], qs + warp * kWarpRows * L::head_stride + i * 16, L::head_stride);
 
-  const int row = lane / 2, half = lane % 2;
-  const std::int64_t query = first_query + warp * kWarpRows + row;
   const std::int64_t shift = s.keys - s.queries;  // causal: query i sees keys 0 .. i + shift
   std::int64_t end = s.keys;
   if (s.causal && first_query + kTileQueries + shift < end) end = first_query + kTileQueries + shift;
-  float max = -INFINITY, sum = 0.0f;  // the row's running max of the scaled scores, and sum of exp
+  float row_max[kWarpRows], row_sum[kWarpRows];  // of the scaled scores so far, and of their exp
+  for (int r = 0; r < kWarpRows; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
 
   for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys) {
-    __syncthreads();  // every warp is done with the last tile (and the queries are in)
-    load_rows<K>(ks, kh + first_key * K, kTileKeys, s.keys - first_key);
-    load_rows<K>(vs, vh + first_key * K, kTileKeys, s.keys - first_key);
+    __syncthreads();  // every warp is done with the last tile
+    load_rows<K>(ks, L::head_stride, kh + first_key * K, kTileKeys, s.keys - first_key);
+    load_rows<K>(vs, L::head_stride, vh + first_key * K, kTileKeys, s.keys - first_key);
     __syncthreads();
 
     // This warp's scores: its 16 queries by the tile's 64 keys.
@@ -99,63 +123,55 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
       wmma::fill_fragment(c, 0.0f);
       for (int i = 0; i < K / 16; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;  // keys^T
-        wmma::load_matrix_sync(a, qs + warp * kWarpRows * K + i * 16, K);
-        wmma::load_matrix_sync(b, ks + n * 16 * K + i * 16, K);
-        wmma::mma_sync(c, a, b, c);
+        wmma::load_matrix_sync(b, ks + n * 16 * L::head_stride + i * 16, L::head_stride);
+        wmma::mma_sync(c, queries[i], b, c);
       }
-      wmma::store_matrix_sync(scores + n * 16, c, kTileKeys, wmma::mem_row_major);
+      wmma::store_matrix_sync(scores + n * 16, c, L::score_stride, wmma::mem_row_major);
     }
     __syncwarp();
 
-    // Online softmax over this lane's 32 scores of its row.
-    float x[32];
-    float tile_max = -INFINITY;
+    // Online softmax, row by row: this lane's scores are columns lane and lane + 32.
+    const std::int64_t key0 = first_key + lane, key1 = key0 + 32;
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int column = half * 32 + c;
-      const std::int64_t key = first_key + column;
-      const bool seen = key < s.keys && (!s.causal || key <= query + shift);
-      x[c] = seen ? scores[row * kTileKeys + column] * s.scale : -INFINITY;
-      tile_max = fmaxf(tile_max, x[c]);
+    for (int r = 0; r < kWarpRows; ++r) {
+      const std::int64_t last_seen = s.causal ? warp_query + r + shift : s.keys - 1;
+      const float x0 = key0 < s.keys && key0 <= last_seen ? scores[r * L::score_stride + lane] * s.scale : -INFINITY;
+      const float x1 = key1 < s.keys && key1 <= last_seen ? scores[r * L::score_stride + lane + 32] * s.scale : -INFINITY;
+      const float new_max = fmaxf(row_max[r], warp_max(fmaxf(x0, x1)));
+      // A row that has seen no key yet keeps max -inf: its weights are 0.
+      const bool none = new_max == -INFINITY;
+      const float rescale = none ? 1.0f : __expf(row_max[r] - new_max);
+      const float p0 = none ? 0.0f : __expf(x0 - new_max), p1 = none ? 0.0f : __expf(x1 - new_max);
+      weights[r * L::weight_stride + lane] = __float2bfloat16(p0);
+      weights[r * L::weight_stride + lane + 32] = __float2bfloat16(p1);
+      row_sum[r] = row_sum[r] * rescale + warp_sum(p0 + p1);
+      row_max[r] = new_max;
+      for (int c = lane; c < K; c += 32) acc[r * L::out_stride + c] *= rescale;
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float new_max = fmaxf(max, tile_max);
-    // A row that has seen no key yet keeps max -inf: its weights are 0.
-    const float rescale = new_max == -INFINITY ? 1.0f : __expf(max - new_max);
-    float tile_sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const float p = new_max == -INFINITY ? 0.0f : __expf(x[c] - new_max);
-      tile_sum += p;
-      weights[row * kTileKeys + half * 32 + c] = __float2bfloat16(p);
-    }
-    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
-    sum = sum * rescale + tile_sum;
-    max = new_max;
-    for (int c = half * (K / 2); c < (half + 1) * (K / 2); ++c) acc[row * K + c] *= rescale;
     __syncwarp();
 
     // Its output rows += weights (16 x 64) times the tile's values (64 x K).
     for (int n = 0; n < K / 16; ++n) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-      wmma::load_matrix_sync(c, acc + n * 16, K, wmma::mem_row_major);
+      wmma::load_matrix_sync(c, acc + n * 16, L::out_stride, wmma::mem_row_major);
       for (int i = 0; i < kTileKeys / 16; ++i) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, weights + i * 16, kTileKeys);
-        wmma::load_matrix_sync(b, vs + i * 16 * K + n * 16, K);
+        wmma::load_matrix_sync(a, weights + i * 16, L::weight_stride);
+        wmma::load_matrix_sync(b, vs + i * 16 * L::head_stride + n * 16, L::head_stride);
         wmma::mma_sync(c, a, b, c);
       }
-      wmma::store_matrix_sync(acc + n * 16, c, K, wmma::mem_row_major);
+      wmma::store_matrix_sync(acc + n * 16, c, L::out_stride, wmma::mem_row_major);
     }
     __syncwarp();
   }
 
-  if (query < s.queries) {
-    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (int c = half * (K / 2); c < (half + 1) * (K / 2); ++c) store(oh + query * K + c, acc[row * K + c] * inverse);
+  for (int r = 0; r < kWarpRows; ++r) {
+    const std::int64_t query = warp_query + r;
+    if (query >= s.queries) break;
+    const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
+    for (int c = lane; c < K; c += 32) store(oh + query * K + c, acc[r * L::out_stride + c] * inverse);
   }
 }
 
