@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,10 @@ class Graph {
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   DType matmul_dtype_ = DType::f32;
+  // cast(): the cast of a computed value to a dtype, made once and reused (the
+  // three projections of one x in mixed precision); not of a leaf or a view of
+  // one, whose bytes an update or a cache write may change between two casts.
+  std::map<std::pair<ValueId, DType>, ValueId> casts_;
 };
 
 }  // namespace tessera

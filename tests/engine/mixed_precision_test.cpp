@@ -89,6 +89,27 @@ TEST_CASE("mixed precision: a matmul of f32 operands multiplies in bf16 and keep
   CHECK_THROWS_WITH_AS(g.matmul(a, b, {}, DType::bf16), doctest::Contains(named.c_str()), DTypeError);
 }
 
+TEST_CASE("mixed precision: a computed value read by three products is cast once, a variable's casts stay apart") {
+  Graph g;
+  g.set_matmul_dtype(DType::bf16);
+  ValueId x = g.unary(UnaryOp::tanh, g.input("x", {4, 8}));  // attention's normed input, read by q, k and v
+  ValueId wq = g.variable("q", {8, 3}), wk = g.variable("k", {8, 3}), wv = g.variable("v", {8, 3});
+  const ValueId outs[] = {g.matmul(x, wq), g.matmul(x, wk), g.matmul(x, wv)};
+  ValueId first_operand = g.node(g.value(outs[0]).producer).inputs[0];
+  for (ValueId out : outs) CHECK(g.node(g.value(out).producer).inputs[0] == first_operand);
+  // A leaf, or a view of one, may change between two casts (an update, a KV cache write).
+  ValueId cache = g.variable("cache", {2, 4});
+  CHECK(g.cast(cache, DType::bf16) != g.cast(cache, DType::bf16));
+  ValueId seen = g.reshape(cache, {8});
+  CHECK(g.cast(seen, DType::bf16) != g.cast(seen, DType::bf16));
+
+  // Gradients through the shared cast: x's is the sum of the three products'.
+  const ValueId loss = g.reduce(ReduceOp::sum, g.add(g.add(outs[0], outs[1]), outs[2]), {0, 1});
+  const auto grads = append_gradients(g, loss, {x, wq});
+  CHECK(g.dtype(grads.at(x)) == DType::f32);
+  CHECK(g.shape(grads.at(x)) == Shape{4, 8});
+}
+
 TEST_CASE("mixed precision: a bf16 value read by a mixed product and a bf16 one gets one bf16 gradient") {
   Graph g;
   ValueId x = g.input("x", {4, 8}, DType::bf16), w = g.variable("w", {8, 3}, DType::bf16);

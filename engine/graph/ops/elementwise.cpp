@@ -33,9 +33,17 @@ ValueId Graph::scale(ValueId x, double factor) { return mul(x, fill(Shape{}, fac
 
 ValueId Graph::cast(ValueId x, DType to) {
   if (dtype(x) == to) return x;
+  ValueId root = x;  // a view's bytes are its input's
+  while (value(root).producer >= 0 && op_info(node(value(root).producer).kind).view)
+    root = node(value(root).producer).inputs[0];
+  const bool computed = value(root).producer >= 0 && !op_info(node(value(root).producer).kind).bound;
+  if (computed)
+    if (auto made = casts_.find({x, to}); made != casts_.end()) return made->second;
   OpAttrs attrs;
   attrs.dtype = to;
-  return single(OpKind::cast, {x}, attrs, shape(x), to);
+  const ValueId cast = single(OpKind::cast, {x}, attrs, shape(x), to);
+  if (computed) casts_[{x, to}] = cast;
+  return cast;
 }
 
 ValueId Graph::dropout(ValueId x, float rate, std::uint64_t seed) {
