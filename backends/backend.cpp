@@ -251,26 +251,43 @@ void Backend::cached_attention(const Tensor& q, const Tensor& keys, const Tensor
   run_cached_attention(q, keys, values, positions, out, scale);
 }
 
-void Backend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float scale,
-                              bool causal) {
+void Backend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const FusedAttentionArgs& args) {
   Check c(*this, "fused_attention");
   c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
-  c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}}).floating("q", q);
-  const Shape& s = q.shape();
-  const Shape& ks = k.shape();
-  bool leading_equal = s.rank() >= 2 && ks.rank() == s.rank();
-  for (int i = 0; leading_equal && i < s.rank() - 2; ++i) leading_equal = s[i] == ks[i];
-  if (!leading_equal || s[s.rank() - 1] != ks[s.rank() - 1] || (causal && s[s.rank() - 2] > ks[s.rank() - 2]))
+  c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}}).floating("q", q).floating("out", out);
+  if (q.dtype() != args.multiply && q.dtype() != DType::f32)
+    throw DTypeError("fused_attention: q, k and v are " + q.describe() + ", to be multiplied in " +
+                     std::string(dtype_name(args.multiply)) + " (f32 values can be rounded, nothing else)");
+  // Each operand's shape as [..., T, K] (the heads first).
+  auto heads_first = [](const char* label, const Tensor& t, bool tokens_first) {
+    Shape s = t.shape();
+    if (!tokens_first) return s;
+    if (s.rank() != 4)
+      throw ShapeError(std::string("fused_attention: ") + label + " " + t.describe() +
+                       " is said to be [B, T, H, K] but is not of rank 4");
+    return Shape{s[0], s[2], s[1], s[3]};
+  };
+  const Shape qs = heads_first("q", q, args.q_tokens_first), ks = heads_first("k", k, args.k_tokens_first);
+  const Shape vs = heads_first("v", v, args.v_tokens_first), os = heads_first("out", out, args.out_tokens_first);
+  const int rank = qs.rank();
+  bool leading_equal = rank >= 2 && ks.rank() == rank;
+  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
     throw ShapeError("fused_attention: q " + q.describe() + " must be [..., Tq, K] and k " + k.describe() +
-                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
-  c.shape("v", v, ks).shape("out", out, s);
-  if (!supports_fused_attention(q.dtype(), out.dtype(), s[s.rank() - 1]))
+                     " [..., Tk, K] with the same leading axes" + (args.causal ? " and Tq <= Tk (causal)" : "") +
+                     " (as the heads-first shapes " + qs.str() + " and " + ks.str() + ")");
+  if (vs != ks || os != qs)
+    throw ShapeError("fused_attention: v " + v.describe() + " must have k's shape " + ks.str() + " and out " +
+                     out.describe() + " q's " + qs.str() + " (as heads-first shapes)");
+  if (!supports_fused_attention(q.dtype(), args.multiply, out.dtype(), qs[rank - 1]))
     throw UnsupportedError("fused_attention: the " + name() + " backend on " + device().str() + " has no kernel for " +
-                           q.describe() + " into " + out.describe());
-  run_fused_attention(q, k, v, out, scale, causal);
+                           q.describe() + " multiplied in " + std::string(dtype_name(args.multiply)) + " into " +
+                           out.describe());
+  run_fused_attention(q, k, v, out, args);
 }
 
-bool Backend::supports_fused_attention(DType, DType, std::int64_t) const { return false; }
+bool Backend::supports_fused_attention(DType, DType, DType, std::int64_t) const { return false; }
 
 void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd, float epsilon) {
@@ -455,7 +472,8 @@ void Backend::unsupported(std::string_view kernel) const {
 }
 
 // Default slots: not implemented on this backend.
-void Backend::run_fused_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+void Backend::run_fused_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const FusedAttentionArgs&) {
   unsupported("fused_attention");
 }
 void Backend::run_copy(const Tensor&, const Tensor&) { unsupported("copy"); }

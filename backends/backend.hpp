@@ -109,15 +109,17 @@ class Backend {
                         const Tensor& out, float scale);
 
   // Attention in one pass, the scores never in memory (flash attention):
-  // out = softmax(scale * q k^T) v over the last axis, q [..., Tq, K], k and v
-  // [..., Tk, K] with the same leading axes, out [..., Tq, K]. causal: query
+  // out = softmax(args.scale * q k^T) v over the last axis, q [..., Tq, K], k
+  // and v [..., Tk, K] with the same leading axes, out [..., Tq, K], or any of
+  // them [B, T, H, K] where args says so (FusedAttentionArgs). causal: query
   // i sees keys 0 .. i + Tk - Tq only (Tq <= Tk), as causal softmax does.
   // Only where supports_fused_attention() says so (the memory plan asks
   // before it fuses a matmul, softmax and matmul into it: fusion.hpp).
-  void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float scale,
-                       bool causal);
-  // For q, k, v of dtype `in`, out of dtype `out` and heads of `width`; none by default.
-  virtual bool supports_fused_attention(DType in, DType out, std::int64_t width) const;
+  void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const FusedAttentionArgs& args);
+  // For q, k, v stored in `stored` and multiplied in `multiply`, out in
+  // `out`, heads of `width`; none by default.
+  virtual bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const;
 
   // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
   // mean and rstd ([rows]) are saved for the backward pass.
@@ -208,7 +210,7 @@ class Backend {
   virtual void run_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values,
                                     const Tensor& positions, const Tensor& out, float scale);
   virtual void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                   float scale, bool causal);
+                                   const FusedAttentionArgs& args);
   virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& y, const Tensor& mean, const Tensor& rstd,
                               float epsilon);

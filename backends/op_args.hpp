@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/op_kinds.hpp"
+#include "engine/core/dtype.hpp"
 #include "engine/core/shape.hpp"
 
 namespace tessera {
@@ -24,6 +25,18 @@ struct MatmulArgs {
   float alpha = 1.0f;
 };
 Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args);
+
+// Attention in one pass (Backend::fused_attention): out = softmax(scale * q
+// k^T) v over each head's keys. An operand is [..., T, K] ([B, H, T, K]: the
+// heads first), or, where its flag says so, [B, T, H, K] as the projections
+// write it and the output projection reads it (the tokens first), so that
+// the head transposes around attention need no pass of their own.
+struct FusedAttentionArgs {
+  float scale = 1.0f;
+  bool causal = false;           // query i sees keys 0 .. i + Tk - Tq
+  DType multiply = DType::bf16;  // the products' operands: f32 q, k, v are rounded to it as read
+  bool q_tokens_first = false, k_tokens_first = false, v_tokens_first = false, out_tokens_first = false;
+};
 
 // Convolution over channels-last input x[N, H, W, C] with a Keras kernel
 // w[KH, KW, C, F], giving y[N, OH, OW, F]. Padding is explicit per side;

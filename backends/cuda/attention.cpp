@@ -20,22 +20,58 @@ void CudaBackend::run_cached_attention(const Tensor& q, const Tensor& keys, cons
                         out.data<float>(), rows, stream_);
 }
 
-bool CudaBackend::supports_fused_attention(DType in, DType out, std::int64_t width) const {
-  return in == DType::bf16 && (out == DType::f32 || out == DType::bf16) && flash_attention_width_supported(width);
+bool CudaBackend::supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const {
+  return multiply == DType::bf16 && (stored == DType::bf16 || stored == DType::f32) &&
+         (out == DType::f32 || out == DType::bf16) && flash_attention_width_supported(width);
 }
 
-void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                      float scale, bool causal) {
-  const Shape& s = q.shape();
+namespace {
+
+// A fused attention operand's strides, from its shape: [..., T, K] (the
+// leading axes' product as heads of one batch; [B, H, T, K] as B batches of
+// H heads), or [B, T, H, K] when `tokens_first`.
+FlashOperand flash_operand(const Tensor& t, bool tokens_first) {
+  const Shape& s = t.shape();
   const int rank = s.rank();
-  const FlashAttentionShape shape{.heads = s.numel() / (s[rank - 2] * s[rank - 1]),
-                                  .queries = s[rank - 2],
-                                  .keys = k.shape()[rank - 2],
-                                  .width = s[rank - 1],
-                                  .scale = scale,
-                                  .causal = causal};
+  FlashOperand o{.data = t.raw_data(), .f32 = t.dtype() == DType::f32};
+  if (tokens_first) {  // [B, T, H, K]
+    o.batch = s[1] * s[2] * s[3];
+    o.head = s[3];
+    o.row = s[2] * s[3];
+  } else {
+    o.head = s[rank - 2] * s[rank - 1];
+    o.batch = rank == 4 ? s[1] * o.head : 0;
+    o.row = s[rank - 1];
+  }
+  return o;
+}
+
+}  // namespace
+
+void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                      const FusedAttentionArgs& args) {
+  // The heads-first shapes (Backend::fused_attention checked them).
+  const Shape& qs = q.shape();
+  const int rank = qs.rank();
+  const auto axis = [&](const Tensor& t, bool tokens_first, int heads_first_axis) {
+    if (!tokens_first) return t.shape()[heads_first_axis];
+    static constexpr int kTokensFirst[] = {0, 2, 1, 3};  // [B, T, H, K] axis of each [B, H, T, K] axis
+    return t.shape()[kTokensFirst[heads_first_axis]];
+  };
+  FlashAttentionShape shape{.queries = axis(q, args.q_tokens_first, rank - 2),
+                            .keys = axis(k, args.k_tokens_first, rank - 2),
+                            .width = qs[rank - 1],
+                            .scale = args.scale,
+                            .causal = args.causal};
+  if (rank == 4) {
+    shape.batches = qs[0];
+    shape.heads = axis(q, args.q_tokens_first, 1);
+  } else {
+    shape.heads = qs.numel() / (qs[rank - 2] * qs[rank - 1]);
+  }
   CudaDeviceGuard guard(gpu_);
-  cuda_flash_attention(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), out.dtype() == DType::bf16, shape,
+  cuda_flash_attention(flash_operand(q, args.q_tokens_first), flash_operand(k, args.k_tokens_first),
+                       flash_operand(v, args.v_tokens_first), flash_operand(out, args.out_tokens_first), shape,
                        stream_);
 }
 

@@ -46,8 +46,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   Allocator& allocator() override { return allocator_; }
   bool supports(OpKind kind, DType dtype) const override;
-  // bf16 q, k, v into f32 or bf16, heads 32, 64 or 128 wide (flash_attention.cu).
-  bool supports_fused_attention(DType in, DType out, std::int64_t width) const override;
+  // bf16 products of bf16 (or f32, rounded) q, k, v into f32 or bf16, heads 32, 64 or 128 wide
+  // (flash_attention.cu).
+  bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
   void synchronize() override;  // cudaStreamSynchronize on this backend's stream
 
   int gpu() const { return gpu_; }  // the CUDA ordinal this device runs on
@@ -96,8 +97,8 @@ class CudaBackend final : public Backend {
   // attention.cpp
   void run_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
                             const Tensor& out, float scale) override;
-  void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float scale,
-                           bool causal) override;
+  void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const FusedAttentionArgs& args) override;
   // layer_norm.cpp
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd, float epsilon) override;

@@ -8,6 +8,10 @@
 // blocks stop at their last query's last key. Nothing is atomic: every run
 // gives the same bits.
 //
+// Operands are read and written through strides (FlashOperand), so [B, T,
+// H, K] as projected serves as well as [B, H, T, K]; f32 q, k and v are
+// rounded to bf16 as they are loaded, as the casts they replace would.
+//
 // Lane l takes columns l and l + 32 of each of its warp's rows, so a warp's
 // reads and writes of a row in shared memory fall in distinct banks, and
 // rows are padded by 16 bytes so that WMMA's loads and stores of 16 rows do
@@ -17,6 +21,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.hpp"
 
@@ -48,15 +54,28 @@ struct Shared {
   static constexpr int bytes = out + kWarps * kWarpRows * out_stride * 4;
 };
 
-// rows x K bf16 from `from` (rows past `valid` as zeros) into `to` (rows
-// `stride` apart), in 16-byte words.
-template <int K>
-__device__ void load_rows(bf16* to, int stride, const bf16* from, int rows, std::int64_t valid) {
+// rows x K of a tile from `from` (rows `row_stride` apart; rows past `valid`
+// as zeros) into `to` (bf16 rows `stride` apart), in 16-byte words: bf16 as
+// it is, f32 rounded to bf16 as a cast would.
+template <int K, typename In>
+__device__ void load_rows(bf16* to, int stride, const In* from, std::int64_t row_stride, int rows,
+                          std::int64_t valid) {
   constexpr int words_per_row = K / 8;
   for (int i = threadIdx.x; i < rows * words_per_row; i += kThreads) {
     const int r = i / words_per_row, c = i % words_per_row;
     uint4 word = make_uint4(0, 0, 0, 0);
-    if (r < valid) word = reinterpret_cast<const uint4*>(from + static_cast<std::int64_t>(r) * K)[c];
+    if (r < valid) {
+      if constexpr (std::is_same_v<In, bf16>) {
+        word = reinterpret_cast<const uint4*>(from + r * row_stride)[c];
+      } else {
+        const float4 low = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c];
+        const float4 high = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c + 1];
+        const __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
+                                          __floats2bfloat162_rn(high.x, high.y),
+                                          __floats2bfloat162_rn(high.z, high.w)};
+        word = *reinterpret_cast<const uint4*>(packed);
+      }
+    }
     reinterpret_cast<uint4*>(to + r * stride)[c] = word;
   }
 }
@@ -74,9 +93,9 @@ __device__ float warp_sum(float v) {
 __device__ void store(float* to, float value) { *to = value; }
 __device__ void store(bf16* to, float value) { *to = __float2bfloat16(value); }
 
-template <int K, typename Out>
-__global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q, const bf16* k, const bf16* v,
-                                                                   Out* out, FlashAttentionShape s) {
+template <int K, typename In, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    flash_attention_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, FlashAttentionShape s) {
   extern __shared__ __align__(128) unsigned char shared[];
   using L = Shared<K>;
   bf16* qs = reinterpret_cast<bf16*>(shared + L::q);
@@ -89,14 +108,15 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q
 
   // The last query tiles first: under a causal mask they have the most keys.
   const std::int64_t tiles = (s.queries + kTileQueries - 1) / kTileQueries;
-  const std::int64_t head = blockIdx.x / tiles;
+  const std::int64_t head = blockIdx.x / tiles, b = head / s.heads, h = head % s.heads;
   const std::int64_t first_query = (tiles - 1 - blockIdx.x % tiles) * kTileQueries;
   const std::int64_t warp_query = first_query + warp * kWarpRows;  // the warp's first query
-  const bf16* kh = k + head * s.keys * K;
-  const bf16* vh = v + head * s.keys * K;
-  Out* oh = out + head * s.queries * K;
+  const In* qh = static_cast<const In*>(q.data) + b * q.batch + h * q.head;
+  const In* kh = static_cast<const In*>(k.data) + b * k.batch + h * k.head;
+  const In* vh = static_cast<const In*>(v.data) + b * v.batch + h * v.head;
+  Out* oh = static_cast<Out*>(out.data) + b * out.batch + h * out.head;
 
-  load_rows<K>(qs, L::head_stride, q + (head * s.queries + first_query) * K, kTileQueries, s.queries - first_query);
+  load_rows<K>(qs, L::head_stride, qh + first_query * q.row, q.row, kTileQueries, s.queries - first_query);
   for (int r = 0; r < kWarpRows; ++r)
     for (int c = lane; c < K; c += 32) acc[r * L::out_stride + c] = 0.0f;
   __syncthreads();
@@ -114,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q
 
   for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys) {
     __syncthreads();  // every warp is done with the last tile
-    load_rows<K>(ks, L::head_stride, kh + first_key * K, kTileKeys, s.keys - first_key);
-    load_rows<K>(vs, L::head_stride, vh + first_key * K, kTileKeys, s.keys - first_key);
+    load_rows<K>(ks, L::head_stride, kh + first_key * k.row, k.row, kTileKeys, s.keys - first_key);
+    load_rows<K>(vs, L::head_stride, vh + first_key * v.row, v.row, kTileKeys, s.keys - first_key);
     __syncthreads();
 
     // This warp's scores: its 16 queries by the tile's 64 keys.
@@ -171,46 +191,54 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const bf16* q
     const std::int64_t query = warp_query + r;
     if (query >= s.queries) break;
     const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
-    for (int c = lane; c < K; c += 32) store(oh + query * K + c, acc[r * L::out_stride + c] * inverse);
+    for (int c = lane; c < K; c += 32) store(oh + query * out.row + c, acc[r * L::out_stride + c] * inverse);
   }
 }
 
-template <int K, typename Out>
-void launch(const void* q, const void* k, const void* v, void* out, const FlashAttentionShape& s,
-            cudaStream_t stream) {
-  auto kernel = flash_attention_kernel<K, Out>;
+template <int K, typename In, typename Out>
+void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
+            const FlashAttentionShape& s, cudaStream_t stream) {
+  auto kernel = flash_attention_kernel<K, In, Out>;
   cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shared<K>::bytes),
              "cudaFuncSetAttribute(flash_attention_kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-  const std::int64_t blocks = s.heads * ((s.queries + kTileQueries - 1) / kTileQueries);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Shared<K>::bytes, stream>>>(
-      static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), static_cast<Out*>(out),
-      s);
+  const std::int64_t blocks = s.batches * s.heads * ((s.queries + kTileQueries - 1) / kTileQueries);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, Shared<K>::bytes, stream>>>(q, k, v, out, s);
   cuda_check(cudaGetLastError(), "flash_attention_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__,
              __LINE__);
 }
 
-template <typename Out>
-void launch_for_width(const void* q, const void* k, const void* v, void* out, const FlashAttentionShape& s,
-                      cudaStream_t stream) {
+template <typename In, typename Out>
+void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
+                      const FlashAttentionShape& s, cudaStream_t stream) {
   switch (s.width) {
-    case 32: return launch<32, Out>(q, k, v, out, s, stream);
-    case 64: return launch<64, Out>(q, k, v, out, s, stream);
-    case 128: return launch<128, Out>(q, k, v, out, s, stream);
+    case 32: return launch<32, In, Out>(q, k, v, out, s, stream);
+    case 64: return launch<64, In, Out>(q, k, v, out, s, stream);
+    case 128: return launch<128, In, Out>(q, k, v, out, s, stream);
     default: return;  // flash_attention_width_supported() said no: the backend does not call
   }
+}
+
+template <typename In>
+void launch_for_out(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
+                    const FlashAttentionShape& s, cudaStream_t stream) {
+  if (out.f32)
+    launch_for_width<In, float>(q, k, v, out, s, stream);
+  else
+    launch_for_width<In, bf16>(q, k, v, out, s, stream);
 }
 
 }  // namespace
 
 bool flash_attention_width_supported(std::int64_t width) { return width == 32 || width == 64 || width == 128; }
 
-void cuda_flash_attention(const void* q, const void* k, const void* v, void* out, bool out_bf16,
+void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
                           const FlashAttentionShape& shape, cudaStream_t stream) {
-  if (shape.heads == 0 || shape.queries == 0) return;
-  if (out_bf16)
-    launch_for_width<bf16>(q, k, v, out, shape, stream);
+  if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
+  // q, k and v share a dtype (Backend::fused_attention checks it).
+  if (q.f32)
+    launch_for_out<float>(q, k, v, out, shape, stream);
   else
-    launch_for_width<float>(q, k, v, out, shape, stream);
+    launch_for_out<bf16>(q, k, v, out, shape, stream);
 }
 
 }  // namespace tessera

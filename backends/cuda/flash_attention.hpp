@@ -1,6 +1,7 @@
 // Host-side launcher of the fused attention kernel (flash_attention.cu):
-// out = softmax(scale * q k^T) v, bf16 q, k and v, f32 or bf16 out, the
-// scores never in memory. Enqueues on `stream` and checks the launch; does
+// out = softmax(scale * q k^T) v with bf16 products and f32 sums, the scores
+// never in memory. q, k, v are bf16, or f32 rounded to bf16 as they are
+// read; out is f32 or bf16. Enqueues on `stream` and checks the launch; does
 // not synchronize.
 #pragma once
 
@@ -10,21 +11,27 @@
 
 namespace tessera {
 
+// Where row t of head h of batch b starts, in elements: b * batch + h * head + t * row.
+struct FlashOperand {
+  void* data = nullptr;
+  bool f32 = false;  // f32 elements (q, k, v: rounded to bf16 as read); else bf16
+  std::int64_t batch = 0, head = 0, row = 0;
+};
+
 struct FlashAttentionShape {
-  std::int64_t heads = 0;    // the leading axes' product: independent attentions
-  std::int64_t queries = 0;  // Tq
-  std::int64_t keys = 0;     // Tk
-  std::int64_t width = 0;    // K, a head's width: one of flash_attention_widths
+  std::int64_t batches = 1, heads = 1;  // B x H independent attentions
+  std::int64_t queries = 0, keys = 0;   // Tq, Tk
+  std::int64_t width = 0;               // K, a head's width: see flash_attention_width_supported
   float scale = 1.0f;
-  bool causal = false;       // query i sees keys 0 .. i + Tk - Tq
+  bool causal = false;                  // query i sees keys 0 .. i + Tk - Tq
 };
 
 // The head widths the kernel is compiled for.
 bool flash_attention_width_supported(std::int64_t width);
 
-// q, k, v: bf16 [heads, T, width] (q: Tq rows, k and v: Tk), contiguous,
-// 16-byte aligned; out: f32 or bf16 (out_bf16) [heads, Tq, width].
-void cuda_flash_attention(const void* q, const void* k, const void* v, void* out, bool out_bf16,
+// Every 16-byte word of q, k, v and out must be aligned: their rows start at
+// multiples of 8 elements.
+void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
                           const FlashAttentionShape& shape, cudaStream_t stream);
 
 }  // namespace tessera

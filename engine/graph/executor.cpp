@@ -14,8 +14,8 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device devi
       outputs_(std::move(outputs)),
       backend_(backend_for(device)),
       plan_(plan_memory(graph, outputs_,
-                        [&backend = backend_](DType in, DType out, std::int64_t width) {
-                          return backend.supports_fused_attention(in, out, width);
+                        [&backend = backend_](DType stored, DType multiply, DType out, std::int64_t width) {
+                          return backend.supports_fused_attention(stored, multiply, out, width);
                         })),
       tensors_(static_cast<std::size_t>(graph.value_count())) {}
 
@@ -153,7 +153,7 @@ void Executor::run_node(NodeId n) {
   const Node& node = graph_.node(n);
   if (auto a = plan_.attentions.find(n); a != plan_.attentions.end()) {
     const FusedAttention& f = a->second;
-    backend_.fused_attention(tensors_[f.q], tensors_[f.k], tensors_[f.v], tensors_[f.out], f.scale, f.causal);
+    backend_.fused_attention(tensors_[f.q], tensors_[f.k], tensors_[f.v], tensors_[f.out], f.args);
     return;
   }
   NodeRun run{.graph = graph_,

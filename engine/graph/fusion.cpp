@@ -116,6 +116,31 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
   std::unordered_map<NodeId, FusedAttention> fused;
   if (!supported) return fused;
   const ScheduleReaders readers(graph, schedule, outputs);
+  const std::vector<int> heads_swap{0, 2, 1, 3};
+  auto producer = [&](ValueId v) -> const Node* {
+    NodeId p = graph.value(v).producer;
+    return p < 0 ? nullptr : &graph.node(p);
+  };
+  // operand = cast(transpose(x, [0, 2, 1, 3])) from f32 to bf16, read by
+  // `reader` alone through both: x [B, T, H, K], and the two nodes.
+  struct Projected {
+    ValueId x;
+    NodeId transpose, cast;
+  };
+  auto projected = [&](ValueId operand, NodeId reader) -> std::optional<Projected> {
+    const NodeId cast = graph.value(operand).producer;
+    const Node* c = producer(operand);
+    if (c == nullptr || c->kind != OpKind::cast || graph.dtype(operand) != DType::bf16 ||
+        graph.dtype(c->inputs[0]) != DType::f32 || readers.sole_reader(operand) != reader)
+      return std::nullopt;
+    const ValueId swapped = c->inputs[0];
+    const Node* t = producer(swapped);
+    if (t == nullptr || t->kind != OpKind::transpose || t->attrs.axes != heads_swap ||
+        readers.sole_reader(swapped) != cast)
+      return std::nullopt;
+    return Projected{t->inputs[0], graph.value(swapped).producer, cast};
+  };
+
   std::vector<bool> absorbed(static_cast<std::size_t>(graph.node_count()), false);
   for (NodeId n : schedule) {
     const Node& scores = graph.node(n);
@@ -150,17 +175,37 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
     if (wv.transpose_a || wv.transpose_b || wv.alpha != 1.0f || wv.activation != Activation::none) continue;
     const ValueId v = attended.inputs[1];
     if (graph.shape(v) != ks || graph.dtype(v) != graph.dtype(q) || graph.dtype(weights) != graph.dtype(q)) continue;
-    const ValueId out = attended.outputs[0];
-    if (!supported(graph.dtype(q), graph.dtype(out), qs[qs.rank() - 1])) continue;
-    // The fused call reads q and k where the second matmul ran: no in-place
-    // write (an update, a cache write) may come between.
+
+    FusedAttention f{.q = q, .k = k, .v = v, .out = attended.outputs[0],
+                     .args = {.scale = qk.alpha, .causal = softmax.attrs.causal, .multiply = graph.dtype(q)}};
+    // The head transposes and casts around it, where the call can do them as it reads and writes.
+    const auto pq = projected(q, n), pk = projected(k, n), pv = projected(v, next);
+    DType stored = graph.dtype(q);
+    if (pq && pk && pv && supported(DType::f32, f.args.multiply, graph.dtype(f.out), qs[qs.rank() - 1])) {
+      stored = DType::f32;
+      f.q = pq->x;
+      f.k = pk->x;
+      f.v = pv->x;
+      f.args.q_tokens_first = f.args.k_tokens_first = f.args.v_tokens_first = true;
+      for (const Projected* p : {&*pq, &*pk, &*pv}) replaced.insert(replaced.end(), {p->transpose, p->cast});
+    }
+    if (const NodeId back = readers.sole_reader(f.out); back >= 0 && graph.node(back).kind == OpKind::transpose &&
+                                                        graph.node(back).attrs.axes == heads_swap) {
+      f.out = graph.node(back).outputs[0];
+      f.args.out_tokens_first = true;
+      replaced.push_back(back);
+    }
+    if (!supported(stored, f.args.multiply, graph.dtype(f.out), qs[qs.rank() - 1])) continue;
+    // The fused call reads its operands where the second matmul ran: no in-place
+    // write (an update, a cache write) may come between their first reader and it.
+    int first = readers.position[next];
+    for (NodeId r : replaced) first = std::min(first, readers.position[r]);
     bool written_between = false;
-    for (int at = readers.position[n] + 1; at < readers.position[next]; ++at)
+    for (int at = first + 1; at < readers.position[next]; ++at)
       written_between = written_between || op_info(graph.node(schedule[static_cast<std::size_t>(at)]).kind).side_effect;
     if (written_between) continue;
     for (NodeId r : replaced) absorbed[r] = true;
-    fused.emplace(next, FusedAttention{.q = q, .k = k, .v = v, .scale = qk.alpha, .causal = softmax.attrs.causal,
-                                       .out = out});
+    fused.emplace(next, f);
   }
   std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
   return fused;

@@ -23,7 +23,11 @@
 // dtype, then matmul(weights, v), runs as one Backend::fused_attention call
 // where the backend has a kernel for it and nothing else reads the scores or
 // the weights: an inference pass (training's backward reads the weights). The
-// [.., Tq, Tk] scores and weights are then never in memory.
+// [.., Tq, Tk] scores and weights are then never in memory. Where q, k and v
+// are each a head transpose of an f32 [B, T, H, K] value cast to bf16, and
+// nothing else reads the transposes and casts, the call reads those values
+// instead (rounding them as the casts would); where the product's only reader
+// transposes it back to [B, T, H, K], the call writes that.
 #pragma once
 
 #include <cstdint>
@@ -49,19 +53,20 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
                                                     const std::vector<ValueId>& outputs);
 
 struct FusedAttention {
-  ValueId q = -1, k = -1, v = -1;  // what the two matmuls read
-  float scale = 1.0f;              // the first matmul's alpha
-  bool causal = false;
-  ValueId out = -1;                // the second matmul's output
+  ValueId q = -1, k = -1, v = -1;  // what the call reads: the matmuls' operands, or the values before
+                                   // their transposes and casts (args.*_tokens_first)
+  ValueId out = -1;                // what it writes: the second matmul's output, or its transpose's
+  FusedAttentionArgs args;         // scale: the first matmul's alpha
 };
 
-// Whether a backend runs fused attention for q, k, v of dtype `in`, out of
-// `out`, heads of `width` (Backend::supports_fused_attention).
-using FusedAttentionSupport = std::function<bool(DType in, DType out, std::int64_t width)>;
+// Whether a backend runs fused attention for q, k, v stored in `stored` and
+// multiplied in `multiply`, out in `out`, heads of `width`
+// (Backend::supports_fused_attention).
+using FusedAttentionSupport = std::function<bool(DType stored, DType multiply, DType out, std::int64_t width)>;
 
 // Finds the chains above in `schedule` that `supported` takes, none of whose
 // matmuls has an epilogue in `epilogues`, returns them by their second
-// matmul, and removes the first matmul, the softmax and the cast from `schedule`.
+// matmul, and removes the nodes the call does instead from `schedule`.
 std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, std::vector<NodeId>& schedule,
                                                           const std::vector<ValueId>& outputs,
                                                           const std::unordered_map<NodeId, Epilogue>& epilogues,

@@ -92,6 +92,7 @@ std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
 
 std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
   if (auto e = epilogues.find(n); e != epilogues.end()) return {e->second.out};
+  if (auto a = attentions.find(n); a != attentions.end()) return {a->second.out};
   return graph.node(n).outputs;
 }
 

@@ -1,10 +1,12 @@
 // Fused attention (Backend::fused_attention, engine/graph/fusion.hpp): the
 // memory plan joins a matmul of q by k^T, a softmax (causal or not), a cast
 // and a matmul by v into one call only where the backend runs it and nothing
-// else reads the scores or the weights; the backend checks its operands. The
-// cases at the end (test suite "gpu", CUDA builds only) run the tensor-core
-// kernel against the CPU's three ops in f32 on the same bf16 inputs, and an
-// inference graph on cuda:0, fused, against the CPU's unfused run.
+// else reads the scores or the weights, and the head transposes and casts
+// around it where nothing else reads them; the backend checks its operands.
+// The cases at the end (test suite "gpu", CUDA builds only) run the
+// tensor-core kernel against the CPU's three ops in f32 on the same bf16
+// inputs, in both layouts, and inference graphs on cuda:0, fused, against the
+// CPU's unfused run.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,8 +17,11 @@
 #include <vector>
 
 #include "backends/registry.hpp"
+#include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/graph/memory_plan.hpp"
+#include "layers/model.hpp"
+#include "tests/classifier.hpp"
 #include "tests/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 #include "tessera_features.hpp"
@@ -47,6 +52,23 @@ struct AttentionGraph {
   ValueId q, k, v, scores, weights, out;
 };
 
+// As a MultiHeadAttention layer builds it: q, k, v [B, T, H, K] as projected,
+// each transposed to [B, H, T, K], attention, and the product transposed back.
+struct ProjectedAttentionGraph {
+  ProjectedAttentionGraph(const Shape& projected, DType matmul_dtype) {
+    g.set_matmul_dtype(matmul_dtype);
+    q = g.input("q", projected);
+    k = g.input("k", projected);
+    v = g.input("v", projected);
+    const std::vector<int> swap{0, 2, 1, 3};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(projected[3]));
+    ValueId scores = g.matmul(g.transpose(q, swap), g.transpose(k, swap), {.transpose_b = true, .alpha = scale});
+    out = g.transpose(g.matmul(g.causal_softmax(scores), g.transpose(v, swap)), swap);
+  }
+  Graph g;
+  ValueId q, k, v, out;
+};
+
 std::int64_t count(const Graph& g, const MemoryPlan& plan, OpKind kind) {
   std::int64_t n = 0;
   for (NodeId node : plan.schedule) n += g.node(node).kind == kind;
@@ -56,9 +78,9 @@ std::int64_t count(const Graph& g, const MemoryPlan& plan, OpKind kind) {
 }  // namespace
 
 TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only where the backend runs them") {
-  std::vector<std::tuple<DType, DType, std::int64_t>> asked;
-  auto yes = [&](DType in, DType out, std::int64_t width) {
-    asked.emplace_back(in, out, width);
+  std::vector<std::tuple<DType, DType, DType, std::int64_t>> asked;
+  auto yes = [&](DType stored, DType multiply, DType out, std::int64_t width) {
+    asked.emplace_back(stored, multiply, out, width);
     return true;
   };
   SUBCASE("mixed precision: bf16 operands, f32 product") {
@@ -68,15 +90,18 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     const auto& [node, f] = *plan.attentions.begin();
     CHECK(a.g.node(node).outputs[0] == a.out);
     CHECK(f.out == a.out);
-    CHECK(f.causal);
-    CHECK(f.scale == doctest::Approx(1.0 / std::sqrt(8.0)));
+    CHECK(f.args.causal);
+    CHECK(f.args.scale == doctest::Approx(1.0 / std::sqrt(8.0)));
+    CHECK(f.args.multiply == DType::bf16);
+    CHECK_FALSE(f.args.q_tokens_first);  // q, k, v are inputs here, not transposes: read as they are
+    CHECK_FALSE(f.args.out_tokens_first);
     CHECK(a.g.dtype(f.q) == DType::bf16);  // the casts of q, k and v stay: the kernel reads bf16
     CHECK(a.g.node(a.g.value(f.q).producer).kind == OpKind::cast);
     CHECK(count(a.g, plan, OpKind::softmax) == 0);
     CHECK(count(a.g, plan, OpKind::matmul) == 1);
     CHECK(count(a.g, plan, OpKind::cast) == 3);
     REQUIRE(asked.size() == 1);
-    CHECK(asked[0] == std::tuple{DType::bf16, DType::f32, std::int64_t{8}});
+    CHECK(asked[0] == std::tuple{DType::bf16, DType::bf16, DType::f32, std::int64_t{8}});
     // The scores and the weights take no memory.
     CHECK(plan.offset[static_cast<std::size_t>(a.scores)] == MemoryPlan::kExternal);
     CHECK(plan.offset[static_cast<std::size_t>(a.weights)] == MemoryPlan::kExternal);
@@ -88,13 +113,14 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     AttentionGraph a({4, 6, 16}, 6, /*causal=*/false, DType::f32);
     MemoryPlan plan = plan_memory(a.g, {a.out}, yes);
     REQUIRE(plan.attentions.size() == 1);
-    CHECK_FALSE(plan.attentions.begin()->second.causal);
+    CHECK_FALSE(plan.attentions.begin()->second.args.causal);
+    CHECK(plan.attentions.begin()->second.args.multiply == DType::f32);
     CHECK(plan.attentions.begin()->second.q == a.q);
     CHECK(count(a.g, plan, OpKind::softmax) == 0);
   }
   SUBCASE("not where the backend has no kernel, or nothing is asked") {
     AttentionGraph a({2, 3, 5, 8}, 7, true, DType::bf16);
-    CHECK(plan_memory(a.g, {a.out}, [](DType, DType, std::int64_t) { return false; }).attentions.empty());
+    CHECK(plan_memory(a.g, {a.out}, [](DType, DType, DType, std::int64_t) { return false; }).attentions.empty());
     CHECK(plan_memory(a.g, {a.out}).attentions.empty());
     CHECK(count(a.g, plan_memory(a.g, {a.out}), OpKind::softmax) == 1);
   }
@@ -104,6 +130,39 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     CHECK(plan_memory(a.g, {a.out, a.scores}, yes).attentions.empty());
     ValueId again = a.g.reduce(ReduceOp::sum, a.weights, {3});
     CHECK(plan_memory(a.g, {a.out, again}, yes).attentions.empty());
+  }
+  SUBCASE("the head transposes and casts around it, as a MultiHeadAttention layer makes them") {
+    ProjectedAttentionGraph a({2, 7, 3, 8}, DType::bf16);
+    MemoryPlan plan = plan_memory(a.g, {a.out}, yes);
+    REQUIRE(plan.attentions.size() == 1);
+    const FusedAttention& f = plan.attentions.begin()->second;
+    CHECK(f.q == a.q);
+    CHECK(f.k == a.k);
+    CHECK(f.v == a.v);
+    CHECK(f.out == a.out);
+    CHECK(f.args.q_tokens_first);
+    CHECK(f.args.k_tokens_first);
+    CHECK(f.args.v_tokens_first);
+    CHECK(f.args.out_tokens_first);
+    CHECK(f.args.multiply == DType::bf16);
+    CHECK(plan.schedule.size() == 4);  // the three inputs and the fused call
+    CHECK(std::find(asked.begin(), asked.end(), std::tuple{DType::f32, DType::bf16, DType::f32, std::int64_t{8}}) !=
+          asked.end());
+    // A backend that takes only bf16 operands keeps the casts (and their transposes).
+    MemoryPlan bf16_only = plan_memory(a.g, {a.out}, [](DType stored, DType, DType, std::int64_t) {
+      return stored == DType::bf16;
+    });
+    REQUIRE(bf16_only.attentions.size() == 1);
+    CHECK_FALSE(bf16_only.attentions.begin()->second.args.q_tokens_first);
+    CHECK(bf16_only.attentions.begin()->second.args.out_tokens_first);
+    CHECK(count(a.g, bf16_only, OpKind::cast) == 3);
+    CHECK(count(a.g, bf16_only, OpKind::transpose) == 3);
+    // In f32 there are no casts: the transposes stay, the product's is still written by the call.
+    ProjectedAttentionGraph f32({2, 7, 3, 8}, DType::f32);
+    MemoryPlan in_f32 = plan_memory(f32.g, {f32.out}, yes);
+    REQUIRE(in_f32.attentions.size() == 1);
+    CHECK_FALSE(in_f32.attentions.begin()->second.args.q_tokens_first);
+    CHECK(count(f32.g, in_f32, OpKind::transpose) == 3);
   }
   SUBCASE("not for other shapes of the same ops") {
     Graph g;  // keys broadcast over the batch axis
@@ -121,16 +180,57 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
   }
 }
 
+TEST_CASE("fused attention: the zoo GPT's bf16 inference fuses each block's attention with its head transposes") {
+  const Model model = test::zoo_model("gpt.yaml");
+  VariableStore store;
+  Graph g;
+  g.set_matmul_dtype(DType::bf16);
+  const auto traced = model.trace(g, 2, /*training=*/false, store, 0);
+  const MemoryPlan plan = plan_memory(g, {traced.output}, [](DType, DType, DType, std::int64_t) { return true; });
+  REQUIRE(plan.attentions.size() == 4);  // models/gpt.yaml: 4 blocks
+  for (const auto& [node, f] : plan.attentions) {
+    CHECK(f.args.causal);
+    CHECK(f.args.q_tokens_first);
+    CHECK(f.args.k_tokens_first);
+    CHECK(f.args.v_tokens_first);
+    CHECK(f.args.out_tokens_first);
+  }
+  CHECK(count(g, plan, OpKind::softmax) == 0);
+  CHECK(count(g, plan, OpKind::transpose) == 0);
+  // Training keeps the unfused ops: its backward reads the weights.
+  Graph t;
+  t.set_matmul_dtype(DType::bf16);
+  const auto trained = model.trace(t, 2, /*training=*/true, store, 0);
+  const ValueId loss = t.reduce(ReduceOp::sum, trained.output, {0, 1, 2});
+  std::vector<ValueId> wrt;
+  for (const auto& [path, leaf] : trained.variables) wrt.push_back(leaf);
+  std::vector<ValueId> outputs{loss};
+  for (const auto& [variable, grad] : append_gradients(t, loss, wrt)) outputs.push_back(grad);
+  CHECK(plan_memory(t, outputs, [](DType, DType, DType, std::int64_t) { return true; }).attentions.empty());
+}
+
 TEST_CASE("fused attention: the CPU backend has no kernel for it and says so, after checking the operands") {
   const Tensor q = zeros({2, 4, 8}), k = zeros({2, 6, 8}), out = zeros({2, 4, 8});
-  CHECK_FALSE(cpu().supports_fused_attention(DType::f32, DType::f32, 8));
-  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, 1.0f, true), doctest::Contains("fused_attention"),
+  const FusedAttentionArgs causal{.causal = true, .multiply = DType::f32}, open{.multiply = DType::f32};
+  CHECK_FALSE(cpu().supports_fused_attention(DType::f32, DType::f32, DType::f32, 8));
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, causal), doctest::Contains("fused_attention"),
                        UnsupportedError);
-  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, zeros({3, 6, 8}), zeros({3, 6, 8}), out, 1.0f, false),
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, zeros({3, 6, 8}), zeros({3, 6, 8}), out, open),
                        doctest::Contains("the same leading axes"), ShapeError);
-  CHECK_THROWS_WITH_AS(cpu().fused_attention(k, q, q, zeros({2, 6, 8}), 1.0f, true),
-                       doctest::Contains("Tq <= Tk"), ShapeError);
-  CHECK_THROWS_AS(cpu().fused_attention(q, k, zeros({2, 6, 4}), out, 1.0f, false), ShapeError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(k, q, q, zeros({2, 6, 8}), causal), doctest::Contains("Tq <= Tk"),
+                       ShapeError);
+  CHECK_THROWS_AS(cpu().fused_attention(q, k, zeros({2, 6, 4}), out, open), ShapeError);
+  // [B, T, H, K] operands: checked as [B, H, T, K].
+  const Tensor heads_first = zeros({2, 3, 5, 8}), tokens_first = zeros({2, 5, 3, 8});
+  const FusedAttentionArgs mixed{.multiply = DType::f32, .q_tokens_first = true};
+  CHECK_THROWS_AS(cpu().fused_attention(tokens_first, heads_first, heads_first, heads_first, mixed), UnsupportedError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(heads_first, heads_first, heads_first, heads_first, mixed),
+                       doctest::Contains("heads-first"), ShapeError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, FusedAttentionArgs{.multiply = DType::f32, .k_tokens_first = true}),
+                       doctest::Contains("not of rank 4"), ShapeError);
+  // bf16 values are not multiplied in f32, nor f32 ones in i32.
+  const Tensor q16 = zeros({2, 4, 8}, DType::bf16), k16 = zeros({2, 6, 8}, DType::bf16);
+  CHECK_THROWS_AS(cpu().fused_attention(q16, k16, k16, out, open), DTypeError);
 }
 
 // --- the kernel on a GPU ----------------------------------------------------------
@@ -157,10 +257,10 @@ struct KernelCase {
 
 TEST_CASE("cuda fused attention matches the CPU's matmul, softmax and matmul, and repeats bit for bit" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  CHECK(gpu().supports_fused_attention(DType::bf16, DType::f32, 64));
-  CHECK(gpu().supports_fused_attention(DType::bf16, DType::bf16, 128));
-  CHECK_FALSE(gpu().supports_fused_attention(DType::f32, DType::f32, 64));
-  CHECK_FALSE(gpu().supports_fused_attention(DType::bf16, DType::f32, 80));
+  CHECK(gpu().supports_fused_attention(DType::bf16, DType::bf16, DType::f32, 64));
+  CHECK(gpu().supports_fused_attention(DType::bf16, DType::bf16, DType::bf16, 128));
+  CHECK_FALSE(gpu().supports_fused_attention(DType::f32, DType::f32, DType::f32, 64));  // f32 products
+  CHECK_FALSE(gpu().supports_fused_attention(DType::bf16, DType::bf16, DType::f32, 80));
   const std::vector<KernelCase> cases = {
       {Shape{2, 3, 256, 64}, 256, true},  // whole tiles of 64
       {Shape{1, 2, 100, 64}, 100, true},  // a part tile of queries and of keys
@@ -194,7 +294,7 @@ TEST_CASE("cuda fused attention matches the CPU's matmul, softmax and matmul, an
     std::vector<float> first;
     for (int run = 0; run < 2; ++run) {
       Tensor out = Tensor::empty(c.q, DType::f32, Device::cuda(0));
-      gpu().fused_attention(gq, gk, gv, out, scale, c.causal);
+      gpu().fused_attention(gq, gk, gv, out, {.scale = scale, .causal = c.causal});
       const std::vector<float> got = to_host(out).to_vector<float>();
       // The weights meet v rounded to bf16 (2^-9 relative), as the unfused bf16 product's do.
       check_close(got, expected, 1e-2, 4e-3);
@@ -202,9 +302,45 @@ TEST_CASE("cuda fused attention matches the CPU's matmul, softmax and matmul, an
       else CHECK(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
     }
     Tensor out16 = Tensor::empty(c.q, DType::bf16, Device::cuda(0)), back = Tensor::empty(c.q, DType::f32);
-    gpu().fused_attention(gq, gk, gv, out16, scale, c.causal);
+    gpu().fused_attention(gq, gk, gv, out16, {.scale = scale, .causal = c.causal});
     cpu().cast(to_host(out16), back);
     check_close(back.to_vector<float>(), expected, 2e-2, 8e-3);
+  }
+}
+
+TEST_CASE("cuda fused attention reads f32 [B, T, H, K] operands, rounding them, and writes its output so" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  CHECK(gpu().supports_fused_attention(DType::f32, DType::bf16, DType::f32, 64));
+  const std::vector<int> swap{0, 2, 1, 3};
+  for (const auto& [tokens, keys, causal] : {std::tuple{100, 100, true}, std::tuple{40, 70, true}, std::tuple{33, 50, false}}) {
+    CAPTURE(tokens);
+    CAPTURE(keys);
+    const Shape q_shape{2, tokens, 3, 64}, kv_shape{2, keys, 3, 64};
+    const Tensor q = random_tensor(q_shape, 31, -2.0f, 2.0f), k = random_tensor(kv_shape, 32, -2.0f, 2.0f);
+    const Tensor v = random_tensor(kv_shape, 33);
+    // The CPU: each transposed to [B, H, T, K] and rounded to bf16, the three ops, the product transposed back.
+    auto heads_first_rounded = [&](const Tensor& x) {
+      const Shape& s = x.shape();
+      Tensor swapped = Tensor::empty({s[0], s[2], s[1], s[3]}, DType::f32), rounded = Tensor::empty(swapped.shape(), DType::bf16);
+      cpu().transpose(x, swapped, swap);
+      cpu().cast(swapped, rounded);
+      cpu().cast(rounded, swapped);
+      return swapped;
+    };
+    const Tensor q32 = heads_first_rounded(q), k32 = heads_first_rounded(k), v32 = heads_first_rounded(v);
+    const float scale = 0.125f;
+    Tensor scores = Tensor::empty({2, 3, tokens, keys}, DType::f32), weights = Tensor::empty(scores.shape(), DType::f32);
+    Tensor product = Tensor::empty({2, 3, tokens, 64}, DType::f32), want = Tensor::empty(q_shape, DType::f32);
+    cpu().matmul(q32, k32, nullptr, scores, {.transpose_b = true, .alpha = scale});
+    cpu().softmax(scores, weights, 3, false, causal);
+    cpu().matmul(weights, v32, nullptr, product, {});
+    cpu().transpose(product, want, swap);
+
+    Tensor out = Tensor::empty(q_shape, DType::f32, Device::cuda(0));
+    gpu().fused_attention(to_gpu(q), to_gpu(k), to_gpu(v), out,
+                          {.scale = scale, .causal = causal, .q_tokens_first = true, .k_tokens_first = true,
+                           .v_tokens_first = true, .out_tokens_first = true});
+    check_close(to_host(out).to_vector<float>(), want.to_vector<float>(), 1e-2, 4e-3);
   }
 }
 
@@ -226,6 +362,23 @@ TEST_CASE("cuda fused attention: an inference graph in bf16 runs it and gives th
   on_gpu.run();
   // The CPU rounds the normalised weights to bf16, the kernel the unnormalised ones.
   check_close(to_host(on_gpu.output(a.out)).to_vector<float>(), on_cpu.output(a.out).to_vector<float>(), 2e-2, 8e-3);
+
+  // As a MultiHeadAttention layer makes it: the transposes and casts are the call's too.
+  ProjectedAttentionGraph p({2, 96, 4, 64}, DType::bf16);
+  Executor projected_cpu(p.g, {p.out}), projected_gpu(p.g, {p.out}, Device::cuda(0));
+  REQUIRE(projected_gpu.plan().attentions.size() == 1);
+  CHECK(projected_gpu.plan().attentions.begin()->second.args.q_tokens_first);
+  CHECK(projected_gpu.plan().schedule.size() == 4);
+  const Tensor pq = random_tensor({2, 96, 4, 64}, 24, -2.0f, 2.0f), pk = random_tensor({2, 96, 4, 64}, 25, -2.0f, 2.0f);
+  const Tensor pv = random_tensor({2, 96, 4, 64}, 26);
+  for (auto [leaf, value] : {std::pair{p.q, pq}, std::pair{p.k, pk}, std::pair{p.v, pv}}) {
+    projected_cpu.bind(leaf, value);
+    projected_gpu.bind(leaf, to_gpu(value));
+  }
+  projected_cpu.run();
+  projected_gpu.run();
+  check_close(to_host(projected_gpu.output(p.out)).to_vector<float>(), projected_cpu.output(p.out).to_vector<float>(),
+              2e-2, 8e-3);
 }
 
 #endif
