@@ -284,6 +284,7 @@ void Backend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     throw UnsupportedError("fused_attention: the " + name() + " backend on " + device().str() + " has no kernel for " +
                            q.describe() + " multiplied in " + std::string(dtype_name(args.multiply)) + " into " +
                            out.describe());
+  if (out.numel() == 0) return;
   run_fused_attention(q, k, v, out, args);
 }
 

@@ -132,6 +132,10 @@ limited() {
 
 passed=() failed=() skipped=() trained=()
 only=" ${TESSERA_GPU_CHECK_ONLY:-2 3 4 5 6 7 8} "
+for check in $only; do
+  [[ $check =~ ^[2-8]$ ]] ||
+    { echo "gpu-check: TESSERA_GPU_CHECK_ONLY takes check numbers 2 to 8 apart by spaces, not '$check'"; exit 2; }
+done
 wanted() { [[ $only == *" $1 "* ]]; }
 pass() { passed+=("$1"); echo "gpu-check: PASS $1"; }
 fail() { failed+=("$1"); echo "gpu-check: FAIL $1${2:+: $2}"; }
@@ -289,7 +293,7 @@ with open(path, "wb") as f:
 PY
 }
 if [ ${#trained[@]} -eq 0 ]; then
-  skip "inference" "check 4 trained no f32 model on one device"
+  skip "inference" "check 4 trained no f32 model on one device (or did not run)"
 fi
 for model in "${trained[@]}"; do
   name="inference of zoo $model on $device"

@@ -1,6 +1,8 @@
 // Attention on the CUDA backend: over a KV cache (attention.cu), f32 only:
 // bf16 raises UnsupportedError, and supports() says so beforehand; and fused
 // (flash_attention.cu), bf16 q, k and v on tensor cores.
+#include <cstdint>
+
 #include "backends/cuda/attention_kernels.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
@@ -22,7 +24,7 @@ void CudaBackend::run_cached_attention(const Tensor& q, const Tensor& keys, cons
 
 bool CudaBackend::supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const {
   return multiply == DType::bf16 && (stored == DType::bf16 || stored == DType::f32) &&
-         (out == DType::f32 || out == DType::bf16) && flash_attention_width_supported(width);
+         (out == DType::f32 || out == DType::bf16) && flash_attention_supported(width, gpu_);
 }
 
 namespace {
@@ -50,7 +52,13 @@ FlashOperand flash_operand(const Tensor& t, bool tokens_first) {
 
 void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const FusedAttentionArgs& args) {
-  // The heads-first shapes (Backend::fused_attention checked them).
+  // The heads-first shapes (Backend::fused_attention checked them, and the width).
+  // The kernel moves 16-byte words: a tensor viewed at another offset is refused
+  // here, before it could make a misaligned access that poisons the context.
+  for (const Tensor* t : {&q, &k, &v, &out})
+    if (reinterpret_cast<std::uintptr_t>(t->raw_data()) % 16 != 0)
+      throw UnsupportedError("fused_attention: " + t->describe() + " does not start on a 16-byte boundary on " +
+                             device().str());
   const Shape& qs = q.shape();
   const int rank = qs.rank();
   const auto axis = [&](const Tensor& t, bool tokens_first, int heads_first_axis) {
@@ -67,7 +75,7 @@ void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Te
     shape.batches = qs[0];
     shape.heads = axis(q, args.q_tokens_first, 1);
   } else {
-    shape.heads = qs.numel() / (qs[rank - 2] * qs[rank - 1]);
+    for (int i = 0; i < rank - 2; ++i) shape.heads *= qs[i];
   }
   CudaDeviceGuard guard(gpu_);
   cuda_flash_attention(flash_operand(q, args.q_tokens_first), flash_operand(k, args.k_tokens_first),

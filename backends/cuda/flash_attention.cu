@@ -214,7 +214,7 @@ void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashO
     case 32: return launch<32, In, Out>(q, k, v, out, s, stream);
     case 64: return launch<64, In, Out>(q, k, v, out, s, stream);
     case 128: return launch<128, In, Out>(q, k, v, out, s, stream);
-    default: return;  // flash_attention_width_supported() said no: the backend does not call
+    default: return;  // unreachable: run_fused_attention refuses other widths
   }
 }
 
@@ -229,7 +229,19 @@ void launch_for_out(const FlashOperand& q, const FlashOperand& k, const FlashOpe
 
 }  // namespace
 
-bool flash_attention_width_supported(std::int64_t width) { return width == 32 || width == 64 || width == 128; }
+bool flash_attention_supported(std::int64_t width, int gpu) {
+  int bytes = 0;
+  switch (width) {
+    case 32: bytes = Shared<32>::bytes; break;
+    case 64: bytes = Shared<64>::bytes; break;
+    case 128: bytes = Shared<128>::bytes; break;
+    default: return false;
+  }
+  int limit = 0;
+  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
+  return bytes <= limit;
+}
 
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
                           const FlashAttentionShape& shape, cudaStream_t stream) {

@@ -26,8 +26,10 @@ struct FlashAttentionShape {
   bool causal = false;                  // query i sees keys 0 .. i + Tk - Tq
 };
 
-// The head widths the kernel is compiled for.
-bool flash_attention_width_supported(std::int64_t width);
+// Whether the kernel is compiled for heads of `width` (32, 64, 128) and its
+// shared memory for them fits a block of GPU `gpu` (128-wide heads take 110
+// KiB: more than an RTX 30xx or 40xx block may have).
+bool flash_attention_supported(std::int64_t width, int gpu);
 
 // Every 16-byte word of q, k, v and out must be aligned: their rows start at
 // multiples of 8 elements.

@@ -20,7 +20,7 @@ std::optional<Activation> activation_of(UnaryOp op) {
 // Readers of each value among the scheduled nodes, and where each node runs.
 struct ScheduleReaders {
   ScheduleReaders(const Graph& graph, const std::vector<NodeId>& schedule, const std::vector<ValueId>& outputs)
-      : graph(graph), outputs(outputs), readers(static_cast<std::size_t>(graph.value_count())),
+      : graph(graph), schedule(schedule), outputs(outputs), readers(static_cast<std::size_t>(graph.value_count())),
         position(static_cast<std::size_t>(graph.node_count()), -1) {
     for (std::size_t i = 0; i < schedule.size(); ++i) {
       position[schedule[i]] = static_cast<int>(i);
@@ -33,7 +33,17 @@ struct ScheduleReaders {
     return readers[v][0];
   }
 
+  // Whether an update or cache write runs strictly between positions `from`
+  // and `to`: a fused call that reads at `from` what was read at `to` would
+  // then see other bytes.
+  bool side_effect_between(int from, int to) const {
+    for (int at = from + 1; at < to; ++at)
+      if (op_info(graph.node(schedule[static_cast<std::size_t>(at)]).kind).side_effect) return true;
+    return false;
+  }
+
   const Graph& graph;
+  const std::vector<NodeId>& schedule;
   const std::vector<ValueId>& outputs;
   std::vector<std::vector<NodeId>> readers;
   std::vector<int> position;
@@ -87,7 +97,8 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
       const Shape& bs = graph.shape(bias);
       if (bias != e.out && bs.rank() == 1 && shape.rank() >= 1 && bs[0] == shape[shape.rank() - 1] &&
           graph.dtype(bias) == dtype && graph.shape(add->outputs[0]) == shape &&
-          graph.dtype(add->outputs[0]) == dtype && defined_before(bias, position[n])) {
+          graph.dtype(add->outputs[0]) == dtype && defined_before(bias, position[n]) &&
+          !schedule_readers.side_effect_between(position[n], position[readers[node.outputs[0]][0]])) {
         e.bias = bias;
         e.out = add->outputs[0];
         replaced.push_back(readers[node.outputs[0]][0]);
@@ -196,14 +207,17 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
       replaced.push_back(back);
     }
     if (!supported(stored, f.args.multiply, graph.dtype(f.out), qs[qs.rank() - 1])) continue;
+    // Not through what an earlier fused call took over: a value it no longer
+    // writes (its product, where it writes the product's transpose instead).
+    auto taken = [&](ValueId v) { return graph.value(v).producer >= 0 && absorbed[graph.value(v).producer]; };
+    if (std::any_of(replaced.begin(), replaced.end(), [&](NodeId r) { return absorbed[r]; }) || taken(f.q) ||
+        taken(f.k) || taken(f.v))
+      continue;
     // The fused call reads its operands where the second matmul ran: no in-place
     // write (an update, a cache write) may come between their first reader and it.
     int first = readers.position[next];
     for (NodeId r : replaced) first = std::min(first, readers.position[r]);
-    bool written_between = false;
-    for (int at = first + 1; at < readers.position[next]; ++at)
-      written_between = written_between || op_info(graph.node(schedule[static_cast<std::size_t>(at)]).kind).side_effect;
-    if (written_between) continue;
+    if (readers.side_effect_between(first, readers.position[next])) continue;
     for (NodeId r : replaced) absorbed[r] = true;
     fused.emplace(next, f);
   }

@@ -164,6 +164,34 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     CHECK_FALSE(in_f32.attentions.begin()->second.args.q_tokens_first);
     CHECK(count(f32.g, in_f32, OpKind::transpose) == 3);
   }
+  SUBCASE("not where a cache write comes between the products: the keys would be read after it") {
+    Graph g;
+    ValueId q = g.input("q", {1, 2, 3, 8}), cache = g.variable("keys", {1, 2, 5, 8}), v = g.input("v", {1, 2, 5, 8});
+    ValueId rows = g.input("rows", {1, 2, 1, 8}), positions = g.input("positions", {1, 1}, DType::i32);
+    ValueId scores = g.matmul(q, cache, {.transpose_b = true});
+    g.cache_write(cache, rows, positions);
+    ValueId out = g.matmul(g.softmax(scores, -1), v);
+    CHECK(plan_memory(g, {out}, yes).attentions.empty());
+    Graph h;  // the same without the write fuses
+    ValueId hq = h.input("q", {1, 2, 3, 8}), hk = h.variable("keys", {1, 2, 5, 8}), hv = h.input("v", {1, 2, 5, 8});
+    ValueId hout = h.matmul(h.softmax(h.matmul(hq, hk, {.transpose_b = true}), -1), hv);
+    CHECK(plan_memory(h, {hout}, yes).attentions.size() == 1);
+  }
+  SUBCASE("the transposes stay where something else reads one of them; the output's is still the call's") {
+    ProjectedAttentionGraph a({2, 7, 3, 8}, DType::bf16);
+    // The transposed q, read by the cast and kept as an output too.
+    ValueId swapped_q = -1;
+    for (NodeId n = 0; n < a.g.node_count(); ++n)
+      if (a.g.node(n).kind == OpKind::transpose && a.g.node(n).inputs[0] == a.q) swapped_q = a.g.node(n).outputs[0];
+    REQUIRE(swapped_q >= 0);
+    MemoryPlan plan = plan_memory(a.g, {a.out, swapped_q}, yes);
+    REQUIRE(plan.attentions.size() == 1);
+    const FusedAttention& f = plan.attentions.begin()->second;
+    CHECK_FALSE(f.args.q_tokens_first);  // all three or none: q's transpose is read elsewhere
+    CHECK_FALSE(f.args.k_tokens_first);
+    CHECK(f.args.out_tokens_first);
+    CHECK(count(a.g, plan, OpKind::transpose) == 3);
+  }
   SUBCASE("not for other shapes of the same ops") {
     Graph g;  // keys broadcast over the batch axis
     ValueId q = g.input("q", {2, 5, 8}), k = g.input("k", {1, 5, 8}), v = g.input("v", {1, 5, 8});
@@ -312,7 +340,13 @@ TEST_CASE("cuda fused attention reads f32 [B, T, H, K] operands, rounding them, 
           doctest::test_suite("gpu") * skip_without_gpu()) {
   CHECK(gpu().supports_fused_attention(DType::f32, DType::bf16, DType::f32, 64));
   const std::vector<int> swap{0, 2, 1, 3};
-  for (const auto& [tokens, keys, causal] : {std::tuple{100, 100, true}, std::tuple{40, 70, true}, std::tuple{33, 50, false}}) {
+  struct Case {
+    std::int64_t tokens, keys;
+    bool causal;
+  };
+  for (const Case& c : {Case{100, 100, true}, Case{40, 70, true}, Case{33, 50, false}}) {
+    const std::int64_t tokens = c.tokens, keys = c.keys;
+    const bool causal = c.causal;
     CAPTURE(tokens);
     CAPTURE(keys);
     const Shape q_shape{2, tokens, 3, 64}, kv_shape{2, keys, 3, 64};

@@ -10,6 +10,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
+#include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
 #include "engine/run/trainer.hpp"
 #include "tests/classifier.hpp"
@@ -103,11 +104,34 @@ TEST_CASE("mixed precision: a computed value read by three products is cast once
   ValueId seen = g.reshape(cache, {8});
   CHECK(g.cast(seen, DType::bf16) != g.cast(seen, DType::bf16));
 
-  // Gradients through the shared cast: x's is the sum of the three products'.
-  const ValueId loss = g.reduce(ReduceOp::sum, g.add(g.add(outs[0], outs[1]), outs[2]), {0, 1});
-  const auto grads = append_gradients(g, loss, {x, wq});
-  CHECK(g.dtype(grads.at(x)) == DType::f32);
-  CHECK(g.shape(grads.at(x)) == Shape{4, 8});
+  // Gradients through the shared cast: x's is the sum of the three products',
+  // as where each product reads a tanh of its own (three casts).
+  auto x_gradient = [](bool shared) {
+    Graph h;
+    h.set_matmul_dtype(DType::bf16);
+    ValueId in = h.input("x", {4, 8});
+    ValueId hx = h.unary(UnaryOp::tanh, in);
+    ValueId sum = -1;
+    for (const char* name : {"q", "k", "v"}) {
+      ValueId operand = shared ? hx : h.unary(UnaryOp::tanh, in);
+      ValueId product = h.matmul(operand, h.variable(name, {8, 3}));
+      sum = sum < 0 ? product : h.add(sum, product);
+    }
+    const ValueId loss = h.reduce(ReduceOp::sum, h.mul(sum, sum), {0, 1});
+    const ValueId dx = append_gradients(h, loss, {in}).at(in);
+    std::int64_t casts = 0;
+    for (NodeId n = 0; n < h.node_count(); ++n) casts += h.node(n).kind == OpKind::cast;
+    Executor run(h, {dx});
+    run.bind(in, test::random_tensor({4, 8}, 41));
+    unsigned seed = 42;
+    for (ValueId leaf : h.variables()) run.bind(leaf, test::random_tensor(h.shape(leaf), seed++));
+    run.run();
+    return std::pair{run.output(dx).to_vector<float>(), casts};
+  };
+  const auto [shared, shared_casts] = x_gradient(true);
+  const auto [apart, apart_casts] = x_gradient(false);
+  CHECK(shared_casts == apart_casts - 2);
+  test::check_close(shared, apart, 1e-6, 1e-6);
 }
 
 TEST_CASE("mixed precision: a bf16 value read by a mixed product and a bf16 one gets one bf16 gradient") {
