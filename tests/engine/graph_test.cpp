@@ -303,6 +303,19 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   be.matmul(tx, tk, nullptr, product, {});
   be.binary(BinaryOp::add, product, tb.reshape({6}), biased);
   check_close(fused_view.output(ry), biased.to_vector<float>(), 1e-6, 1e-6);
+
+  // Not where an update runs between the matmul and the add: the fused call
+  // would read the bias before the update that the add reads it after.
+  Graph u;
+  ValueId ux = u.input("x", {3, 4}), uk = u.variable("kernel", {4, 6});
+  ValueId uproduct = u.matmul(ux, uk);
+  ValueId state = u.variable("state", {2, 3});
+  const NodeId update = u.moving_average(state, u.unary(UnaryOp::tanh, u.input("z", {2, 3})), 0.5f);
+  ValueId uy = u.add(uproduct, u.reshape(state, {6}));
+  MemoryPlan updated = plan_memory(u, {uy});
+  auto at = [&](NodeId n) { return std::find(updated.schedule.begin(), updated.schedule.end(), n) - updated.schedule.begin(); };
+  REQUIRE(at(u.value(uproduct).producer) < at(update));  // the case: the update between the two
+  CHECK(updated.epilogues.empty());
 }
 
 TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {
