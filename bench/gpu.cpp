@@ -117,21 +117,15 @@ bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int s
   return bench::summarize_steps(bench::time_steps_ms([&] { c.step(train); }, warmup, steps));
 }
 
-// `steps` more steps with every op waited for (Executor's profiling): each
-// op kind's milliseconds per step, the largest `rows` of them.
+// `steps` more steps, each op waited for (ZooCase::profile): the heaviest `rows` op kinds.
 void print_profile(bench::ZooCase& c, bool train, int steps, std::size_t rows) {
-  std::map<std::string, StepRunner::OpTime> times;
-  c.trainer->enable_profiling(&times);
-  for (int i = 0; i < steps; ++i) c.step(train);
-  c.trainer->enable_profiling(nullptr);
-  std::vector<std::pair<std::string, StepRunner::OpTime>> sorted(times.begin(), times.end());
-  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  const auto ops = c.profile(train, steps);
   double total = 0;
-  for (const auto& [op, t] : sorted) total += t.seconds;
-  fmt::print("    profile, each op waited for: {:.2f} ms a step\n", 1e3 * total / steps);
-  for (std::size_t i = 0; i < std::min(rows, sorted.size()); ++i)
-    fmt::print("    {:<28} {:>9.3f} ms {:>6.1f}% {:>6} calls\n", sorted[i].first, 1e3 * sorted[i].second.seconds / steps,
-               100 * sorted[i].second.seconds / total, sorted[i].second.calls / steps);
+  for (const auto& op : ops) total += op.ms_per_step;
+  fmt::print("    profile, each op waited for: {:.2f} ms a step\n", total);
+  for (std::size_t i = 0; i < std::min(rows, ops.size()); ++i)
+    fmt::print("    {:<28} {:>9.3f} ms {:>6.1f}% {:>6.0f} calls\n", ops[i].op, ops[i].ms_per_step,
+               100 * ops[i].ms_per_step / total, ops[i].calls_per_step);
 }
 
 // ---------------------------------------------------------------------------

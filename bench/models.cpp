@@ -132,19 +132,6 @@ Stats time_tessera(bench::ZooCase& c, bool train, int warmup, int steps) {
   return s;
 }
 
-// Tessera's time per op over `steps` more steps (after the timed rounds, so
-// the per-op clock reads do not touch the figures): op -> ms per step.
-std::vector<std::pair<std::string, double>> profile_tessera(bench::ZooCase& c, bool train, int steps) {
-  std::map<std::string, StepRunner::OpTime> sink;
-  c.trainer->enable_profiling(&sink);
-  for (int i = 0; i < steps; ++i) c.step(train);
-  c.trainer->enable_profiling(nullptr);
-  std::vector<std::pair<std::string, double>> ops;
-  for (const auto& [op, t] : sink) ops.emplace_back(op, t.seconds * 1e3 / steps);
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  return ops;
-}
-
 // ---------------------------------------------------------------------------
 // PyTorch side
 // ---------------------------------------------------------------------------
@@ -193,7 +180,7 @@ struct Row {
   Stats tessera, torch;
   std::string torch_optimizer;  // the PyTorch optimizer implementation of the kept round
   std::string peer_error;
-  std::vector<std::pair<std::string, double>> ops;  // --profile: Tessera ms per step by op
+  std::vector<bench::ZooCase::OpTime> ops;  // --profile: Tessera's ms per step by op
   double step_gflop = 0;          // matmul FLOPs of one step
   double peak_gflops = 0;         // the measured FMA peak at this row's threads
   double peer_sgemm_gflops = 0;   // PyTorch's torch.mm 1024^3 at this row's threads
@@ -347,7 +334,7 @@ int main(int argc, char** argv) {
             if (!row.torch.valid() || p.stats.median_ms < row.torch.median_ms) row.torch_optimizer = p.optimizer;
             keep_best(row.torch, p.stats);
           }
-          if (profile) row.ops = profile_tessera(tessera, mode == "train", steps);
+          if (profile) row.ops = tessera.profile(mode == "train", steps);
           if (progress) fmt::print(stderr, "\r{:60}\r", "");
           if (!param_warnings(row, peer.available).empty()) status = 1;
           rows.push_back(std::move(row));
@@ -419,7 +406,7 @@ int main(int argc, char** argv) {
       if (!r.peer_error.empty()) j["peer_error"] = r.peer_error;
       if (!r.ops.empty()) {
         j["tessera_ops_ms"] = json::object();
-        for (const auto& [op, ms] : r.ops) j["tessera_ops_ms"][op] = ms;
+        for (const auto& op : r.ops) j["tessera_ops_ms"][op.op] = op.ms_per_step;
       }
       if (auto ratio = r.ratio()) {
         j["ratio"] = *ratio;
@@ -484,11 +471,11 @@ int main(int argc, char** argv) {
     fmt::print("\nTessera's heaviest ops, ms per step (--profile; {} extra steps per row)\n", steps);
     for (const auto& r : rows) {
       double total = 0;
-      for (const auto& [op, ms] : r.ops) total += ms;
+      for (const auto& op : r.ops) total += op.ms_per_step;
       std::string line;
       for (std::size_t i = 0; i < r.ops.size() && i < 8; ++i)
-        line += fmt::format("{}{} {:.2f} ({:.0f}%)", i ? ", " : "", r.ops[i].first, r.ops[i].second,
-                            total > 0 ? 100 * r.ops[i].second / total : 0.0);
+        line += fmt::format("{}{} {:.2f} ({:.0f}%)", i ? ", " : "", r.ops[i].op, r.ops[i].ms_per_step,
+                            total > 0 ? 100 * r.ops[i].ms_per_step / total : 0.0);
       fmt::print("  {:<5} {:<5} {}t  total {:7.2f}: {}\n", r.model, r.mode, r.threads, total, line);
     }
   }

@@ -5,11 +5,14 @@
 // peers draw alike). Not movable: the trainer refers to the model and store.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/tessera.hpp"
 
@@ -60,6 +63,26 @@ struct ZooCase {
     else
       trainer->forward(inputs);
     backend_for(device).synchronize();
+  }
+
+  // Per op kind over `steps` more steps with the executor's profiling on
+  // (each op waited for, a clock read around it: run after the timed steps),
+  // heaviest first.
+  struct OpTime {
+    std::string op;
+    double ms_per_step = 0;
+    double calls_per_step = 0;
+  };
+  std::vector<OpTime> profile(bool train, int steps) {
+    std::map<std::string, StepRunner::OpTime> sink;
+    trainer->enable_profiling(&sink);
+    for (int i = 0; i < steps; ++i) step(train);
+    trainer->enable_profiling(nullptr);
+    std::vector<OpTime> ops;
+    for (const auto& [op, t] : sink)
+      ops.push_back({op, t.seconds * 1e3 / steps, static_cast<double>(t.calls) / steps});
+    std::sort(ops.begin(), ops.end(), [](const OpTime& a, const OpTime& b) { return a.ms_per_step > b.ms_per_step; });
+    return ops;
   }
 
   Model model;
