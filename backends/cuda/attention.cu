@@ -20,14 +20,6 @@ constexpr int kWarp = kWarpLanes;
 constexpr int kMaxWarps = 4;
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
-__device__ float warp_max(float v) {
-  return warp_tree_to_all(v, [](float a, float b) { return a < b ? b : a; });
-}
-
-__device__ float warp_sum(float v) {
-  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
-}
-
 // Warp w of the grid takes rows w, w + warps, ...: the bound is the same for
 // the whole warp, so every lane reaches each shuffle. __syncwarp orders the
 // lanes' writes of the scores before the others read them.

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/warp_tree.hpp"
 
 namespace tessera {
 namespace {
@@ -78,16 +79,6 @@ __device__ void load_rows(bf16* to, int stride, const In* from, std::int64_t row
     }
     reinterpret_cast<uint4*>(to + r * stride)[c] = word;
   }
-}
-
-__device__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
 }
 
 __device__ void store(float* to, float value) { *to = value; }

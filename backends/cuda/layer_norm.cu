@@ -23,11 +23,6 @@ static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 constexpr int kParamFeatures = kWarp;
 constexpr int kParamRowLanes = 16;
 
-// Every lane gets lane 0's total (warp_tree.hpp).
-__device__ float warp_sum(float v) {
-  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
-}
-
 __global__ void layer_norm_kernel(const float* x, const float* gamma, const float* beta, float* y,
                                   float* mean, float* rstd, std::int64_t rows,
                                   std::int64_t features, float epsilon) {

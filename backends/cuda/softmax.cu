@@ -18,13 +18,9 @@ namespace {
 constexpr int kWarp = kWarpLanes;
 static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 
-// Every lane gets lane 0's total (warp_tree.hpp).
-__device__ float warp_max(float v) {
+// Every lane gets lane 0's max under softmax's own combine (warp_tree.hpp).
+__device__ float warp_softmax_max(float v) {
   return warp_tree_to_all(v, [](float a, float b) { return softmax_max_combine(a, b); });
-}
-
-__device__ float warp_sum(float v) {
-  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
 }
 
 __global__ void softmax_kernel(const float* x, float* y, SoftmaxRows rows, bool log) {
@@ -37,7 +33,7 @@ __global__ void softmax_kernel(const float* x, float* y, SoftmaxRows rows, bool 
 __global__ void softmax_warp_kernel(const float* x, float* y, SoftmaxRows rows, bool log) {
   const std::int64_t lane = threadIdx.x % kWarp, warps = grid_stride() / kWarp;
   for (std::int64_t r = first_index() / kWarp; r < rows.count(); r += warps) {
-    const float max = warp_max(softmax_partial_max(x, rows, r, lane, kWarp));
+    const float max = warp_softmax_max(softmax_partial_max(x, rows, r, lane, kWarp));
     const float sum = warp_sum(softmax_partial_sum(x, rows, r, max, lane, kWarp));
     softmax_write(x, y, rows, r, max, sum, log, lane, kWarp);
   }

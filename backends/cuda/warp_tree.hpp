@@ -22,6 +22,15 @@ template <typename Combine>
 __device__ inline float warp_tree_to_all(float v, Combine combine) {
   return __shfl_sync(0xffffffffu, warp_tree(v, combine), 0);
 }
+
+// The warp's sum and max, every lane given lane 0's.
+__device__ inline float warp_sum(float v) {
+  return warp_tree_to_all(v, [](float a, float b) { return a + b; });
+}
+
+__device__ inline float warp_max(float v) {
+  return warp_tree_to_all(v, [](float a, float b) { return a < b ? b : a; });
+}
 #endif
 
 }  // namespace tessera
