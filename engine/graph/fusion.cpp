@@ -209,7 +209,7 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
     if (!supported(stored, f.args.multiply, graph.dtype(f.out), qs[qs.rank() - 1])) continue;
     // Not through what an earlier fused call took over: a value it no longer
     // writes (its product, where it writes the product's transpose instead).
-    auto taken = [&](ValueId v) { return graph.value(v).producer >= 0 && absorbed[graph.value(v).producer]; };
+    auto taken = [&](ValueId read) { return graph.value(read).producer >= 0 && absorbed[graph.value(read).producer]; };
     if (std::any_of(replaced.begin(), replaced.end(), [&](NodeId r) { return absorbed[r]; }) || taken(f.q) ||
         taken(f.k) || taken(f.v))
       continue;
