@@ -290,6 +290,58 @@ void Backend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 bool Backend::supports_fused_attention(DType, DType, DType, std::int64_t) const { return false; }
 
+namespace {
+
+// The shapes attention and its gradient share: q [..., Tq, K], k and v [...,
+// Tk, K] with the same leading axes, logsumexp [..., Tq]; returns logsumexp's shape.
+Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  const Shape& qs = q.shape();
+  const Shape& ks = k.shape();
+  const int rank = qs.rank();
+  bool leading_equal = rank >= 2 && ks.rank() == rank;
+  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (causal && qs[rank - 2] > ks[rank - 2]))
+    throw ShapeError(std::string(op) + ": q " + q.describe() + " must be [..., Tq, K] and k " + k.describe() +
+                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
+  if (v.shape() != ks) throw ShapeError(std::string(op) + ": v " + v.describe() + " must have k's shape " + ks.str());
+  std::vector<std::int64_t> rows(qs.dims().begin(), qs.dims().end() - 1);
+  return Shape(rows);
+}
+
+}  // namespace
+
+void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& logsumexp, float scale, bool causal) {
+  Check c(*this, "attention");
+  c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"logsumexp", &logsumexp}});
+  c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}}).floating("q", q).dtype(DType::f32, {{"logsumexp", &logsumexp}});
+  if (out.dtype() != q.dtype() && out.dtype() != DType::f32)
+    throw DTypeError("attention: out is " + out.describe() + ", expected q's dtype or f32 (q is " + q.describe() + ")");
+  c.shape("logsumexp", logsumexp, check_attention_shapes("attention", q, k, v, causal)).shape("out", out, q.shape());
+  if (out.numel() == 0) return;
+  run_attention(q, k, v, out, logsumexp, scale, causal);
+}
+
+void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                 const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                 const Tensor& dv, float scale, bool causal) {
+  Check c(*this, "attention", {}, " backward");
+  c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"logsumexp", &logsumexp}, {"dout", &dout},
+               {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}}).floating("q", q);
+  c.dtype(DType::f32, {{"logsumexp", &logsumexp}}).same_dtype({{"out", &out}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  if (out.dtype() != q.dtype() && out.dtype() != DType::f32)
+    throw DTypeError("attention backward: out is " + out.describe() + ", expected q's dtype or f32 (q is " +
+                     q.describe() + ")");
+  c.shape("logsumexp", logsumexp, check_attention_shapes("attention backward", q, k, v, causal));
+  c.shape("out", out, q.shape()).shape("dout", dout, q.shape()).shape("dq", dq, q.shape());
+  c.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
+  if (dq.numel() == 0 && dk.numel() == 0) return;
+  run_attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, scale, causal);
+}
+
+bool Backend::prefers_attention_op(DType, DType, std::int64_t) const { return false; }
+
 void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd, float epsilon) {
   Check c(*this, "layer_norm");
@@ -476,6 +528,13 @@ void Backend::unsupported(std::string_view kernel) const {
 void Backend::run_fused_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                   const FusedAttentionArgs&) {
   unsupported("fused_attention");
+}
+void Backend::run_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+  unsupported("attention");
+}
+void Backend::run_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+  unsupported("attention backward");
 }
 void Backend::run_copy(const Tensor&, const Tensor&) { unsupported("copy"); }
 void Backend::run_fill(const Tensor&, double) { unsupported(tessera::name(OpKind::fill)); }

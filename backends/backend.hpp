@@ -38,7 +38,7 @@ class Backend {
   virtual std::string name() const = 0;  // "onednn", "cuda"
   virtual Allocator& allocator() = 0;
   // Whether a node of op `kind` runs on this backend for tensors of `dtype`
-  // (the node's output, or for an update its parameter). Copies and random
+  // (the node's output, or for an update its parameter, for attention its q). Copies and random
   // fills are not ops: every backend has them, for f32 at least.
   virtual bool supports(OpKind kind, DType dtype) const = 0;
   // Waits until every kernel issued so far has finished (a no-op on the CPU).
@@ -120,6 +120,25 @@ class Backend {
   // For q, k, v stored in `stored` and multiplied in `multiply`, out in
   // `out`, heads of `width`; none by default.
   virtual bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const;
+
+  // Attention as the graph's attention op and its gradient, q [..., Tq, K],
+  // k and v [..., Tk, K] (same leading axes, same dtype), out [..., Tq, K] in
+  // q's dtype or f32 (bf16 products kept in f32, as mixed precision's
+  // matmuls). The forward pass writes out = softmax(scale * q k^T) v and
+  // logsumexp [..., Tq] (f32): each row's log of its sum of exp(scale *
+  // score), -inf where it sees no key. The backward pass recomputes the
+  // weights from it: dq, dk, dv (out's dtype) of dout (q's dtype). causal:
+  // query i sees keys 0 .. i + Tk - Tq only (Tq <= Tk).
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
+                 float scale, bool causal);
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv, float scale, bool causal);
+  // Whether this backend runs those two as kernels of their own, faster than
+  // the matmuls, softmax and their gradients they replace (for q, k, v in
+  // `operands`, out in `out`, heads of `width`): the graph then builds the op
+  // (Graph::set_attention_kernel). A backend without may still run them.
+  virtual bool prefers_attention_op(DType operands, DType out, std::int64_t width) const;
 
   // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
   // mean and rstd ([rows]) are saved for the backward pass.
@@ -211,6 +230,11 @@ class Backend {
                                     const Tensor& positions, const Tensor& out, float scale);
   virtual void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                    const FusedAttentionArgs& args);
+  virtual void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& logsumexp, float scale, bool causal);
+  virtual void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                      const Tensor& logsumexp, const Tensor& dout, const Tensor& dq,
+                                      const Tensor& dk, const Tensor& dv, float scale, bool causal);
   virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& y, const Tensor& mean, const Tensor& rstd,
                               float epsilon);

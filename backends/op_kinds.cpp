@@ -35,6 +35,8 @@ const std::array<OpInfo, kOpKindCount> kOps = {{
     {.name = "softmax", .arity = 1},
     {.name = "softmax_grad", .arity = 2},
     {.name = "cached_attention", .arity = 4},
+    {.name = "attention", .arity = 3},
+    {.name = "attention_grad", .arity = 6},
     {.name = "layer_norm", .arity = 3},
     {.name = "layer_norm_grad", .arity = 5},
     {.name = "embedding", .arity = 2},

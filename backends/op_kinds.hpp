@@ -60,6 +60,9 @@ enum class OpKind : std::uint8_t {
   cached_attention,   // (q, keys, values, positions) -> softmax(attrs.scalar * q keys^T) values over a KV cache:
                       // q [B, H, T, K] against keys and values [B, H, C, K]; query t of sequence b sees
                       // positions 0 .. positions[b] + t (i32 [B, 1]), no later row (no gradient)
+  attention,          // (q, k, v) -> (softmax(attrs.scalar * q k^T) v, logsumexp): q [..., Tq, K], k and v
+                      // [..., Tk, K], causal when attrs.causal; logsumexp [..., Tq] f32 (for the gradient)
+  attention_grad,     // (q, k, v, out, logsumexp, dout) -> (dq, dk, dv), recomputing the weights
   layer_norm,         // (x, gamma, beta) -> (y, mean, rstd) over the last axis
   layer_norm_grad,    // (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)
   embedding,          // (table, ids) -> table rows
@@ -86,7 +89,7 @@ enum class OpKind : std::uint8_t {
   all_gather_into,    // (block, whole) -> (): whole = the group's blocks joined along dimension 0, in place
                       // (block is this device's block_view of whole); a side effect, like the updates
 };
-inline constexpr int kOpKindCount = 39;
+inline constexpr int kOpKindCount = 41;
 
 std::string_view name(OpKind kind);
 

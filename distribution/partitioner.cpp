@@ -437,6 +437,13 @@ class Partitioner {
     result.partial |= partial;
     decision.operands = std::move(in);
     decision.results = {result};
+    for (const std::vector<int>& dims : rule.later_results) {
+      Sharding later = Sharding::replicated(static_cast<int>(dims.size()));
+      for (std::size_t d = 0; d < dims.size(); ++d)
+        if (dims[d] >= 0) later.dims[d] = result.dims[static_cast<std::size_t>(dims[d])];
+      later.partial = result.partial;
+      decision.results.push_back(later);
+    }
     return decision;
   }
 

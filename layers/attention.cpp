@@ -59,11 +59,12 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
     attended = g.cached_attention(q, key, v, kv->positions, scale);
   } else if (last_rows_only) {  // the prefill starts at 0: the last row's position is its index
     attended = g.cached_attention(q, key, v, kv->last_rows, scale);
-  } else {  // for causal attention, a causal softmax removes the future without a mask in memory
+  } else if (ctx.training && a.dropout > 0.0f) {  // the weights dropped out: they are in memory
     ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = scale});
     ValueId weights = a.causal ? g.causal_softmax(scores) : g.softmax(scores, -1);
-    if (ctx.training) weights = g.dropout(weights, a.dropout, ctx.layer_seed());
-    attended = g.matmul(weights, v);
+    attended = g.matmul(g.dropout(weights, a.dropout, ctx.layer_seed()), v);
+  } else {  // one op where the device has attention kernels (Graph::attention)
+    attended = g.attention(q, key, v, scale, a.causal);
   }
   ValueId context = g.transpose(attended, {0, 2, 1, 3});  // [B, T, H, K]
   ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});

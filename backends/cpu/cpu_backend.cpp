@@ -26,6 +26,8 @@ bool CpuBackend::supports(OpKind kind, DType dtype) const {
       return true;  // data movement: any element size
     case OpKind::matmul:
     case OpKind::binary:
+    case OpKind::attention:  // a reference kernel (attention_op.cpp)
+    case OpKind::attention_grad:
     case OpKind::one_hot:
     case OpKind::embedding:  // the table's dtype
       return dtype == DType::f32 || dtype == DType::bf16;

@@ -1,7 +1,10 @@
 // Attention on the CUDA backend: over a KV cache (attention.cu), f32 only:
 // bf16 raises UnsupportedError, and supports() says so beforehand; and fused
 // (flash_attention.cu), bf16 q, k and v on tensor cores.
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 
 #include "backends/cuda/attention_kernels.hpp"
 #include "backends/cuda/cuda_backend.hpp"
@@ -48,17 +51,76 @@ FlashOperand flash_operand(const Tensor& t, bool tokens_first) {
   return o;
 }
 
+// The kernels' sizes for heads-first q [..., Tq, K] and k [..., Tk, K].
+FlashAttentionShape heads_first_shape(const Tensor& q, const Tensor& k, float scale, bool causal) {
+  const Shape& qs = q.shape();
+  const int rank = qs.rank();
+  FlashAttentionShape shape{.queries = qs[rank - 2], .keys = k.shape()[rank - 2], .width = qs[rank - 1],
+                            .scale = scale, .causal = causal};
+  if (rank == 4) {
+    shape.batches = qs[0];
+    shape.heads = qs[1];
+  } else {
+    for (int i = 0; i < rank - 2; ++i) shape.heads *= qs[i];
+  }
+  return shape;
+}
+
+// The flash kernels move 16-byte words: a tensor viewed at another offset is
+// refused before it could make a misaligned access that poisons the context.
+void check_aligned(const char* op, std::initializer_list<const Tensor*> tensors, Device device) {
+  for (const Tensor* t : tensors)
+    if (reinterpret_cast<std::uintptr_t>(t->raw_data()) % 16 != 0)
+      throw UnsupportedError(std::string(op) + ": " + t->describe() + " does not start on a 16-byte boundary on " +
+                             device.str());
+}
+
 }  // namespace
+
+bool CudaBackend::prefers_attention_op(DType operands, DType out, std::int64_t width) const {
+  return operands == DType::bf16 && (out == DType::f32 || out == DType::bf16) &&
+         flash_attention_supported(width, gpu_) && flash_attention_backward_supported(width, gpu_);
+}
+
+void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const Tensor& logsumexp, float scale, bool causal) {
+  if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
+    throw UnsupportedError("attention: the cuda backend on " + device().str() + " has no kernel for " + q.describe() +
+                           " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
+  check_aligned("attention", {&q, &k, &v, &out}, device());
+  CudaDeviceGuard guard(gpu_);
+  cuda_flash_attention(flash_operand(q, false), flash_operand(k, false), flash_operand(v, false),
+                       flash_operand(out, false), heads_first_shape(q, k, scale, causal), stream_,
+                       logsumexp.data<float>());
+}
+
+void CudaBackend::run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                         const Tensor& logsumexp, const Tensor& dout, const Tensor& dq,
+                                         const Tensor& dk, const Tensor& dv, float scale, bool causal) {
+  if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
+    throw UnsupportedError("attention backward: the cuda backend on " + device().str() + " has no kernel for " +
+                           q.describe() + " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
+  check_aligned("attention backward", {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, device());
+  CudaDeviceGuard guard(gpu_);
+  cuda_flash_attention_backward(flash_operand(q, false), flash_operand(k, false), flash_operand(v, false),
+                                flash_operand(out, false), flash_operand(dout, false), logsumexp.data<float>(),
+                                attention_rows_scratch(logsumexp.numel()),
+                                {flash_operand(dq, false), flash_operand(dk, false), flash_operand(dv, false)},
+                                heads_first_shape(q, k, scale, causal), stream_);
+}
+
+// Kernels on this backend's one stream run in order, so one scratch serves every call.
+float* CudaBackend::attention_rows_scratch(std::int64_t floats) {
+  const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(floats, 1)) * sizeof(float);
+  if (!attention_rows_scratch_ || attention_rows_scratch_->bytes() < bytes)
+    attention_rows_scratch_ = std::make_shared<Buffer>(allocator_, bytes);
+  return static_cast<float*>(attention_rows_scratch_->data());
+}
 
 void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const FusedAttentionArgs& args) {
   // The heads-first shapes (Backend::fused_attention checked them, and the width).
-  // The kernel moves 16-byte words: a tensor viewed at another offset is refused
-  // here, before it could make a misaligned access that poisons the context.
-  for (const Tensor* t : {&q, &k, &v, &out})
-    if (reinterpret_cast<std::uintptr_t>(t->raw_data()) % 16 != 0)
-      throw UnsupportedError("fused_attention: " + t->describe() + " does not start on a 16-byte boundary on " +
-                             device().str());
+  check_aligned("fused_attention", {&q, &k, &v, &out}, device());
   const Shape& qs = q.shape();
   const int rank = qs.rank();
   const auto axis = [&](const Tensor& t, bool tokens_first, int heads_first_axis) {

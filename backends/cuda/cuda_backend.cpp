@@ -133,6 +133,9 @@ bool CudaBackend::supports(OpKind kind, DType dtype) const {
       return true;  // between any two of f32, bf16, i32, i64
     case OpKind::one_hot:
       return dtype == DType::f32 || dtype == DType::bf16;
+    case OpKind::attention:
+    case OpKind::attention_grad:
+      return dtype == DType::bf16;  // tensor cores: the graph builds matmul and softmax for f32 (prefers_attention_op)
     case OpKind::embedding_grad:
       return dtype == DType::f32;
     default:

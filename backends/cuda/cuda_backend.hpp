@@ -49,6 +49,9 @@ class CudaBackend final : public Backend {
   // bf16 products of bf16 (or f32, rounded) q, k, v into f32 or bf16, heads 32, 64 or 128 wide
   // (flash_attention.cu).
   bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
+  // bf16 q, k, v into f32 or bf16, heads 32, 64 or 128 wide: FlashAttention's
+  // forward and backward kernels (flash_attention.cu, flash_attention_backward.cu).
+  bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
   void synchronize() override;  // cudaStreamSynchronize on this backend's stream
 
   int gpu() const { return gpu_; }  // the CUDA ordinal this device runs on
@@ -99,6 +102,11 @@ class CudaBackend final : public Backend {
                             const Tensor& out, float scale) override;
   void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const FusedAttentionArgs& args) override;
+  void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
+                     float scale, bool causal) override;
+  void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, float scale, bool causal) override;
   // layer_norm.cpp
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd, float epsilon) override;
@@ -124,6 +132,7 @@ class CudaBackend final : public Backend {
   void release() noexcept;  // destroys whatever handles exist (constructor failure, destructor)
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
   float* partials_scratch();        // kReduceScratchFloats for partial sums: reduce, layer norm (reduce.cpp)
+  float* attention_rows_scratch(std::int64_t floats);  // one float per query row: attention backward's delta
 
   int gpu_;
   CudaAllocator allocator_;
@@ -132,6 +141,7 @@ class CudaBackend final : public Backend {
   cublasLtContext* cublas_lt_ = nullptr;
   std::shared_ptr<Buffer> cublas_workspace_;  // freed after the handles (member order)
   std::shared_ptr<Buffer> partials_scratch_;
+  std::shared_ptr<Buffer> attention_rows_scratch_;
 };
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.

@@ -18,34 +18,27 @@
 // not pile onto the same banks either.
 #include "backends/cuda/flash_attention.hpp"
 
-#include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
 
-#include <type_traits>
-
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/flash_tiles.hpp"
 #include "backends/cuda/warp_tree.hpp"
 
 namespace tessera {
 namespace {
 
 namespace wmma = nvcuda::wmma;
-using bf16 = __nv_bfloat16;
-
-constexpr int kWarps = 4;
-constexpr int kWarpRows = 16;                     // queries per warp: one WMMA tile high
-constexpr int kTileQueries = kWarps * kWarpRows;  // 64
-constexpr int kTileKeys = 64;
-constexpr int kThreads = kWarps * 32;
+using namespace flash;
+constexpr int kTileQueries = kTileRows;
 
 // Row strides (elements) and byte offsets of the block's shared memory for heads of width K.
 template <int K>
 struct Shared {
-  static constexpr int head_stride = K + 8;           // q, k, v rows: bf16
-  static constexpr int score_stride = kTileKeys + 4;  // f32
-  static constexpr int weight_stride = kTileKeys + 8; // bf16
-  static constexpr int out_stride = K + 4;            // f32
+  static constexpr int head_stride = flash::head_stride<K>();  // q, k, v rows: bf16
+  static constexpr int score_stride = kScoreStride;             // f32
+  static constexpr int weight_stride = kWeightStride;           // bf16
+  static constexpr int out_stride = K + 4;                      // f32
   static constexpr int q = 0;
   static constexpr int k = q + kTileQueries * head_stride * 2;
   static constexpr int v = k + kTileKeys * head_stride * 2;
@@ -55,38 +48,10 @@ struct Shared {
   static constexpr int bytes = out + kWarps * kWarpRows * out_stride * 4;
 };
 
-// rows x K of a tile from `from` (rows `row_stride` apart; rows past `valid`
-// as zeros) into `to` (bf16 rows `stride` apart), in 16-byte words: bf16 as
-// it is, f32 rounded to bf16 as a cast would.
-template <int K, typename In>
-__device__ void load_rows(bf16* to, int stride, const In* from, std::int64_t row_stride, int rows,
-                          std::int64_t valid) {
-  constexpr int words_per_row = K / 8;
-  for (int i = threadIdx.x; i < rows * words_per_row; i += kThreads) {
-    const int r = i / words_per_row, c = i % words_per_row;
-    uint4 word = make_uint4(0, 0, 0, 0);
-    if (r < valid) {
-      if constexpr (std::is_same_v<In, bf16>) {
-        word = reinterpret_cast<const uint4*>(from + r * row_stride)[c];
-      } else {
-        const float4 low = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c];
-        const float4 high = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c + 1];
-        const __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
-                                          __floats2bfloat162_rn(high.x, high.y),
-                                          __floats2bfloat162_rn(high.z, high.w)};
-        word = *reinterpret_cast<const uint4*>(packed);
-      }
-    }
-    reinterpret_cast<uint4*>(to + r * stride)[c] = word;
-  }
-}
-
-__device__ void store(float* to, float value) { *to = value; }
-__device__ void store(bf16* to, float value) { *to = __float2bfloat16(value); }
-
 template <int K, typename In, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    flash_attention_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, FlashAttentionShape s) {
+    flash_attention_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, float* logsumexp,
+                           FlashAttentionShape s) {
   extern __shared__ __align__(128) unsigned char shared[];
   using L = Shared<K>;
   bf16* qs = reinterpret_cast<bf16*>(shared + L::q);
@@ -183,65 +148,63 @@ __global__ void __launch_bounds__(kThreads)
     if (query >= s.queries) break;
     const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
     for (int c = lane; c < K; c += 32) store(oh + query * out.row + c, acc[r * L::out_stride + c] * inverse);
+    // Of exp(scale * score), as the weights were taken: the backward pass's exp(x - logsumexp).
+    if (logsumexp != nullptr && lane == 0)
+      logsumexp[head * s.queries + query] = row_sum[r] > 0.0f ? row_max[r] + __logf(row_sum[r]) : -INFINITY;
   }
 }
 
 template <int K, typename In, typename Out>
 void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-            const FlashAttentionShape& s, cudaStream_t stream) {
+            float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
   auto kernel = flash_attention_kernel<K, In, Out>;
   cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shared<K>::bytes),
              "cudaFuncSetAttribute(flash_attention_kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
   const std::int64_t blocks = s.batches * s.heads * ((s.queries + kTileQueries - 1) / kTileQueries);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Shared<K>::bytes, stream>>>(q, k, v, out, s);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, Shared<K>::bytes, stream>>>(q, k, v, out, logsumexp, s);
   cuda_check(cudaGetLastError(), "flash_attention_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__,
              __LINE__);
 }
 
 template <typename In, typename Out>
 void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-                      const FlashAttentionShape& s, cudaStream_t stream) {
+                      float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
   switch (s.width) {
-    case 32: return launch<32, In, Out>(q, k, v, out, s, stream);
-    case 64: return launch<64, In, Out>(q, k, v, out, s, stream);
-    case 128: return launch<128, In, Out>(q, k, v, out, s, stream);
+    case 32: return launch<32, In, Out>(q, k, v, out, logsumexp, s, stream);
+    case 64: return launch<64, In, Out>(q, k, v, out, logsumexp, s, stream);
+    case 128: return launch<128, In, Out>(q, k, v, out, logsumexp, s, stream);
     default: return;  // unreachable: run_fused_attention refuses other widths
   }
 }
 
 template <typename In>
 void launch_for_out(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-                    const FlashAttentionShape& s, cudaStream_t stream) {
+                    float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
   if (out.f32)
-    launch_for_width<In, float>(q, k, v, out, s, stream);
+    launch_for_width<In, float>(q, k, v, out, logsumexp, s, stream);
   else
-    launch_for_width<In, bf16>(q, k, v, out, s, stream);
+    launch_for_width<In, bf16>(q, k, v, out, logsumexp, s, stream);
 }
 
 }  // namespace
 
 bool flash_attention_supported(std::int64_t width, int gpu) {
-  int bytes = 0;
   switch (width) {
-    case 32: bytes = Shared<32>::bytes; break;
-    case 64: bytes = Shared<64>::bytes; break;
-    case 128: bytes = Shared<128>::bytes; break;
+    case 32: return fits_a_block(Shared<32>::bytes, gpu);
+    case 64: return fits_a_block(Shared<64>::bytes, gpu);
+    case 128: return fits_a_block(Shared<128>::bytes, gpu);
     default: return false;
   }
-  int limit = 0;
-  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu),
-             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
-  return bytes <= limit;
 }
 
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
-                          const FlashAttentionShape& shape, cudaStream_t stream) {
+                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp) {
   if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
   // q, k and v share a dtype (Backend::fused_attention checks it).
   if (q.f32)
-    launch_for_out<float>(q, k, v, out, shape, stream);
+    launch_for_out<float>(q, k, v, out, logsumexp, shape, stream);
   else
-    launch_for_out<bf16>(q, k, v, out, shape, stream);
+    launch_for_out<bf16>(q, k, v, out, logsumexp, shape, stream);
 }
 
 }  // namespace tessera

@@ -32,8 +32,24 @@ struct FlashAttentionShape {
 bool flash_attention_supported(std::int64_t width, int gpu);
 
 // Every 16-byte word of q, k, v and out must be aligned: their rows start at
-// multiples of 8 elements.
+// multiples of 8 elements. `logsumexp`, where not null, gets each query row's
+// log of its sum of exp(scale * score) (f32 [batches * heads, queries]; -inf
+// where a row sees no key): what the backward pass recomputes weights from.
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
-                          const FlashAttentionShape& shape, cudaStream_t stream);
+                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp = nullptr);
+
+// FlashAttention's backward pass (flash_attention_backward.cu) for bf16 q, k,
+// v and dout, out f32 or bf16 as the forward pass wrote it with
+// `logsumexp`: dq, dk, dv (f32 or bf16). `delta` is scratch of one f32 per
+// query row (batches * heads * queries). Whether heads of `width` fit a block
+// of GPU `gpu`, as flash_attention_supported.
+bool flash_attention_backward_supported(std::int64_t width, int gpu);
+struct FlashGradients {
+  FlashOperand dq, dk, dv;
+};
+void cuda_flash_attention_backward(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
+                                   const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
+                                   float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
+                                   cudaStream_t stream);
 
 }  // namespace tessera

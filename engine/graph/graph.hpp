@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@ namespace tessera {
 
 using ValueId = std::int32_t;
 using NodeId = std::int32_t;
+
+// Whether the devices a graph runs on have attention kernels of their own,
+// forward and backward, for q, k, v in `operands`, out in `out`, heads of
+// `width` (Backend::prefers_attention_op).
+using AttentionKernelTest = std::function<bool(DType operands, DType out, std::int64_t width)>;
 
 struct Value {
   Shape shape;
@@ -89,6 +95,16 @@ class Graph {
   // (positions i32 [B, 1]: the first query's position) and nothing after, so
   // a decode step reads only the filled rows. Not differentiable.
   ValueId cached_attention(ValueId query, ValueId keys, ValueId values, ValueId positions, float scale);
+  // Attention, softmax(scale * q k^T) v, of q [..., Tq, K] over k and v
+  // [..., Tk, K] (the same leading axes; causal: query i sees keys 0 .. i +
+  // Tk - Tq): one attention op where set_attention_kernel's test takes it,
+  // its gradient one attention_grad op that recomputes the weights from each
+  // row's logsumexp; else matmul, (causal) softmax and matmul. In mixed
+  // precision q, k, v are cast to bf16 and the output kept in f32, as matmuls do.
+  ValueId attention(ValueId q, ValueId k, ValueId v, float scale, bool causal);
+  // From now on, attention() builds one op where `test` says the devices run
+  // it as kernels of their own (null, the default: never).
+  void set_attention_kernel(AttentionKernelTest test) { attention_kernel_ = std::move(test); }
   // Returns {y, mean, rstd}; mean and rstd feed the backward pass.
   std::vector<ValueId> layer_norm(ValueId x, ValueId gamma, ValueId beta, float epsilon = 1e-5f);
   ValueId embedding(ValueId table, ValueId ids);
@@ -139,6 +155,7 @@ class Graph {
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   DType matmul_dtype_ = DType::f32;
+  AttentionKernelTest attention_kernel_;
   // cast(): the cast of a computed value to a dtype, made once and reused (the
   // three projections of one x in mixed precision); not of a leaf or a view of
   // one, whose bytes an update or a cache write may change between two casts.

@@ -84,7 +84,7 @@ void add_elementwise_rules(OpRuleTable& table);  // unary, binary, cast, dropout
 void add_reduce_rules(OpRuleTable& table);       // reduce, broadcast_to
 void add_layout_rules(OpRuleTable& table);       // reshape, transpose, concat, slice
 void add_normalization_rules(OpRuleTable& table);  // softmax, layer_norm and their gradients
-void add_attention_rules(OpRuleTable& table);    // cached_attention
+void add_attention_rules(OpRuleTable& table);    // cached_attention, attention and its gradient
 void add_embedding_rules(OpRuleTable& table);    // embedding, its gradient, one_hot
 void add_update_rules(OpRuleTable& table);       // sgd_update, adam_update, moving_average
 void add_collective_rules(OpRuleTable& table);   // the collectives and views of partitioned graphs

@@ -57,6 +57,9 @@ struct ShardingRule {
   int summed = 0;                           // how many summed pairs
   bool results_first = false;  // split result dimensions before summed pairs (the default prefers summed ones)
   bool mean = false;           // the summed pairs are averaged: local results are rescaled by the split
+  // Results after the first (attention's logsumexp, its gradient's dk and dv):
+  // for each, per dimension, the dimension of result 0 whose split it takes (-1: whole).
+  std::vector<std::vector<int>> later_results;
 
   // Form::rows: what each operand and result is to the rows of operand 0.
   enum class RowPart {

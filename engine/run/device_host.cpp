@@ -29,6 +29,7 @@ class DeviceHost final : public StepHost {
     return std::make_unique<StagedRunner>(std::move(executor), device_);
   }
   RowWindow row_window() const override { return {}; }
+  AttentionKernelTest attention_kernel() const override { return attention_kernel_of(device_); }
 
   TrainingState load(const std::filesystem::path& dir, NonFinite non_finite) override {
     TrainingState state = load_checkpoint(dir, store_, LoadValues::all, non_finite);
@@ -81,6 +82,13 @@ class DeviceHost final : public StepHost {
 };
 
 }  // namespace
+
+AttentionKernelTest attention_kernel_of(Device device) {
+  const Backend& backend = backend_for(device);
+  return [&backend](DType operands, DType out, std::int64_t width) {
+    return backend.prefers_attention_op(operands, out, width);
+  };
+}
 
 std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency,
                                       std::shared_ptr<KeptCopies> kept) {

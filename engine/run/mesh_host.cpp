@@ -26,6 +26,9 @@ class MeshHost final : public StepHost {
 
   std::unique_ptr<StepRunner> unbound_runner(const TracedStep& step) override { return partitioned(step); }
 
+  AttentionKernelTest attention_kernel() const override {
+    return attention_kernel_of(distribution_.mesh().devices()[static_cast<std::size_t>(runtime_.local_ranks().front())]);
+  }
   RowWindow row_window() const override {
     if (!distribution_.placement().multi_process()) return {};
     return [this](std::int64_t size) { return process_rows(size); };

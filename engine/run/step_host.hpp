@@ -78,11 +78,17 @@ class StepHost {
   // The copies of fixed variables its runners multiply (TracedStep::fixed_variables),
   // dropped by load() and store_changed(); null where it keeps none (a mesh).
   virtual std::shared_ptr<KeptCopies> kept_copies() { return nullptr; }
+  // Whether its devices run attention as kernels of their own
+  // (Graph::set_attention_kernel): the backend of the first device it runs.
+  virtual AttentionKernelTest attention_kernel() const = 0;
 };
 
 // `residency` (engine/core/device.hpp): where the variables live between steps.
 // `kept`: the copies of fixed variables, to share with another host whose
 // store shares the weights' tensors (null: its own).
+// Backend::prefers_attention_op of `device`'s backend.
+AttentionKernelTest attention_kernel_of(Device device);
+
 std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic,
                                       std::shared_ptr<KeptCopies> kept = nullptr);
 // `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).

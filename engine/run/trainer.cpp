@@ -181,6 +181,11 @@ std::unique_ptr<Trainer::Program> Trainer::traced_program(std::int64_t batch, bo
   auto p = std::make_unique<Program>();
   Graph& g = p->graph;
   g.set_matmul_dtype(spec_.precision);
+  // Training's attention as one op with its gradient where the device has
+  // the kernels; inference keeps matmul, softmax and matmul, which the memory
+  // plan fuses into one call where it can (fusion.hpp) and folds the head
+  // transposes and casts around into.
+  if (training) g.set_attention_kernel(host_->attention_kernel());
   Model::Traced traced = model_.trace(g, batch, training, store_, spec_.seed);
   p->input = traced.inputs[0];
   p->output = traced.output;

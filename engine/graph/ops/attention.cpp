@@ -1,8 +1,14 @@
-// Attention over a KV cache, for incremental decoding (engine/run/kv_decoder.hpp).
+// Attention as ops of its own.
 //   cached_attention: (q, keys, values, positions) -> softmax(attrs.scalar * q keys^T) values,
 //                     query t of sequence b over cache rows 0 .. positions[b] + t only
-// One op instead of matmul, mask, softmax and matmul over the whole cache: a
+//   attention: (q, k, v) -> (softmax(attrs.scalar * q k^T) v, logsumexp), causal when attrs.causal
+//   attention_grad: (q, k, v, out, logsumexp, dout) -> (dq, dk, dv)
+// cached_attention, for incremental decoding (engine/run/kv_decoder.hpp), is
+// one op instead of matmul, mask, softmax and matmul over the whole cache: a
 // decode step reads the rows its sequences have filled, not the context's.
+// attention and its gradient are FlashAttention's pair where a device has
+// the kernels (Graph::set_attention_kernel): training without the [Tq, Tk]
+// scores and weights in memory, each row's logsumexp kept instead.
 #include "backends/backend.hpp"
 #include "engine/graph/op_rules.hpp"
 
@@ -26,6 +32,33 @@ ValueId Graph::cached_attention(ValueId query, ValueId keys, ValueId values, Val
   return single(OpKind::cached_attention, {query, keys, values, positions}, attrs, q, dtype(query));
 }
 
+ValueId Graph::attention(ValueId q, ValueId k, ValueId v, float scale, bool causal) {
+  check_floating("attention", q);
+  check_same_dtype("attention", q, k);
+  check_same_dtype("attention", q, v);
+  const Shape qs = shape(q), ks = shape(k);
+  const int rank = qs.rank();
+  bool leading_equal = rank >= 2 && ks.rank() == rank;
+  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (causal && qs[rank - 2] > ks[rank - 2]))
+    throw ShapeError("attention: query " + describe(q) + " must be [..., Tq, K] and key " + describe(k) +
+                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
+  if (shape(v) != ks) throw ShapeError("attention: value " + describe(v) + " must have the shape of key " + describe(k));
+  DType operands = dtype(q), out = dtype(q);
+  if (operands == DType::f32 && matmul_dtype_ != DType::f32) operands = matmul_dtype_;
+  if (!attention_kernel_ || !attention_kernel_(operands, out, qs[rank - 1])) {
+    const ValueId scores = matmul(q, k, {.transpose_b = true, .alpha = scale});
+    return matmul(causal ? causal_softmax(scores) : softmax(scores, -1), v);
+  }
+  OpAttrs attrs;
+  attrs.scalar = scale;
+  attrs.causal = causal;
+  const Shape rows(std::vector<std::int64_t>(qs.dims().begin(), qs.dims().end() - 1));
+  const NodeId n = add_node(OpKind::attention, {cast(q, operands), cast(k, operands), cast(v, operands)}, attrs,
+                            {{qs, out}, {rows, DType::f32}});
+  return node(n).outputs[0];
+}
+
 namespace {
 
 // Sequences and heads split alike on every operand; a query's position, the
@@ -44,6 +77,56 @@ std::int64_t cached_attention_flops(const Graph& g, const Node& node) {
   return 4 * q.numel() * g.shape(node.inputs[1])[2];
 }
 
+// dout rounded to the operands' dtype once, as a mixed matmul's gradient
+// rounds its dy; the gradients in out's dtype.
+std::vector<ValueId> attention_grads(Graph& g, const Node& n, const std::vector<ValueId>& dys) {
+  if (dys[1] != kNoGradient) throw GraphError("attention: gradients through its logsumexp output are not supported");
+  if (dys[0] == kNoGradient) return {kNoGradient, kNoGradient, kNoGradient};
+  const ValueId q = n.inputs[0], k = n.inputs[1], v = n.inputs[2];
+  const DType kept = g.dtype(n.outputs[0]);
+  const ValueId dout = g.cast(dys[0], g.dtype(q));
+  const NodeId grad = g.add_node(OpKind::attention_grad, {q, k, v, n.outputs[0], n.outputs[1], dout}, n.attrs,
+                                 {{g.shape(q), kept}, {g.shape(k), kept}, {g.shape(v), kept}});
+  return g.node(grad).outputs;
+}
+
+// The leading axes (batches, heads) split alike on every operand and result;
+// a head's rows and width stay whole. `operands`: how many of rank q's, then
+// whether a logsumexp ([..., Tq]) follows; `later`: results after the first,
+// of q's rank.
+ShardingRule attention_sharding_of(int rank, int operands, bool logsumexp, int later) {
+  std::vector<DimRole> heads(static_cast<std::size_t>(rank));
+  std::vector<int> later_dims(static_cast<std::size_t>(rank), -1);
+  for (int d = 0; d < rank - 2; ++d) {
+    heads[static_cast<std::size_t>(d)] = {DimRole::result, d};
+    later_dims[static_cast<std::size_t>(d)] = d;
+  }
+  std::vector<DimRole> rows(heads.begin(), heads.end() - 1);
+  std::vector<std::vector<DimRole>> roles(static_cast<std::size_t>(operands), heads);
+  if (logsumexp) roles.insert(roles.begin() + 4, rows);  // attention_grad: (q, k, v, out, logsumexp, dout)
+  const std::size_t count = roles.size();
+  ShardingRule rule = contraction_rule(std::move(roles), 0, std::vector<bool>(count, false));
+  if (!logsumexp) rule.later_results.emplace_back(later_dims.begin(), later_dims.end() - 1);  // logsumexp
+  for (int i = 0; i < later; ++i) rule.later_results.push_back(later_dims);
+  return rule;
+}
+
+ShardingRule attention_sharding(const Graph& g, const Node& node) {
+  return attention_sharding_of(g.shape(node.inputs[0]).rank(), 3, false, 0);
+}
+ShardingRule attention_grad_sharding(const Graph& g, const Node& node) {
+  return attention_sharding_of(g.shape(node.inputs[0]).rank(), 5, true, 2);
+}
+
+// Two products of Tq x K by Tk per head forward, five backward (the scores
+// again, then the gradients of the weights, v, q and k): every pair counted,
+// as for the matmuls it replaces (a causal mask's skipped blocks are not).
+std::int64_t attention_flops(const Graph& g, const Node& node) {
+  const Shape& k = g.shape(node.inputs[1]);
+  const std::int64_t products = node.kind == OpKind::attention ? 2 : 5;
+  return 2 * products * g.shape(node.inputs[0]).numel() * k[k.rank() - 2];
+}
+
 }  // namespace
 
 void ops::add_attention_rules(OpRuleTable& t) {
@@ -53,6 +136,20 @@ void ops::add_attention_rules(OpRuleTable& t) {
         r.backend.cached_attention(r.in(0), r.in(1), r.in(2), r.in(3), r.out(0), static_cast<float>(r.node.attrs.scalar));
       },
       cached_attention_sharding, cached_attention_flops};
+  entry(t, OpKind::attention) = {
+      attention_grads,
+      [](NodeRun& r) {
+        r.backend.attention(r.in(0), r.in(1), r.in(2), r.out(0), r.out(1), static_cast<float>(r.node.attrs.scalar),
+                            r.node.attrs.causal);
+      },
+      attention_sharding, attention_flops};
+  entry(t, OpKind::attention_grad) = {
+      nullptr,
+      [](NodeRun& r) {
+        r.backend.attention_backward(r.in(0), r.in(1), r.in(2), r.in(3), r.in(4), r.in(5), r.out(0), r.out(1),
+                                     r.out(2), static_cast<float>(r.node.attrs.scalar), r.node.attrs.causal);
+      },
+      attention_grad_sharding, attention_flops};
 }
 
 }  // namespace tessera

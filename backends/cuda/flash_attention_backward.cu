@@ -1,0 +1,346 @@
+// FlashAttention's backward pass (Dao, 2023: FlashAttention-2) on tensor
+// cores, in two kernels that recompute each tile's weights P = exp(scale *
+// q k^T - logsumexp) from the forward pass's logsumexp instead of reading
+// them, so no [Tq, Tk] matrix is ever in memory:
+//   1. dq: a block of 4 warps takes 64 queries of one head; it first writes
+//      each row's delta = dout . out (FlashAttention-2's D: the weights'
+//      gradient through their normaliser), then, per tile of 64 keys, each
+//      warp takes its 16 queries' scores and dP = dout v^T, dS = P (dP -
+//      delta), and adds dS k to its dq rows (WMMA fragments held across tiles).
+//   2. dk, dv: a block takes 64 keys; per tile of 64 queries each warp takes
+//      its 16 keys' S^T and dP^T and adds P^T dout to dv and dS^T q to dk.
+// Each block owns the rows it writes and adds in a fixed order: nothing is
+// atomic, and every run gives the same bits (FlashAttention-2's dq is atomic).
+// Products take bf16 operands (P and dS rounded to bf16) and sum in f32.
+#include <math.h>
+#include <mma.h>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/flash_attention.hpp"
+#include "backends/cuda/flash_tiles.hpp"
+#include "backends/cuda/warp_tree.hpp"
+
+namespace tessera {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using namespace flash;
+
+using FragmentA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragmentB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragmentBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;  // a tile read transposed
+using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// The byte offsets of a block's shared memory, for heads of width K: four
+// 64-row bf16 tiles (the block's own rows and the other side's current
+// tile), a warp's 16 x 64 f32 products and two 16 x 64 bf16 matrices, and
+// logsumexp and delta of 64 query rows. Once the tiles are done with, the
+// first two (`staging`) hold each warp's 16 x K result in f32.
+template <int K>
+struct Shared {
+  static constexpr int hs = head_stride<K>();
+  static constexpr int tile_bytes = kTileRows * hs * 2;
+  static constexpr int tiles = 0;  // four of tile_bytes
+  static constexpr int products = tiles + 4 * tile_bytes;                        // per warp 16 x kScoreStride f32
+  static constexpr int second = products + kWarps * kWarpRows * kScoreStride * 4;  // per warp, f32 (dq) or bf16 (dk, dv)
+  static constexpr int third = second + kWarps * kWarpRows * kScoreStride * 4;     // per warp 16 x kWeightStride bf16
+  static constexpr int rows = third + kWarps * kWarpRows * kWeightStride * 2;      // logsumexp[64], delta[64]
+  static constexpr int bytes = rows + 2 * kTileRows * 4;
+  static constexpr int staged_stride = K + 4;
+  static_assert(kWarps * kWarpRows * staged_stride * 4 <= 2 * tile_bytes, "staging fits in two tiles");
+};
+
+// The block's shared memory as both kernels use it; the warp's own parts.
+template <int K>
+struct Memory {
+  using L = Shared<K>;
+  __device__ explicit Memory(unsigned char* shared)
+      : qs(reinterpret_cast<bf16*>(shared + L::tiles)),
+        dos(qs + kTileRows * L::hs),
+        ks(dos + kTileRows * L::hs),
+        vs(ks + kTileRows * L::hs),
+        products(reinterpret_cast<float*>(shared + L::products) + warp() * kWarpRows * kScoreStride),
+        second(shared + L::second + warp() * kWarpRows * kScoreStride * 4),
+        dscores(reinterpret_cast<bf16*>(shared + L::third) + warp() * kWarpRows * kWeightStride),
+        lse(reinterpret_cast<float*>(shared + L::rows)),
+        deltas(lse + kTileRows),
+        staged(reinterpret_cast<float*>(shared + L::tiles) + warp() * kWarpRows * L::staged_stride) {}
+  static __device__ int warp() { return threadIdx.x / 32; }
+  bf16 *qs, *dos, *ks, *vs;  // 64-row tiles: q and dout, k and v
+  float* products;           // the warp's 16 x 64 f32 products
+  unsigned char* second;     // the warp's second 16 x 64 matrix: f32 dP (dq) or bf16 P^T (dk, dv)
+  bf16* dscores;             // the warp's 16 x 64 dS (or dS^T), bf16
+  float *lse, *deltas;       // 64 query rows' logsumexp and delta
+  float* staged;             // the warp's 16 x K result, once the tiles are done with
+};
+
+// c = a (16 x K, rows `sa` apart) times b^T, b 64 x K (rows `sb` apart), as
+// four 16 x 16 blocks stored in `to` (f32 rows kScoreStride apart).
+template <int K>
+__device__ void times_transposed(float* to, const bf16* a, int sa, const bf16* b, int sb) {
+  for (int n = 0; n < kTileKeys / 16; ++n) {
+    Accumulator c;
+    wmma::fill_fragment(c, 0.0f);
+    for (int i = 0; i < K / 16; ++i) {
+      FragmentA x;
+      FragmentBt y;
+      wmma::load_matrix_sync(x, a + i * 16, sa);
+      wmma::load_matrix_sync(y, b + n * 16 * sb + i * 16, sb);
+      wmma::mma_sync(c, x, y, c);
+    }
+    wmma::store_matrix_sync(to + n * 16, c, kScoreStride, wmma::mem_row_major);
+  }
+}
+
+// acc[n] += a (16 x 64 bf16, rows kWeightStride apart) times b (64 x K, rows `sb` apart).
+template <int K>
+__device__ void add_product(Accumulator (&acc)[K / 16], const bf16* a, const bf16* b, int sb) {
+  for (int n = 0; n < K / 16; ++n)
+    for (int i = 0; i < kTileKeys / 16; ++i) {
+      FragmentA x;
+      FragmentB y;
+      wmma::load_matrix_sync(x, a + i * 16, kWeightStride);
+      wmma::load_matrix_sync(y, b + i * 16 * sb + n * 16, sb);
+      wmma::mma_sync(acc[n], x, y, acc[n]);
+    }
+}
+
+// A warp's 16 x K result, staged in shared memory, times `factor` into rows
+// first .. first + 15 (those before `count`) of `to`.
+template <int K, typename Out>
+__device__ void write_rows(Out* to, std::int64_t row_stride, Accumulator (&acc)[K / 16], float* staged,
+                           std::int64_t first, std::int64_t count, float factor) {
+  const int lane = threadIdx.x % 32;
+  for (int n = 0; n < K / 16; ++n)
+    wmma::store_matrix_sync(staged + n * 16, acc[n], Shared<K>::staged_stride, wmma::mem_row_major);
+  __syncwarp();
+  for (int r = 0; r < kWarpRows && first + r < count; ++r)
+    for (int c = lane; c < K; c += 32)
+      store(to + (first + r) * row_stride + c, staged[r * Shared<K>::staged_stride + c] * factor);
+  __syncwarp();
+}
+
+struct HeadOf {
+  std::int64_t head, b, h;
+};
+__device__ HeadOf head_of(std::int64_t index, const FlashAttentionShape& s) {
+  return {index, index / s.heads, index % s.heads};
+}
+template <typename T>
+__device__ T* at(const FlashOperand& o, const HeadOf& h) {
+  return static_cast<T*>(o.data) + h.b * o.batch + h.h * o.head;
+}
+
+template <int K, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    flash_dq_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, FlashOperand dout,
+                    const float* logsumexp, float* delta, FlashOperand dq, FlashAttentionShape s) {
+  extern __shared__ __align__(128) unsigned char shared[];
+  using L = Shared<K>;
+  const Memory<K> m(shared);
+  bf16 *qs = m.qs, *dos = m.dos, *ks = m.ks, *vs = m.vs, *dscores = m.dscores;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* scores = m.products;
+  float* dweights = reinterpret_cast<float*>(m.second);
+  float* lse = m.lse + warp * kWarpRows;  // this warp's rows only
+  float* deltas = m.deltas + warp * kWarpRows;
+
+  // The last query tiles first: under a causal mask they have the most keys.
+  const std::int64_t tiles = (s.queries + kTileRows - 1) / kTileRows;
+  const HeadOf head = head_of(blockIdx.x / tiles, s);
+  const std::int64_t first_query = (tiles - 1 - blockIdx.x % tiles) * kTileRows;
+  const std::int64_t warp_query = first_query + warp * kWarpRows;
+  const Out* oh = at<const Out>(out, head);
+  const bf16* kh = at<const bf16>(k, head);
+  const bf16* vh = at<const bf16>(v, head);
+
+  load_rows<K>(qs, L::hs, at<const bf16>(q, head) + first_query * q.row, q.row, kTileRows, s.queries - first_query);
+  load_rows<K>(dos, L::hs, at<const bf16>(dout, head) + first_query * dout.row, dout.row, kTileRows,
+               s.queries - first_query);
+  __syncthreads();
+  const bf16* my_dout = dos + warp * kWarpRows * L::hs;
+  for (int r = 0; r < kWarpRows; ++r) {
+    const std::int64_t query = warp_query + r;
+    float partial = 0.0f;
+    if (query < s.queries)
+      for (int c = lane; c < K; c += 32) partial += __bfloat162float(my_dout[r * L::hs + c]) * load(oh + query * out.row + c);
+    const float d = warp_sum(partial);
+    if (lane == 0) {
+      deltas[r] = d;
+      lse[r] = query < s.queries ? logsumexp[head.head * s.queries + query] : 0.0f;
+      if (query < s.queries) delta[head.head * s.queries + query] = d;
+    }
+  }
+  __syncwarp();
+
+  Accumulator grad[K / 16];
+  for (int n = 0; n < K / 16; ++n) wmma::fill_fragment(grad[n], 0.0f);
+  const std::int64_t shift = s.keys - s.queries;  // causal: query i sees keys 0 .. i + shift
+  std::int64_t end = s.keys;
+  if (s.causal && first_query + kTileRows + shift < end) end = first_query + kTileRows + shift;
+  for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys) {
+    __syncthreads();  // every warp is done with the last tile
+    load_rows<K>(ks, L::hs, kh + first_key * k.row, k.row, kTileKeys, s.keys - first_key);
+    load_rows<K>(vs, L::hs, vh + first_key * v.row, v.row, kTileKeys, s.keys - first_key);
+    __syncthreads();
+    times_transposed<K>(scores, qs + warp * kWarpRows * L::hs, L::hs, ks, L::hs);  // q k^T
+    times_transposed<K>(dweights, my_dout, L::hs, vs, L::hs);                      // dP = dout v^T
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r) {
+      const std::int64_t query = warp_query + r;
+      const std::int64_t last_seen = s.causal ? query + shift : s.keys - 1;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = lane + 32 * half;
+        const std::int64_t key = first_key + col;
+        const bool seen = query < s.queries && key < s.keys && key <= last_seen;
+        const float p = seen ? __expf(scores[r * kScoreStride + col] * s.scale - lse[r]) : 0.0f;
+        dscores[r * kWeightStride + col] = __float2bfloat16(p * (dweights[r * kScoreStride + col] - deltas[r]));
+      }
+    }
+    __syncwarp();
+    add_product<K>(grad, dscores, ks, L::hs);  // dq += dS k
+  }
+  __syncthreads();  // the tiles are done with: they stage the result
+  write_rows<K>(at<Out>(dq, head), dq.row, grad, m.staged, warp_query, s.queries, s.scale);
+}
+
+template <int K, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    flash_dkv_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand dout, const float* logsumexp,
+                     const float* delta, FlashOperand dk, FlashOperand dv, FlashAttentionShape s) {
+  extern __shared__ __align__(128) unsigned char shared[];
+  using L = Shared<K>;
+  const Memory<K> m(shared);
+  bf16 *qs = m.qs, *dos = m.dos, *ks = m.ks, *vs = m.vs, *dscores = m.dscores;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float *products = m.products, *lse = m.lse, *deltas = m.deltas;
+  bf16* weights = reinterpret_cast<bf16*>(m.second);
+
+  const std::int64_t tiles = (s.keys + kTileRows - 1) / kTileRows;
+  const HeadOf head = head_of(blockIdx.x / tiles, s);
+  const std::int64_t first_key = (blockIdx.x % tiles) * kTileRows;
+  const std::int64_t warp_key = first_key + warp * kWarpRows;
+  const bf16* qh = at<const bf16>(q, head);
+  const bf16* doh = at<const bf16>(dout, head);
+  load_rows<K>(ks, L::hs, at<const bf16>(k, head) + first_key * k.row, k.row, kTileRows, s.keys - first_key);
+  load_rows<K>(vs, L::hs, at<const bf16>(v, head) + first_key * v.row, v.row, kTileRows, s.keys - first_key);
+
+  Accumulator dk_sum[K / 16], dv_sum[K / 16];
+  for (int n = 0; n < K / 16; ++n) {
+    wmma::fill_fragment(dk_sum[n], 0.0f);
+    wmma::fill_fragment(dv_sum[n], 0.0f);
+  }
+  const std::int64_t shift = s.keys - s.queries;  // causal: query i sees key j where j <= i + shift
+  std::int64_t start = 0;
+  if (s.causal && first_key - shift > 0) start = (first_key - shift) / kTileKeys * kTileKeys;
+  for (std::int64_t first_query = start; first_query < s.queries; first_query += kTileKeys) {
+    __syncthreads();  // every warp is done with the last tile
+    load_rows<K>(qs, L::hs, qh + first_query * q.row, q.row, kTileKeys, s.queries - first_query);
+    load_rows<K>(dos, L::hs, doh + first_query * dout.row, dout.row, kTileKeys, s.queries - first_query);
+    for (int i = threadIdx.x; i < kTileKeys; i += kThreads) {
+      const std::int64_t query = first_query + i;
+      lse[i] = query < s.queries ? logsumexp[head.head * s.queries + query] : 0.0f;
+      deltas[i] = query < s.queries ? delta[head.head * s.queries + query] : 0.0f;
+    }
+    __syncthreads();
+    times_transposed<K>(products, ks + warp * kWarpRows * L::hs, L::hs, qs, L::hs);  // S^T = k q^T
+    __syncwarp();
+    float p[kWarpRows][2];
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r) {
+      const std::int64_t key = warp_key + r;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = lane + 32 * half;
+        const std::int64_t query = first_query + col;
+        const bool seen = query < s.queries && key < s.keys && (!s.causal || key <= query + shift);
+        p[r][half] = seen ? __expf(products[r * kScoreStride + col] * s.scale - lse[col]) : 0.0f;
+        weights[r * kWeightStride + col] = __float2bfloat16(p[r][half]);
+      }
+    }
+    __syncwarp();
+    times_transposed<K>(products, vs + warp * kWarpRows * L::hs, L::hs, dos, L::hs);  // dP^T = v dout^T
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = lane + 32 * half;
+        dscores[r * kWeightStride + col] = __float2bfloat16(p[r][half] * (products[r * kScoreStride + col] - deltas[col]));
+      }
+    __syncwarp();
+    add_product<K>(dv_sum, weights, dos, L::hs);  // dv += P^T dout
+    add_product<K>(dk_sum, dscores, qs, L::hs);   // dk += dS^T q
+  }
+  __syncthreads();  // the tiles are done with: they stage the results
+  write_rows<K>(at<Out>(dv, head), dv.row, dv_sum, m.staged, warp_key, s.keys, 1.0f);
+  write_rows<K>(at<Out>(dk, head), dk.row, dk_sum, m.staged, warp_key, s.keys, s.scale);
+}
+
+template <typename Kernel>
+void allow_shared(Kernel kernel, int bytes, const char* what) {
+  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what, __FILE__,
+             __LINE__);
+}
+
+template <int K, typename Out>
+void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
+            const FlashOperand& dout, const float* logsumexp, float* delta, const FlashGradients& g,
+            const FlashAttentionShape& s, cudaStream_t stream) {
+  constexpr int bytes = Shared<K>::bytes;
+  const std::int64_t heads = s.batches * s.heads;
+  if (s.queries > 0) {
+    auto dq_kernel = flash_dq_kernel<K, Out>;
+    allow_shared(dq_kernel, bytes, "cudaFuncSetAttribute(flash_dq_kernel, MaxDynamicSharedMemorySize)");
+    const std::int64_t blocks = heads * ((s.queries + kTileRows - 1) / kTileRows);
+    dq_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, out, dout, logsumexp, delta, g.dq, s);
+    cuda_check(cudaGetLastError(), "flash_dq_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__, __LINE__);
+  }
+  if (s.keys > 0) {  // after the dq kernel, which wrote delta
+    auto dkv_kernel = flash_dkv_kernel<K, Out>;
+    allow_shared(dkv_kernel, bytes, "cudaFuncSetAttribute(flash_dkv_kernel, MaxDynamicSharedMemorySize)");
+    const std::int64_t blocks = heads * ((s.keys + kTileRows - 1) / kTileRows);
+    dkv_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, dout, logsumexp, delta, g.dk,
+                                                                            g.dv, s);
+    cuda_check(cudaGetLastError(), "flash_dkv_kernel<<<heads * key tiles, 128, shared, stream>>>", __FILE__, __LINE__);
+  }
+}
+
+template <typename Out>
+void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
+                      const FlashOperand& dout, const float* logsumexp, float* delta, const FlashGradients& g,
+                      const FlashAttentionShape& s, cudaStream_t stream) {
+  switch (s.width) {
+    case 32: return launch<32, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
+    case 64: return launch<64, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
+    case 128: return launch<128, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
+    default: return;  // unreachable: run_attention_backward refuses other widths
+  }
+}
+
+}  // namespace
+
+bool flash_attention_backward_supported(std::int64_t width, int gpu) {
+  switch (width) {
+    case 32: return fits_a_block(Shared<32>::bytes, gpu);
+    case 64: return fits_a_block(Shared<64>::bytes, gpu);
+    case 128: return fits_a_block(Shared<128>::bytes, gpu);
+    default: return false;
+  }
+}
+
+void cuda_flash_attention_backward(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
+                                   const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
+                                   float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
+                                   cudaStream_t stream) {
+  if (shape.batches * shape.heads == 0) return;
+  // out and the gradients share a dtype (Backend::attention_backward checks it).
+  if (out.f32)
+    launch_for_width<float>(q, k, v, out, dout, logsumexp, delta, grads, shape, stream);
+  else
+    launch_for_width<bf16>(q, k, v, out, dout, logsumexp, delta, grads, shape, stream);
+}
+
+}  // namespace tessera

@@ -1,0 +1,73 @@
+// What FlashAttention's forward (flash_attention.cu) and backward
+// (flash_attention_backward.cu) kernels share: blocks of 4 warps, each warp
+// 16 rows of a 64-row tile, bf16 tiles in shared memory with padded rows,
+// and the loads and stores between them and global memory.
+#pragma once
+
+#if defined(__CUDACC__)  // device code: included by the .cu files only
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_check.hpp"
+
+namespace tessera::flash {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kWarpRows = 16;                   // a warp's rows: one WMMA tile high
+constexpr int kTileRows = kWarps * kWarpRows;   // 64 queries or keys a block
+constexpr int kTileKeys = 64;                   // the other side's tile: 64 keys or queries
+constexpr int kThreads = kWarps * 32;
+constexpr int kScoreStride = kTileKeys + 4;     // f32 rows of a warp's 16 x 64 scores
+constexpr int kWeightStride = kTileKeys + 8;    // bf16 rows of a warp's 16 x 64 weights
+
+// A tile's bf16 row stride for heads of width K: 16 bytes of padding, so
+// that WMMA's loads of 16 rows do not pile onto the same banks.
+template <int K>
+constexpr int head_stride() { return K + 8; }
+
+// rows x K of a tile from `from` (rows `row_stride` apart; rows past `valid`
+// as zeros) into `to` (bf16 rows `stride` apart), in 16-byte words: bf16 as
+// it is, f32 rounded to bf16 as a cast would.
+template <int K, typename In>
+__device__ void load_rows(bf16* to, int stride, const In* from, std::int64_t row_stride, int rows,
+                          std::int64_t valid) {
+  constexpr int words_per_row = K / 8;
+  for (int i = threadIdx.x; i < rows * words_per_row; i += kThreads) {
+    const int r = i / words_per_row, c = i % words_per_row;
+    uint4 word = make_uint4(0, 0, 0, 0);
+    if (r < valid) {
+      if constexpr (std::is_same_v<In, bf16>) {
+        word = reinterpret_cast<const uint4*>(from + r * row_stride)[c];
+      } else {
+        const float4 low = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c];
+        const float4 high = reinterpret_cast<const float4*>(from + r * row_stride)[2 * c + 1];
+        const __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
+                                          __floats2bfloat162_rn(high.x, high.y),
+                                          __floats2bfloat162_rn(high.z, high.w)};
+        word = *reinterpret_cast<const uint4*>(packed);
+      }
+    }
+    reinterpret_cast<uint4*>(to + r * stride)[c] = word;
+  }
+}
+
+// Whether `bytes` of shared memory fit a block of GPU `gpu` (opted in).
+inline bool fits_a_block(int bytes, int gpu) {
+  int limit = 0;
+  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
+  return bytes <= limit;
+}
+
+__device__ inline void store(float* to, float value) { *to = value; }
+__device__ inline void store(bf16* to, float value) { *to = __float2bfloat16(value); }
+__device__ inline float load(const float* from) { return *from; }
+__device__ inline float load(const bf16* from) { return __bfloat162float(*from); }
+
+}  // namespace tessera::flash
+#endif
