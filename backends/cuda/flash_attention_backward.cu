@@ -9,8 +9,10 @@
 //      delta), and adds dS k to its dq rows (WMMA fragments held across tiles).
 //   2. dk, dv: a block takes 64 keys; per tile of 64 queries each warp takes
 //      its 16 keys' S^T and dP^T and adds P^T dout to dv and dS^T q to dk.
-// Each block owns the rows it writes and adds in a fixed order: nothing is
-// atomic, and every run gives the same bits (FlashAttention-2's dq is atomic).
+// The other side's tiles are double-buffered: tile t + 1 loads by cp.async
+// while tile t is multiplied. Each block owns the rows it writes and adds in
+// a fixed order: nothing is atomic, and every run gives the same bits
+// (FlashAttention-2's dq is atomic).
 // Products take bf16 operands (P and dS rounded to bf16) and sum in f32.
 #include <math.h>
 #include <mma.h>
@@ -31,23 +33,24 @@ using FragmentB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_maj
 using FragmentBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;  // a tile read transposed
 using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// The byte offsets of a block's shared memory, for heads of width K: four
-// 64-row bf16 tiles (the block's own rows and the other side's current
-// tile), a warp's 16 x 64 f32 products and two 16 x 64 bf16 matrices, and
-// logsumexp and delta of 64 query rows. Once the tiles are done with, the
-// first two (`staging`) hold each warp's 16 x K result in f32.
+// The byte offsets of a block's shared memory, for heads of width K: six
+// 64-row bf16 tiles (two of the block's own rows, and twice two of the other
+// side's: one pair is read while the next loads), a warp's 16 x 64 f32
+// products and two more 16 x 64 matrices, and logsumexp and delta of twice
+// 64 query rows. Once the tiles are done with, the first two (`staged`) hold
+// each warp's 16 x K result in f32.
 template <int K>
 struct Shared {
   static constexpr int hs = head_stride<K>();
-  static constexpr int tile_bytes = kTileRows * hs * 2;
-  static constexpr int tiles = 0;  // four of tile_bytes
-  static constexpr int products = tiles + 4 * tile_bytes;                        // per warp 16 x kScoreStride f32
+  static constexpr int tile_elements = kTileRows * hs;
+  static constexpr int tiles = 0;  // six of tile_elements bf16
+  static constexpr int products = tiles + 6 * tile_elements * 2;                 // per warp 16 x kScoreStride f32
   static constexpr int second = products + kWarps * kWarpRows * kScoreStride * 4;  // per warp, f32 (dq) or bf16 (dk, dv)
   static constexpr int third = second + kWarps * kWarpRows * kScoreStride * 4;     // per warp 16 x kWeightStride bf16
-  static constexpr int rows = third + kWarps * kWarpRows * kWeightStride * 2;      // logsumexp[64], delta[64]
-  static constexpr int bytes = rows + 2 * kTileRows * 4;
+  static constexpr int rows = third + kWarps * kWarpRows * kWeightStride * 2;      // logsumexp[2][64], delta[2][64]
+  static constexpr int bytes = rows + 4 * kTileRows * 4;
   static constexpr int staged_stride = K + 4;
-  static_assert(kWarps * kWarpRows * staged_stride * 4 <= 2 * tile_bytes, "staging fits in two tiles");
+  static_assert(kWarps * kWarpRows * staged_stride * 4 <= 2 * tile_elements * 2, "staging fits in two tiles");
 };
 
 // The block's shared memory as both kernels use it; the warp's own parts.
@@ -55,23 +58,24 @@ template <int K>
 struct Memory {
   using L = Shared<K>;
   __device__ explicit Memory(unsigned char* shared)
-      : qs(reinterpret_cast<bf16*>(shared + L::tiles)),
-        dos(qs + kTileRows * L::hs),
-        ks(dos + kTileRows * L::hs),
-        vs(ks + kTileRows * L::hs),
+      : own0(reinterpret_cast<bf16*>(shared + L::tiles)),
+        own1(own0 + L::tile_elements),
+        streamed0(own1 + L::tile_elements),
+        streamed1(streamed0 + 2 * L::tile_elements),
         products(reinterpret_cast<float*>(shared + L::products) + warp() * kWarpRows * kScoreStride),
         second(shared + L::second + warp() * kWarpRows * kScoreStride * 4),
         dscores(reinterpret_cast<bf16*>(shared + L::third) + warp() * kWarpRows * kWeightStride),
         lse(reinterpret_cast<float*>(shared + L::rows)),
-        deltas(lse + kTileRows),
+        deltas(lse + 2 * kTileRows),
         staged(reinterpret_cast<float*>(shared + L::tiles) + warp() * kWarpRows * L::staged_stride) {}
   static __device__ int warp() { return threadIdx.x / 32; }
-  bf16 *qs, *dos, *ks, *vs;  // 64-row tiles: q and dout, k and v
-  float* products;           // the warp's 16 x 64 f32 products
-  unsigned char* second;     // the warp's second 16 x 64 matrix: f32 dP (dq) or bf16 P^T (dk, dv)
-  bf16* dscores;             // the warp's 16 x 64 dS (or dS^T), bf16
-  float *lse, *deltas;       // 64 query rows' logsumexp and delta
-  float* staged;             // the warp's 16 x K result, once the tiles are done with
+  bf16 *own0, *own1;            // the block's 64 rows: q and dout (dq), k and v (dk, dv)
+  bf16 *streamed0, *streamed1;  // two buffers each of the other side's tiles: k and v, or q and dout
+  float* products;              // the warp's 16 x 64 f32 products
+  unsigned char* second;        // the warp's second 16 x 64 matrix: f32 dP (dq) or bf16 P^T (dk, dv)
+  bf16* dscores;                // the warp's 16 x 64 dS (or dS^T), bf16
+  float *lse, *deltas;          // two buffers of 64 query rows' logsumexp and delta
+  float* staged;                // the warp's 16 x K result, once the tiles are done with
 };
 
 // c = a (16 x K, rows `sa` apart) times b^T, b 64 x K (rows `sb` apart), as
@@ -138,11 +142,11 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char shared[];
   using L = Shared<K>;
   const Memory<K> m(shared);
-  bf16 *qs = m.qs, *dos = m.dos, *ks = m.ks, *vs = m.vs, *dscores = m.dscores;
+  bf16 *qs = m.own0, *dos = m.own1, *dscores = m.dscores;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* scores = m.products;
   float* dweights = reinterpret_cast<float*>(m.second);
-  float* lse = m.lse + warp * kWarpRows;  // this warp's rows only
+  float* lse = m.lse + warp * kWarpRows;  // this warp's rows only (one buffer)
   float* deltas = m.deltas + warp * kWarpRows;
 
   // The last query tiles first: under a causal mask they have the most keys.
@@ -178,11 +182,26 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t shift = s.keys - s.queries;  // causal: query i sees keys 0 .. i + shift
   std::int64_t end = s.keys;
   if (s.causal && first_query + kTileRows + shift < end) end = first_query + kTileRows + shift;
-  for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys) {
-    __syncthreads();  // every warp is done with the last tile
-    load_rows<K>(ks, L::hs, kh + first_key * k.row, k.row, kTileKeys, s.keys - first_key);
-    load_rows<K>(vs, L::hs, vh + first_key * v.row, v.row, kTileKeys, s.keys - first_key);
-    __syncthreads();
+  // Tile t + 1 of keys and values loads (cp.async) while tile t is multiplied.
+  auto stage = [&](std::int64_t first_key, int buffer) {
+    load_rows_async<K>(m.streamed0 + buffer * L::tile_elements, L::hs, kh + first_key * k.row, k.row, kTileKeys,
+                       s.keys - first_key);
+    load_rows_async<K>(m.streamed1 + buffer * L::tile_elements, L::hs, vh + first_key * v.row, v.row, kTileKeys,
+                       s.keys - first_key);
+    commit_tiles();
+  };
+  if (end > 0) stage(0, 0);
+  int buffer = 0;
+  for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys, buffer ^= 1) {
+    if (first_key + kTileKeys < end) {
+      stage(first_key + kTileKeys, buffer ^ 1);
+      wait_tiles<1>();
+    } else {
+      wait_tiles<0>();
+    }
+    __syncthreads();  // this tile is in for every warp
+    const bf16* ks = m.streamed0 + buffer * L::tile_elements;
+    const bf16* vs = m.streamed1 + buffer * L::tile_elements;
     times_transposed<K>(scores, qs + warp * kWarpRows * L::hs, L::hs, ks, L::hs);  // q k^T
     times_transposed<K>(dweights, my_dout, L::hs, vs, L::hs);                      // dP = dout v^T
     __syncwarp();
@@ -201,6 +220,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();
     add_product<K>(grad, dscores, ks, L::hs);  // dq += dS k
+    __syncthreads();  // every warp is done with this tile's buffers before they load again
   }
   __syncthreads();  // the tiles are done with: they stage the result
   write_rows<K>(at<Out>(dq, head), dq.row, grad, m.staged, warp_query, s.queries, s.scale);
@@ -213,9 +233,9 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char shared[];
   using L = Shared<K>;
   const Memory<K> m(shared);
-  bf16 *qs = m.qs, *dos = m.dos, *ks = m.ks, *vs = m.vs, *dscores = m.dscores;
+  bf16 *ks = m.own0, *vs = m.own1, *dscores = m.dscores;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float *products = m.products, *lse = m.lse, *deltas = m.deltas;
+  float* products = m.products;
   bf16* weights = reinterpret_cast<bf16*>(m.second);
 
   const std::int64_t tiles = (s.keys + kTileRows - 1) / kTileRows;
@@ -235,16 +255,33 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t shift = s.keys - s.queries;  // causal: query i sees key j where j <= i + shift
   std::int64_t start = 0;
   if (s.causal && first_key - shift > 0) start = (first_key - shift) / kTileKeys * kTileKeys;
-  for (std::int64_t first_query = start; first_query < s.queries; first_query += kTileKeys) {
-    __syncthreads();  // every warp is done with the last tile
-    load_rows<K>(qs, L::hs, qh + first_query * q.row, q.row, kTileKeys, s.queries - first_query);
-    load_rows<K>(dos, L::hs, doh + first_query * dout.row, dout.row, kTileKeys, s.queries - first_query);
+  // Tile t + 1 of queries, dout, logsumexp and delta loads while tile t is multiplied.
+  auto stage = [&](std::int64_t first_query, int buffer) {
+    load_rows_async<K>(m.streamed0 + buffer * L::tile_elements, L::hs, qh + first_query * q.row, q.row, kTileKeys,
+                       s.queries - first_query);
+    load_rows_async<K>(m.streamed1 + buffer * L::tile_elements, L::hs, doh + first_query * dout.row, dout.row,
+                       kTileKeys, s.queries - first_query);
+    commit_tiles();
     for (int i = threadIdx.x; i < kTileKeys; i += kThreads) {
       const std::int64_t query = first_query + i;
-      lse[i] = query < s.queries ? logsumexp[head.head * s.queries + query] : 0.0f;
-      deltas[i] = query < s.queries ? delta[head.head * s.queries + query] : 0.0f;
+      m.lse[buffer * kTileKeys + i] = query < s.queries ? logsumexp[head.head * s.queries + query] : 0.0f;
+      m.deltas[buffer * kTileKeys + i] = query < s.queries ? delta[head.head * s.queries + query] : 0.0f;
     }
-    __syncthreads();
+  };
+  if (start < s.queries) stage(start, 0);
+  int buffer = 0;
+  for (std::int64_t first_query = start; first_query < s.queries; first_query += kTileKeys, buffer ^= 1) {
+    if (first_query + kTileKeys < s.queries) {
+      stage(first_query + kTileKeys, buffer ^ 1);
+      wait_tiles<1>();
+    } else {
+      wait_tiles<0>();
+    }
+    __syncthreads();  // this tile is in for every warp (and the block's own keys and values, the first time)
+    const bf16* qs = m.streamed0 + buffer * L::tile_elements;
+    const bf16* dos = m.streamed1 + buffer * L::tile_elements;
+    const float* lse = m.lse + buffer * kTileKeys;
+    const float* deltas = m.deltas + buffer * kTileKeys;
     times_transposed<K>(products, ks + warp * kWarpRows * L::hs, L::hs, qs, L::hs);  // S^T = k q^T
     __syncwarp();
     float p[kWarpRows][2];
@@ -273,6 +310,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
     add_product<K>(dv_sum, weights, dos, L::hs);  // dv += P^T dout
     add_product<K>(dk_sum, dscores, qs, L::hs);   // dk += dS^T q
+    __syncthreads();  // every warp is done with this tile's buffers before they load again
   }
   __syncthreads();  // the tiles are done with: they stage the results
   write_rows<K>(at<Out>(dv, head), dv.row, dv_sum, m.staged, warp_key, s.keys, 1.0f);

@@ -64,6 +64,41 @@ inline bool fits_a_block(int bytes, int gpu) {
   return bytes <= limit;
 }
 
+// As load_rows for bf16 rows, by cp.async (sm_80 on): the copies go on while
+// the block computes, until wait_tiles. Rows past `valid` are zero-filled.
+template <int K>
+__device__ void load_rows_async(bf16* to, int stride, const bf16* from, std::int64_t row_stride, int rows,
+                                std::int64_t valid) {
+  constexpr int words_per_row = K / 8;
+  for (int i = threadIdx.x; i < rows * words_per_row; i += kThreads) {
+    const int r = i / words_per_row, c = i % words_per_row;
+    const bool inside = r < valid;
+    const bf16* source = inside ? from + r * row_stride + c * 8 : from;  // read nothing from it: 0 bytes
+    const unsigned target = static_cast<unsigned>(__cvta_generic_to_shared(to + r * stride + c * 8));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(target), "l"(source), "r"(inside ? 16 : 0));
+  }
+}
+
+// A tile's rows into shared memory: bf16 ones by cp.async (waited for with
+// wait_tiles), f32 ones rounded as they are read, at once.
+template <int K, typename In>
+__device__ void stage_rows(bf16* to, int stride, const In* from, std::int64_t row_stride, int rows,
+                           std::int64_t valid) {
+  if constexpr (std::is_same_v<In, bf16>)
+    load_rows_async<K>(to, stride, from, row_stride, rows, valid);
+  else
+    load_rows<K>(to, stride, from, row_stride, rows, valid);
+}
+
+// Ends the group of copies staged since the last one.
+__device__ inline void commit_tiles() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `kPending` groups of this thread's copies are in flight
+// (then __syncthreads, and every thread's copies are visible).
+template <int kPending>
+__device__ inline void wait_tiles() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 __device__ inline void store(float* to, float value) { *to = value; }
 __device__ inline void store(bf16* to, float value) { *to = __float2bfloat16(value); }
 __device__ inline float load(const float* from) { return *from; }
