@@ -1,21 +1,21 @@
 // Fused attention (flash_attention.hpp) on tensor cores, FlashAttention's
 // forward pass (Dao et al., 2022): a block of 4 warps takes 64 queries of one
-// head; for each tile of 64 keys (the next tile's keys and values loading by
-// cp.async meanwhile, for bf16 operands) each warp multiplies its 16 queries
-// (kept in WMMA fragments) by the keys (bf16 in, f32 sums), updates its
-// rows' running max and sum (online softmax), and adds the tile's
-// exp-weights (rounded to bf16) times the values to its f32 output rows,
-// rescaled by exp(old max - new max). Causal blocks stop at their last
-// query's last key. Nothing is atomic: every run gives the same bits.
+// head; for each tile of 64 keys it loads the keys and values into shared
+// memory, each warp multiplies its 16 queries (kept in WMMA fragments) by the
+// keys (bf16 in, f32 sums), updates its rows' running max and sum (online
+// softmax), and adds the tile's exp-weights (rounded to bf16) times the
+// values to its f32 output rows, rescaled by exp(old max - new max). Causal
+// blocks stop at their last query's last key. Nothing is atomic: every run
+// gives the same bits.
 //
 // Operands are read and written through strides (FlashOperand), so [B, T,
 // H, K] as projected serves as well as [B, H, T, K]; f32 q, k and v are
 // rounded to bf16 as they are loaded, as the casts they replace would.
 //
-// In the softmax, lanes 2r and 2r + 1 take row r, 32 columns each, in an
-// order turned by the lane so that a warp's reads and writes of a step fall
-// in distinct banks; rows are padded by 16 bytes so that WMMA's loads and
-// stores of 16 rows do not pile onto the same banks either.
+// Lane l takes columns l and l + 32 of each of its warp's rows, so a warp's
+// reads and writes of a row in shared memory fall in distinct banks, and
+// rows are padded by 16 bytes so that WMMA's loads and stores of 16 rows do
+// not pile onto the same banks either.
 #include "backends/cuda/flash_attention.hpp"
 
 #include <math.h>
@@ -39,11 +39,10 @@ struct Shared {
   static constexpr int score_stride = kScoreStride;             // f32
   static constexpr int weight_stride = kWeightStride;           // bf16
   static constexpr int out_stride = K + 4;                      // f32
-  static constexpr int tile_elements = kTileKeys * head_stride;
   static constexpr int q = 0;
-  static constexpr int k = q + kTileQueries * head_stride * 2;                     // two tiles: one loads, one is read
-  static constexpr int v = k + 2 * tile_elements * 2;                              // two tiles
-  static constexpr int scores = v + 2 * tile_elements * 2;                         // per warp: 16 rows
+  static constexpr int k = q + kTileQueries * head_stride * 2;
+  static constexpr int v = k + kTileKeys * head_stride * 2;
+  static constexpr int scores = v + kTileKeys * head_stride * 2;                   // per warp: 16 rows
   static constexpr int weights = scores + kWarps * kWarpRows * score_stride * 4;   // per warp: 16 rows
   static constexpr int out = weights + kWarps * kWarpRows * weight_stride * 2;     // per warp: 16 rows
   static constexpr int bytes = out + kWarps * kWarpRows * out_stride * 4;
@@ -83,32 +82,17 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t shift = s.keys - s.queries;  // causal: query i sees keys 0 .. i + shift
   std::int64_t end = s.keys;
   if (s.causal && first_query + kTileQueries + shift < end) end = first_query + kTileQueries + shift;
-  // Lane l keeps the running max and sum of row l / 2 (of the scaled scores
-  // so far, and of their exp), as does its pair lane l ^ 1.
-  const int row = lane / 2, half = lane % 2;
-  const std::int64_t last_seen = s.causal ? warp_query + row + shift : s.keys - 1;
-  float row_max = -INFINITY, row_sum = 0.0f;
+  float row_max[kWarpRows], row_sum[kWarpRows];  // of the scaled scores so far, and of their exp
+  for (int r = 0; r < kWarpRows; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
 
-  // Tile t + 1 loads (cp.async, for bf16 operands) while tile t is multiplied.
-  auto stage = [&](std::int64_t first_key, int buffer) {
-    stage_rows<K>(ks + buffer * L::tile_elements, L::head_stride, kh + first_key * k.row, k.row, kTileKeys,
-                  s.keys - first_key);
-    stage_rows<K>(vs + buffer * L::tile_elements, L::head_stride, vh + first_key * v.row, v.row, kTileKeys,
-                  s.keys - first_key);
-    commit_tiles();
-  };
-  if (end > 0) stage(0, 0);
-  int buffer = 0;
-  for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys, buffer ^= 1) {
-    if (first_key + kTileKeys < end) {
-      stage(first_key + kTileKeys, buffer ^ 1);
-      wait_tiles<1>();
-    } else {
-      wait_tiles<0>();
-    }
-    __syncthreads();  // this tile is in for every warp
-    const bf16* keys = ks + buffer * L::tile_elements;
-    const bf16* values = vs + buffer * L::tile_elements;
+  for (std::int64_t first_key = 0; first_key < end; first_key += kTileKeys) {
+    __syncthreads();  // every warp is done with the last tile
+    load_rows<K>(ks, L::head_stride, kh + first_key * k.row, k.row, kTileKeys, s.keys - first_key);
+    load_rows<K>(vs, L::head_stride, vh + first_key * v.row, v.row, kTileKeys, s.keys - first_key);
+    __syncthreads();
 
     // This warp's scores: its 16 queries by the tile's 64 keys.
     for (int n = 0; n < kTileKeys / 16; ++n) {
@@ -116,46 +100,31 @@ __global__ void __launch_bounds__(kThreads)
       wmma::fill_fragment(c, 0.0f);
       for (int i = 0; i < K / 16; ++i) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;  // keys^T
-        wmma::load_matrix_sync(b, keys + n * 16 * L::head_stride + i * 16, L::head_stride);
+        wmma::load_matrix_sync(b, ks + n * 16 * L::head_stride + i * 16, L::head_stride);
         wmma::mma_sync(c, queries[i], b, c);
       }
       wmma::store_matrix_sync(scores + n * 16, c, L::score_stride, wmma::mem_row_major);
     }
     __syncwarp();
 
-    // Online softmax: lane l takes 32 columns of row l / 2 (the first or the
-    // second half), in an order turned by l so that the warp's 32 reads of a
-    // step fall in 32 banks; the pair's results meet in one shuffle.
-    const float* x_row = scores + row * L::score_stride + half * 32;
-    const std::int64_t first_column_key = first_key + half * 32;
-    auto scaled = [&](int c) {
-      const std::int64_t key = first_column_key + c;
-      return key < s.keys && key <= last_seen ? x_row[c] * s.scale : -INFINITY;
-    };
-    float tile_max = -INFINITY;
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, scaled((j + lane) % 32));
-    // Even lane's first in each pairwise max and sum: the pair gets the same bits.
-    const float pair_max = __shfl_xor_sync(0xffffffffu, tile_max, 1);
-    const float new_max = fmaxf(row_max, half == 0 ? fmaxf(tile_max, pair_max) : fmaxf(pair_max, tile_max));
-    // A row that has seen no key yet keeps max -inf: its weights are 0.
-    const bool none = new_max == -INFINITY;
-    const float rescale = none ? 1.0f : __expf(row_max - new_max);
-    bf16* w_row = weights + row * L::weight_stride + half * 32;
-    float tile_sum = 0.0f;
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) {
-      const int c = (j + lane) % 32;
-      const float p = none ? 0.0f : __expf(scaled(c) - new_max);
-      w_row[c] = __float2bfloat16(p);
-      tile_sum += p;
+    // Online softmax, row by row: this lane's scores are columns lane and lane + 32.
+    const std::int64_t key0 = first_key + lane, key1 = key0 + 32;
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r) {
+      const std::int64_t last_seen = s.causal ? warp_query + r + shift : s.keys - 1;
+      const float x0 = key0 < s.keys && key0 <= last_seen ? scores[r * L::score_stride + lane] * s.scale : -INFINITY;
+      const float x1 = key1 < s.keys && key1 <= last_seen ? scores[r * L::score_stride + lane + 32] * s.scale : -INFINITY;
+      const float new_max = fmaxf(row_max[r], warp_max(fmaxf(x0, x1)));
+      // A row that has seen no key yet keeps max -inf: its weights are 0.
+      const bool none = new_max == -INFINITY;
+      const float rescale = none ? 1.0f : __expf(row_max[r] - new_max);
+      const float p0 = none ? 0.0f : __expf(x0 - new_max), p1 = none ? 0.0f : __expf(x1 - new_max);
+      weights[r * L::weight_stride + lane] = __float2bfloat16(p0);
+      weights[r * L::weight_stride + lane + 32] = __float2bfloat16(p1);
+      row_sum[r] = row_sum[r] * rescale + warp_sum(p0 + p1);
+      row_max[r] = new_max;
+      for (int c = lane; c < K; c += 32) acc[r * L::out_stride + c] *= rescale;
     }
-    const float pair_sum = __shfl_xor_sync(0xffffffffu, tile_sum, 1);
-    row_sum = row_sum * rescale + (half == 0 ? tile_sum + pair_sum : pair_sum + tile_sum);
-    row_max = new_max;
-    float* acc_row = acc + row * L::out_stride + half * (K / 2);
-#pragma unroll 8
-    for (int j = 0; j < K / 2; ++j) acc_row[(j + lane) % (K / 2)] *= rescale;
     __syncwarp();
 
     // Its output rows += weights (16 x 64) times the tile's values (64 x K).
@@ -166,22 +135,22 @@ __global__ void __launch_bounds__(kThreads)
         wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
         wmma::load_matrix_sync(a, weights + i * 16, L::weight_stride);
-        wmma::load_matrix_sync(b, values + i * 16 * L::head_stride + n * 16, L::head_stride);
+        wmma::load_matrix_sync(b, vs + i * 16 * L::head_stride + n * 16, L::head_stride);
         wmma::mma_sync(c, a, b, c);
       }
       wmma::store_matrix_sync(acc + n * 16, c, L::out_stride, wmma::mem_row_major);
     }
-    __syncthreads();  // every warp is done with this tile's buffers before they load again
+    __syncwarp();
   }
 
   for (int r = 0; r < kWarpRows; ++r) {
-    const float sum = __shfl_sync(0xffffffffu, row_sum, 2 * r), max = __shfl_sync(0xffffffffu, row_max, 2 * r);
     const std::int64_t query = warp_query + r;
     if (query >= s.queries) break;
-    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
     for (int c = lane; c < K; c += 32) store(oh + query * out.row + c, acc[r * L::out_stride + c] * inverse);
     // Of exp(scale * score), as the weights were taken: the backward pass's exp(x - logsumexp).
-    if (logsumexp != nullptr && lane == 0) logsumexp[head * s.queries + query] = sum > 0.0f ? max + __logf(sum) : -INFINITY;
+    if (logsumexp != nullptr && lane == 0)
+      logsumexp[head * s.queries + query] = row_sum[r] > 0.0f ? row_max[r] + __logf(row_sum[r]) : -INFINITY;
   }
 }
 
