@@ -292,18 +292,29 @@ bool Backend::supports_fused_attention(DType, DType, DType, std::int64_t) const 
 
 namespace {
 
+// A [B, T, H, K] shape as [B, H, T, K].
+Shape heads_first(const Shape& s) { return s.rank() == 4 ? Shape{s[0], s[2], s[1], s[3]} : s; }
+
 // The shapes attention and its gradient share: q [..., Tq, K], k and v [...,
-// Tk, K] with the same leading axes, logsumexp [..., Tq]; returns logsumexp's shape.
-Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  const Shape& qs = q.shape();
-  const Shape& ks = k.shape();
+// Tk, K] with the same leading axes (heads first), logsumexp [..., Tq];
+// returns logsumexp's shape.
+Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const AttentionArgs& args) {
+  if (args.tokens_first && (q.rank() != 4 || k.rank() != 4))
+    throw ShapeError(std::string(op) + ": q " + q.describe() + " and k " + k.describe() +
+                     " are said to be [B, T, H, K] but are not of rank 4");
+  const Shape qs = args.tokens_first ? heads_first(q.shape()) : q.shape();
+  const Shape ks = args.tokens_first ? heads_first(k.shape()) : k.shape();
   const int rank = qs.rank();
   bool leading_equal = rank >= 2 && ks.rank() == rank;
   for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
-  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (causal && qs[rank - 2] > ks[rank - 2]))
-    throw ShapeError(std::string(op) + ": q " + q.describe() + " must be [..., Tq, K] and k " + k.describe() +
-                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
-  if (v.shape() != ks) throw ShapeError(std::string(op) + ": v " + v.describe() + " must have k's shape " + ks.str());
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
+    throw ShapeError(std::string(op) + ": q " + q.describe() + " must be " +
+                     (args.tokens_first ? "[B, Tq, H, K] and k [B, Tk, H, K]" : "[..., Tq, K] and k [..., Tk, K]") +
+                     " with the same other axes" + (args.causal ? " and Tq <= Tk (causal)" : "") + " (k is " +
+                     k.describe() + ")");
+  if (v.shape() != k.shape())
+    throw ShapeError(std::string(op) + ": v " + v.describe() + " must have k's shape " + k.shape().str());
   std::vector<std::int64_t> rows(qs.dims().begin(), qs.dims().end() - 1);
   return Shape(rows);
 }
@@ -311,20 +322,20 @@ Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, c
 }  // namespace
 
 void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& logsumexp, float scale, bool causal) {
+                        const Tensor& logsumexp, const AttentionArgs& args) {
   Check c(*this, "attention");
   c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"logsumexp", &logsumexp}});
   c.same_dtype({{"q", &q}, {"k", &k}, {"v", &v}}).floating("q", q).dtype(DType::f32, {{"logsumexp", &logsumexp}});
   if (out.dtype() != q.dtype() && out.dtype() != DType::f32)
     throw DTypeError("attention: out is " + out.describe() + ", expected q's dtype or f32 (q is " + q.describe() + ")");
-  c.shape("logsumexp", logsumexp, check_attention_shapes("attention", q, k, v, causal)).shape("out", out, q.shape());
+  c.shape("logsumexp", logsumexp, check_attention_shapes("attention", q, k, v, args)).shape("out", out, q.shape());
   if (out.numel() == 0) return;
-  run_attention(q, k, v, out, logsumexp, scale, causal);
+  run_attention(q, k, v, out, logsumexp, args);
 }
 
 void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                  const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                                 const Tensor& dv, float scale, bool causal) {
+                                 const Tensor& dv, const AttentionArgs& args) {
   Check c(*this, "attention", {}, " backward");
   c.on_device({{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"logsumexp", &logsumexp}, {"dout", &dout},
                {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
@@ -333,11 +344,11 @@ void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
   if (out.dtype() != q.dtype() && out.dtype() != DType::f32)
     throw DTypeError("attention backward: out is " + out.describe() + ", expected q's dtype or f32 (q is " +
                      q.describe() + ")");
-  c.shape("logsumexp", logsumexp, check_attention_shapes("attention backward", q, k, v, causal));
+  c.shape("logsumexp", logsumexp, check_attention_shapes("attention backward", q, k, v, args));
   c.shape("out", out, q.shape()).shape("dout", dout, q.shape()).shape("dq", dq, q.shape());
   c.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
   if (dq.numel() == 0 && dk.numel() == 0) return;
-  run_attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, scale, causal);
+  run_attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, args);
 }
 
 bool Backend::prefers_attention_op(DType, DType, std::int64_t) const { return false; }
@@ -529,11 +540,12 @@ void Backend::run_fused_attention(const Tensor&, const Tensor&, const Tensor&, c
                                   const FusedAttentionArgs&) {
   unsupported("fused_attention");
 }
-void Backend::run_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+void Backend::run_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const AttentionArgs&) {
   unsupported("attention");
 }
 void Backend::run_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, bool) {
+                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionArgs&) {
   unsupported("attention backward");
 }
 void Backend::run_copy(const Tensor&, const Tensor&) { unsupported("copy"); }

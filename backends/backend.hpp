@@ -124,16 +124,17 @@ class Backend {
   // Attention as the graph's attention op and its gradient, q [..., Tq, K],
   // k and v [..., Tk, K] (same leading axes, same dtype), out [..., Tq, K] in
   // q's dtype or f32 (bf16 products kept in f32, as mixed precision's
-  // matmuls). The forward pass writes out = softmax(scale * q k^T) v and
-  // logsumexp [..., Tq] (f32): each row's log of its sum of exp(scale *
+  // matmuls); or each [B, T, H, K] where args.tokens_first. The forward pass
+  // writes out = softmax(scale * q k^T) v and logsumexp [..., Tq] (f32; [B,
+  // H, Tq] for tokens first): each row's log of its sum of exp(scale *
   // score), -inf where it sees no key. The backward pass recomputes the
   // weights from it: dq, dk, dv (out's dtype) of dout (q's dtype). causal:
   // query i sees keys 0 .. i + Tk - Tq only (Tq <= Tk).
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
-                 float scale, bool causal);
+                 const AttentionArgs& args);
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv, float scale, bool causal);
+                          const Tensor& dv, const AttentionArgs& args);
   // Whether this backend runs those two as kernels of their own, faster than
   // the matmuls, softmax and their gradients they replace (for q, k, v in
   // `operands`, out in `out`, heads of `width`): the graph then builds the op
@@ -231,10 +232,10 @@ class Backend {
   virtual void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                    const FusedAttentionArgs& args);
   virtual void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                             const Tensor& logsumexp, float scale, bool causal);
+                             const Tensor& logsumexp, const AttentionArgs& args);
   virtual void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& logsumexp, const Tensor& dout, const Tensor& dq,
-                                      const Tensor& dk, const Tensor& dv, float scale, bool causal);
+                                      const Tensor& dk, const Tensor& dv, const AttentionArgs& args);
   virtual void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                               const Tensor& y, const Tensor& mean, const Tensor& rstd,
                               float epsilon);

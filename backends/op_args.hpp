@@ -38,6 +38,15 @@ struct FusedAttentionArgs {
   bool q_tokens_first = false, k_tokens_first = false, v_tokens_first = false, out_tokens_first = false;
 };
 
+// The graph's attention op (Backend::attention): q, k, v and out [..., T, K]
+// (the heads first), or all [B, T, H, K] where tokens_first (as the
+// projections write them and the output projection reads them).
+struct AttentionArgs {
+  float scale = 1.0f;
+  bool causal = false;  // query i sees keys 0 .. i + Tk - Tq
+  bool tokens_first = false;
+};
+
 // Convolution over channels-last input x[N, H, W, C] with a Keras kernel
 // w[KH, KW, C, F], giving y[N, OH, OW, F]. Padding is explicit per side;
 // `same_padding` computes what Keras' padding="same" means.

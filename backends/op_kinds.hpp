@@ -60,8 +60,8 @@ enum class OpKind : std::uint8_t {
   cached_attention,   // (q, keys, values, positions) -> softmax(attrs.scalar * q keys^T) values over a KV cache:
                       // q [B, H, T, K] against keys and values [B, H, C, K]; query t of sequence b sees
                       // positions 0 .. positions[b] + t (i32 [B, 1]), no later row (no gradient)
-  attention,          // (q, k, v) -> (softmax(attrs.scalar * q k^T) v, logsumexp): q [..., Tq, K], k and v
-                      // [..., Tk, K], causal when attrs.causal; logsumexp [..., Tq] f32 (for the gradient)
+  attention,          // (q, k, v) -> (softmax(scale * q k^T) v, logsumexp): q [..., Tq, K], k and v
+                      // [..., Tk, K] or all [B, T, H, K] (attrs.attention); logsumexp [..., Tq] f32 (for the gradient)
   attention_grad,     // (q, k, v, out, logsumexp, dout) -> (dq, dk, dv), recomputing the weights
   layer_norm,         // (x, gamma, beta) -> (y, mean, rstd) over the last axis
   layer_norm_grad,    // (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)

@@ -12,34 +12,40 @@ namespace {
 
 // Keras' MultiHeadAttention on one sequence (self-attention): query, key and
 // value projections [D, H, K] with biases [H, K], output projection [H, K, D].
-struct AttentionArgs {
+struct MultiHeadArgs {
   std::int64_t num_heads = 1, key_dim = 0;
   bool use_bias = true, causal = false;
   float dropout = 0.0f;
 };
 
-ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, const AttentionArgs& a) {
+ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, const MultiHeadArgs& a) {
   Graph& g = ctx.graph;
   Shape xs = g.shape(x);
   if (xs.rank() != 3)
     throw ShapeError("attention '" + scope + "': input must be [batch, sequence, features], got " + xs.str());
   std::int64_t b = xs[0], d = xs[2], h = a.num_heads, k = a.key_dim;
   Initializer glorot{}, zeros{.kind = InitializerKind::zeros};
-  // from[B, T, D] @ W[D, H*K] -> [B, T, H, K] -> [B, H, T, K]
+  // from[B, T, D] @ W[D, H*K] -> [B, T, H, K]
   auto project = [&](const std::string& name, ValueId from) {
     ValueId w = ctx.variable(scope + name + "/kernel", {d, h, k}, glorot, {"in", "heads", ""});
     ValueId y = g.matmul(from, g.reshape(w, {d, h * k}));
     if (a.use_bias) y = g.add(y, g.reshape(ctx.variable(scope + name + "/bias", {h, k}, zeros, {"heads", ""}), {h * k}));
-    return g.transpose(g.reshape(y, {b, g.shape(from)[1], h, k}), {0, 2, 1, 3});
+    return g.reshape(y, {b, g.shape(from)[1], h, k});
   };
+  const std::vector<int> swap_heads{0, 2, 1, 3};  // [B, T, H, K] <-> [B, H, T, K]
   KvTrace* kv = ctx.kv;
   // A prefill's last attention layer, when only the last rows are read
   // (KvTrace::last_rows): their queries alone, over the cache once the window is in it.
   const bool last_rows_only = kv && kv->last_rows_only();
   ValueId q = project("query", last_rows_only ? rows_at(g, x, kv->last_rows) : x);
   ValueId key = project("key", x), v = project("value", x);
-  if (kv && !a.causal) kv->causal = false;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)));
+  ValueId context;  // [B, T, H, K]
   if (kv) {  // this trace's keys and values written into the cache (variables) at each sequence's position
+    if (!a.causal) kv->causal = false;
+    q = g.transpose(q, swap_heads);
+    key = g.transpose(key, swap_heads);
+    v = g.transpose(v, swap_heads);
     const Initializer zeros_init{.kind = InitializerKind::zeros};
     const std::string cache = scope + "kv_cache/batch_" + std::to_string(b) + "/";
     const ValueId cached_keys = ctx.variable(cache + "keys", {b, h, kv->context, k}, zeros_init, {"", "", "", ""}, false);
@@ -48,33 +54,32 @@ ValueId self_attention(LayerContext& ctx, const std::string& scope, ValueId x, c
     g.cache_write(cached_values, v, kv->positions);
     kv->caches.push_back(ctx.path_of(cache + "keys"));
     kv->caches.push_back(ctx.path_of(cache + "values"));
-    if (kv->decode || last_rows_only) {  // the queries attend over the cache, their own keys and values written in
-      key = cached_keys;
-      v = cached_values;
+    ValueId attended;  // [B, H, T, K]
+    if (kv->decode) {  // the new token over its sequence's filled cache rows only
+      attended = g.cached_attention(q, cached_keys, cached_values, kv->positions, scale);
+    } else if (last_rows_only) {  // the prefill starts at 0: the last row's position is its index
+      attended = g.cached_attention(q, cached_keys, cached_values, kv->last_rows, scale);
+    } else {
+      attended = g.attention(q, key, v, {.scale = scale, .causal = a.causal});
     }
-  }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)));
-  ValueId attended;  // [B, H, T, K]
-  if (kv && kv->decode) {  // the new token over its sequence's filled cache rows only
-    attended = g.cached_attention(q, key, v, kv->positions, scale);
-  } else if (last_rows_only) {  // the prefill starts at 0: the last row's position is its index
-    attended = g.cached_attention(q, key, v, kv->last_rows, scale);
+    context = g.transpose(attended, swap_heads);
   } else if (ctx.training && a.dropout > 0.0f) {  // the weights dropped out: they are in memory
-    ValueId scores = g.matmul(q, key, {.transpose_b = true, .alpha = scale});
+    ValueId scores = g.matmul(g.transpose(q, swap_heads), g.transpose(key, swap_heads),
+                              {.transpose_b = true, .alpha = scale});
     ValueId weights = a.causal ? g.causal_softmax(scores) : g.softmax(scores, -1);
-    attended = g.matmul(g.dropout(weights, a.dropout, ctx.layer_seed()), v);
-  } else {  // one op where the device has attention kernels (Graph::attention)
-    attended = g.attention(q, key, v, scale, a.causal);
+    ValueId attended = g.matmul(g.dropout(weights, a.dropout, ctx.layer_seed()), g.transpose(v, swap_heads));
+    context = g.transpose(attended, swap_heads);
+  } else {  // one op where the device has attention kernels (Graph::attention), the head transposes its own
+    context = g.attention(q, key, v, {.scale = scale, .causal = a.causal, .tokens_first = true});
   }
-  ValueId context = g.transpose(attended, {0, 2, 1, 3});  // [B, T, H, K]
   ValueId wo = ctx.variable(scope + "attention_output/kernel", {h, k, d}, glorot, {"heads", "", "out"});
-  ValueId out = g.matmul(g.reshape(context, {b, g.shape(q)[2], h * k}), g.reshape(wo, {h * k, d}));
+  ValueId out = g.matmul(g.reshape(context, {b, g.shape(context)[1], h * k}), g.reshape(wo, {h * k, d}));
   if (a.use_bias) out = g.add(out, ctx.variable(scope + "attention_output/bias", {d}, zeros, {"out"}));
   return out;
 }
 
-AttentionArgs parse_attention(ConfigNode& args) {
-  AttentionArgs a;
+MultiHeadArgs parse_attention(ConfigNode& args) {
+  MultiHeadArgs a;
   a.num_heads = args["num_heads"].as<std::int64_t>();
   a.key_dim = args["key_dim"].as<std::int64_t>();
   a.use_bias = args.get<bool>("use_bias", true);
@@ -101,7 +106,7 @@ SplitGroup attention_heads(const std::string& scope) {
 
 class MultiHeadAttention final : public Layer {
  public:
-  MultiHeadAttention(const std::string& name, AttentionArgs args)
+  MultiHeadAttention(const std::string& name, MultiHeadArgs args)
       : Layer("MultiHeadAttention", name), args_(args) {}
   ValueId call(LayerContext& ctx, const std::vector<ValueId>& inputs) override {
     return self_attention(ctx, "", inputs[0], args_);
@@ -110,13 +115,13 @@ class MultiHeadAttention final : public Layer {
   bool attends() const override { return true; }
 
  private:
-  AttentionArgs args_;
+  MultiHeadArgs args_;
 };
 
 // Pre-norm block (GPT-2): x += attention(LN1(x)); x += ffn_out(act(ffn_in(LN2(x)))).
 class TransformerBlock final : public Layer {
  public:
-  TransformerBlock(const std::string& name, AttentionArgs attention, std::int64_t ff_dim,
+  TransformerBlock(const std::string& name, MultiHeadArgs attention, std::int64_t ff_dim,
                    std::string activation, float epsilon, float dropout)
       : Layer("TransformerBlock", name), attention_(attention), ff_dim_(ff_dim),
         activation_(std::move(activation)), epsilon_(epsilon), dropout_(dropout) {}
@@ -158,7 +163,7 @@ class TransformerBlock final : public Layer {
   bool attends() const override { return true; }
 
  private:
-  AttentionArgs attention_;
+  MultiHeadArgs attention_;
   std::int64_t ff_dim_;
   std::string activation_;
   float epsilon_, dropout_;
@@ -174,7 +179,7 @@ std::unique_ptr<Layer> make_multi_head_attention(ConfigNode args, const std::str
 std::unique_ptr<Layer> make_transformer_block(ConfigNode args, const std::string& name) {
   args.expect_keys({"type", "name", "inputs", "num_heads", "key_dim", "use_bias", "causal", "dropout",
                     "ff_dim", "activation", "epsilon"});
-  AttentionArgs attention = parse_attention(args);
+  MultiHeadArgs attention = parse_attention(args);
   auto ff_dim = args["ff_dim"].as<std::int64_t>();
   if (ff_dim < 1) args["ff_dim"].fail("ff_dim must be >= 1");
   auto activation = args.get<std::string>("activation", "gelu");

@@ -100,10 +100,10 @@ class CpuBackend final : public Backend {
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
-                     float scale, bool causal) override;
+                     const AttentionArgs& args) override;
   void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv, float scale, bool causal) override;
+                              const Tensor& dv, const AttentionArgs& args) override;
   void run_cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
                             const Tensor& out, float scale) override;
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,

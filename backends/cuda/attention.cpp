@@ -51,12 +51,20 @@ FlashOperand flash_operand(const Tensor& t, bool tokens_first) {
   return o;
 }
 
-// The kernels' sizes for heads-first q [..., Tq, K] and k [..., Tk, K].
-FlashAttentionShape heads_first_shape(const Tensor& q, const Tensor& k, float scale, bool causal) {
+// The kernels' sizes for q [..., Tq, K] and k [..., Tk, K], or both [B, T, H, K] (tokens first).
+FlashAttentionShape attention_shape(const Tensor& q, const Tensor& k, const AttentionArgs& args) {
   const Shape& qs = q.shape();
   const int rank = qs.rank();
-  FlashAttentionShape shape{.queries = qs[rank - 2], .keys = k.shape()[rank - 2], .width = qs[rank - 1],
-                            .scale = scale, .causal = causal};
+  FlashAttentionShape shape{.width = qs[rank - 1], .scale = args.scale, .causal = args.causal};
+  if (args.tokens_first) {
+    shape.batches = qs[0];
+    shape.heads = qs[2];
+    shape.queries = qs[1];
+    shape.keys = k.shape()[1];
+    return shape;
+  }
+  shape.queries = qs[rank - 2];
+  shape.keys = k.shape()[rank - 2];
   if (rank == 4) {
     shape.batches = qs[0];
     shape.heads = qs[1];
@@ -83,30 +91,31 @@ bool CudaBackend::prefers_attention_op(DType operands, DType out, std::int64_t w
 }
 
 void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                const Tensor& logsumexp, float scale, bool causal) {
+                                const Tensor& logsumexp, const AttentionArgs& args) {
   if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
     throw UnsupportedError("attention: the cuda backend on " + device().str() + " has no kernel for " + q.describe() +
                            " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
   check_aligned("attention", {&q, &k, &v, &out}, device());
+  const bool t = args.tokens_first;
   CudaDeviceGuard guard(gpu_);
-  cuda_flash_attention(flash_operand(q, false), flash_operand(k, false), flash_operand(v, false),
-                       flash_operand(out, false), heads_first_shape(q, k, scale, causal), stream_,
-                       logsumexp.data<float>());
+  cuda_flash_attention(flash_operand(q, t), flash_operand(k, t), flash_operand(v, t), flash_operand(out, t),
+                       attention_shape(q, k, args), stream_, logsumexp.data<float>());
 }
 
 void CudaBackend::run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                          const Tensor& logsumexp, const Tensor& dout, const Tensor& dq,
-                                         const Tensor& dk, const Tensor& dv, float scale, bool causal) {
+                                         const Tensor& dk, const Tensor& dv, const AttentionArgs& args) {
   if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
     throw UnsupportedError("attention backward: the cuda backend on " + device().str() + " has no kernel for " +
                            q.describe() + " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
   check_aligned("attention backward", {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, device());
+  const bool t = args.tokens_first;
   CudaDeviceGuard guard(gpu_);
-  cuda_flash_attention_backward(flash_operand(q, false), flash_operand(k, false), flash_operand(v, false),
-                                flash_operand(out, false), flash_operand(dout, false), logsumexp.data<float>(),
+  cuda_flash_attention_backward(flash_operand(q, t), flash_operand(k, t), flash_operand(v, t), flash_operand(out, t),
+                                flash_operand(dout, t), logsumexp.data<float>(),
                                 attention_rows_scratch(logsumexp.numel()),
-                                {flash_operand(dq, false), flash_operand(dk, false), flash_operand(dv, false)},
-                                heads_first_shape(q, k, scale, causal), stream_);
+                                {flash_operand(dq, t), flash_operand(dk, t), flash_operand(dv, t)},
+                                attention_shape(q, k, args), stream_);
 }
 
 // Kernels on this backend's one stream run in order, so one scratch serves every call.

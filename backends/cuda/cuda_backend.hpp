@@ -103,10 +103,10 @@ class CudaBackend final : public Backend {
   void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const FusedAttentionArgs& args) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
-                     float scale, bool causal) override;
+                     const AttentionArgs& args) override;
   void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv, float scale, bool causal) override;
+                              const Tensor& dv, const AttentionArgs& args) override;
   // layer_norm.cpp
   void run_layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd, float epsilon) override;

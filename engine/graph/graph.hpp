@@ -97,11 +97,14 @@ class Graph {
   ValueId cached_attention(ValueId query, ValueId keys, ValueId values, ValueId positions, float scale);
   // Attention, softmax(scale * q k^T) v, of q [..., Tq, K] over k and v
   // [..., Tk, K] (the same leading axes; causal: query i sees keys 0 .. i +
-  // Tk - Tq): one attention op where set_attention_kernel's test takes it,
-  // its gradient one attention_grad op that recomputes the weights from each
-  // row's logsumexp; else matmul, (causal) softmax and matmul. In mixed
-  // precision q, k, v are cast to bf16 and the output kept in f32, as matmuls do.
-  ValueId attention(ValueId q, ValueId k, ValueId v, float scale, bool causal);
+  // Tk - Tq), or of q [B, Tq, H, K] over k and v [B, Tk, H, K] into [B, Tq,
+  // H, K] where args.tokens_first: one attention op where
+  // set_attention_kernel's test takes it, its gradient one attention_grad
+  // op that recomputes the weights from each row's logsumexp; else matmul,
+  // (causal) softmax and matmul (between head transposes, tokens first). In
+  // mixed precision q, k, v are cast to bf16 and the output kept in f32, as
+  // matmuls do.
+  ValueId attention(ValueId q, ValueId k, ValueId v, const AttentionArgs& args);
   // From now on, attention() builds one op where `test` says the devices run
   // it as kernels of their own (null, the default: never).
   void set_attention_kernel(AttentionKernelTest test) { attention_kernel_ = std::move(test); }

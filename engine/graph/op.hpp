@@ -28,6 +28,7 @@ struct OpAttrs {
   double scalar = 0.0;    // fill value
   Shape shape;            // target shape (reshape, broadcast_to, gradients of known shape)
   DType dtype = DType::f32;  // cast target
+  AttentionArgs attention;   // attention and its gradient
   std::uint64_t seed = 0;    // dropout: the mask stream (the step selects its window)
   SgdArgs sgd;
   AdamArgs adam;

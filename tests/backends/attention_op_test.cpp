@@ -55,6 +55,8 @@ std::vector<std::vector<float>> gpt_step(bool attention_op, DType precision, Dev
   for (ValueId variable : wrt) outputs.push_back(grads.at(variable));  // in the variables' order
   CHECK(count(g, OpKind::attention) == (attention_op ? 4 : 0));  // models/gpt.yaml: 4 blocks
   CHECK(count(g, OpKind::softmax) == (attention_op ? 0 : 4));
+  // With the op, it reads the projections and the output projection reads its product: no head transposes.
+  if (attention_op) CHECK(count(g, OpKind::transpose) == 0);
 
   Executor run(g, outputs, device);
   for (const auto& [path, leaf] : traced.variables) {
@@ -133,16 +135,16 @@ TEST_CASE("attention op: built only where the kernel test takes it, with the dty
     return answer;
   });
   const ValueId q = g.input("q", {2, 3, 4, 8}), k = g.input("k", {2, 3, 6, 8}), v = g.input("v", {2, 3, 6, 8});
-  const ValueId unfused = g.attention(q, k, v, 0.5f, /*causal=*/true);
+  const ValueId unfused = g.attention(q, k, v, {.scale = 0.5f, .causal = true});
   CHECK(count(g, OpKind::attention) == 0);
   CHECK(count(g, OpKind::softmax) == 1);
   CHECK(g.shape(unfused) == Shape{2, 3, 4, 8});
   answer = true;
-  const ValueId fused = g.attention(q, k, v, 0.5f, /*causal=*/true);
+  const ValueId fused = g.attention(q, k, v, {.scale = 0.5f, .causal = true});
   REQUIRE(count(g, OpKind::attention) == 1);
   const Node& node = g.node(g.value(fused).producer);
-  CHECK(node.attrs.causal);
-  CHECK(node.attrs.scalar == doctest::Approx(0.5));
+  CHECK(node.attrs.attention.causal);
+  CHECK(node.attrs.attention.scale == doctest::Approx(0.5));
   CHECK(g.dtype(node.inputs[0]) == DType::bf16);  // mixed precision: the operands cast, the product kept in f32
   CHECK(g.dtype(fused) == DType::f32);
   CHECK(g.shape(node.outputs[1]) == Shape{2, 3, 4});  // logsumexp
@@ -156,10 +158,22 @@ TEST_CASE("attention op: built only where the kernel test takes it, with the dty
   CHECK(count(g, OpKind::attention_grad) == 1);
   CHECK(count(g, OpKind::softmax_grad) == 0);
 
-  CHECK_THROWS_WITH_AS(g.attention(q, g.input("k2", {2, 3, 3, 8}), g.input("v2", {2, 3, 3, 8}), 1.0f, true),
+  CHECK_THROWS_WITH_AS(g.attention(q, g.input("k2", {2, 3, 3, 8}), g.input("v2", {2, 3, 3, 8}), {.causal = true}),
                        doctest::Contains("Tq <= Tk"), ShapeError);
-  CHECK_THROWS_WITH_AS(g.attention(q, k, g.input("v3", {2, 3, 6, 4}), 1.0f, false), doctest::Contains("value"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(g.attention(q, k, g.input("v3", {2, 3, 6, 4}), {}), doctest::Contains("value"), ShapeError);
+  CHECK_THROWS_WITH_AS(g.attention(g.input("q3", {4, 8}), g.input("k3", {6, 8}), g.input("v4", {6, 8}), {.tokens_first = true}),
+                       doctest::Contains("[B, T, H, K]"), ShapeError);
+
+  // Tokens first: the op reads and writes [B, T, H, K]; its logsumexp is [B, H, T].
+  const ValueId tq = g.input("tq", {2, 4, 3, 8}), tk = g.input("tk", {2, 6, 3, 8});
+  const ValueId tokens = g.attention(tq, tk, tk, {.scale = 0.5f, .causal = true, .tokens_first = true});
+  CHECK(g.shape(tokens) == Shape{2, 4, 3, 8});
+  CHECK(g.shape(g.node(g.value(tokens).producer).outputs[1]) == Shape{2, 3, 4});
+  // Without the kernel, the same as transposes around matmul, softmax and matmul.
+  answer = false;
+  const ValueId unfused_tokens = g.attention(tq, tk, tk, {.scale = 0.5f, .causal = true, .tokens_first = true});
+  CHECK(g.node(g.value(unfused_tokens).producer).kind == OpKind::transpose);
+  CHECK(g.shape(unfused_tokens) == Shape{2, 4, 3, 8});
 }
 
 TEST_CASE("attention op: the zoo GPT's training step with it computes what matmul, softmax and matmul compute") {
@@ -176,18 +190,22 @@ TEST_CASE("attention op: the zoo GPT's training step with it computes what matmu
 
 TEST_CASE("attention op: the backend checks shapes and dtypes, and no gradient flows through logsumexp") {
   const Tensor q = zeros({2, 4, 8}), k = zeros({2, 6, 8}), out = zeros({2, 4, 8}), lse = zeros({2, 4});
-  CHECK_THROWS_WITH_AS(cpu().attention(k, q, q, zeros({2, 6, 8}), zeros({2, 6}), 1.0f, true),
+  CHECK_THROWS_WITH_AS(cpu().attention(k, q, q, zeros({2, 6, 8}), zeros({2, 6}), {.causal = true}),
                        doctest::Contains("Tq <= Tk"), ShapeError);
-  CHECK_THROWS_WITH_AS(cpu().attention(q, k, k, out, zeros({2, 5}), 1.0f, false), doctest::Contains("logsumexp"),
-                       ShapeError);
-  CHECK_THROWS_AS(cpu().attention(q, k, k, zeros({2, 4, 8}, DType::bf16), lse, 1.0f, false), DTypeError);
-  CHECK_THROWS_WITH_AS(cpu().attention_backward(q, k, k, out, lse, q, zeros({2, 4, 8}), zeros({2, 6, 4}), zeros({2, 6, 8}),
-                                                1.0f, false),
+  CHECK_THROWS_WITH_AS(cpu().attention(q, k, k, out, zeros({2, 5}), {}), doctest::Contains("logsumexp"), ShapeError);
+  CHECK_THROWS_AS(cpu().attention(q, k, k, zeros({2, 4, 8}, DType::bf16), lse, {}), DTypeError);
+  CHECK_THROWS_WITH_AS(cpu().attention_backward(q, k, k, out, lse, q, zeros({2, 4, 8}), zeros({2, 6, 4}), zeros({2, 6, 8}), {}),
                        doctest::Contains("dk"), ShapeError);
+  CHECK_THROWS_WITH_AS(cpu().attention(q, k, k, out, lse, {.tokens_first = true}), doctest::Contains("rank 4"),
+                       ShapeError);
+  // Tokens first: logsumexp is [B, H, Tq].
+  CHECK_THROWS_WITH_AS(cpu().attention(zeros({2, 4, 3, 8}), zeros({2, 6, 3, 8}), zeros({2, 6, 3, 8}), zeros({2, 4, 3, 8}),
+                                       zeros({2, 4, 3}), {.tokens_first = true}),
+                       doctest::Contains("logsumexp"), ShapeError);
   Graph g;
   g.set_attention_kernel([](DType, DType, std::int64_t) { return true; });
   const ValueId gq = g.input("q", {2, 4, 8}), gk = g.input("k", {2, 6, 8});
-  const ValueId attended = g.attention(gq, gk, gk, 1.0f, false);
+  const ValueId attended = g.attention(gq, gk, gk, {});
   const ValueId lse_value = g.node(g.value(attended).producer).outputs[1];
   CHECK_THROWS_WITH_AS(append_gradients(g, g.reduce(ReduceOp::sum, lse_value, {0, 1}), {gq}),
                        doctest::Contains("logsumexp"), GraphError);
@@ -225,6 +243,7 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
     std::int64_t keys;
     bool causal;
     DType out;
+    bool tokens_first = false;  // q [B, T, H, K]
   };
   const std::vector<Case> cases = {
       {Shape{2, 3, 128, 64}, 128, true, DType::f32},   // whole tiles of 64
@@ -233,23 +252,28 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
       {Shape{2, 70, 128}, 70, false, DType::bf16},
       {Shape{1, 1, 5, 64}, 130, false, DType::f32},
       {Shape{1, 1, 1, 64}, 1, true, DType::bf16},
+      {Shape{2, 100, 3, 64}, 100, true, DType::f32, true},
+      {Shape{2, 40, 3, 64}, 70, true, DType::bf16, true},
   };
   for (const Case& c : cases) {
     CAPTURE(c.q.str());
     CAPTURE(c.keys);
     CAPTURE(c.causal);
+    CAPTURE(c.tokens_first);
     Shape kv = c.q;
-    kv[kv.rank() - 2] = c.keys;
+    kv[c.tokens_first ? 1 : kv.rank() - 2] = c.keys;
     std::vector<std::int64_t> row_dims(c.q.dims().begin(), c.q.dims().end() - 1);
+    if (c.tokens_first) row_dims = {c.q[0], c.q[2], c.q[1]};
     const Shape rows(row_dims);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.q[c.q.rank() - 1]));
+    const AttentionArgs args{.scale = 1.0f / std::sqrt(static_cast<float>(c.q[c.q.rank() - 1])), .causal = c.causal,
+                             .tokens_first = c.tokens_first};
     const Tensor q = bf16_random(c.q, 41, -2.0f, 2.0f), k = bf16_random(kv, 42, -2.0f, 2.0f);
     const Tensor v = bf16_random(kv, 43, -1.0f, 1.0f), dout = bf16_random(c.q, 44, -1.0f, 1.0f);
     // The CPU's reference kernel, in f32 on the same bf16 values.
     Tensor out = Tensor::empty(c.q, c.out), lse = Tensor::empty(rows, DType::f32);
     Tensor dq = Tensor::empty(c.q, c.out), dk = Tensor::empty(kv, c.out), dv = Tensor::empty(kv, c.out);
-    cpu().attention(q, k, v, out, lse, scale, c.causal);
-    cpu().attention_backward(q, k, v, out, lse, dout, dq, dk, dv, scale, c.causal);
+    cpu().attention(q, k, v, out, lse, args);
+    cpu().attention_backward(q, k, v, out, lse, dout, dq, dk, dv, args);
 
     const Tensor gq = to_gpu(q), gk = to_gpu(k), gv = to_gpu(v), gdout = to_gpu(dout);
     std::vector<std::vector<float>> first;
@@ -257,8 +281,8 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
       Tensor o = Tensor::empty(c.q, c.out, Device::cuda(0)), l = Tensor::empty(rows, DType::f32, Device::cuda(0));
       Tensor gdq = Tensor::empty(c.q, c.out, Device::cuda(0)), gdk = Tensor::empty(kv, c.out, Device::cuda(0));
       Tensor gdv = Tensor::empty(kv, c.out, Device::cuda(0));
-      gpu().attention(gq, gk, gv, o, l, scale, c.causal);
-      gpu().attention_backward(gq, gk, gv, o, l, gdout, gdq, gdk, gdv, scale, c.causal);
+      gpu().attention(gq, gk, gv, o, l, args);
+      gpu().attention_backward(gq, gk, gv, o, l, gdout, gdq, gdk, gdv, args);
       const std::vector<std::vector<float>> got = {as_f32(o), as_f32(l), as_f32(gdq), as_f32(gdk), as_f32(gdv)};
       // The kernels round the weights and dS to bf16 for their products (2^-9 relative each).
       check_close(got[0], as_f32(out), 2e-2, 8e-3);

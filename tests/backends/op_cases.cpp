@@ -154,13 +154,19 @@ std::vector<OpCase> op_cases() {
                                 b.leaf("values", {2, 3, 5, 4}, 3), b.ids("positions", {2, 1}, {1, 3}), 0.5f);
   });
   // Attention as one op (as on a device with kernels for it), 3 queries over
-  // 5 keys, heads 32 wide (the narrowest a GPU's kernels take).
+  // 5 keys, heads 32 wide (the narrowest a GPU's kernels take); [B, H, T, K]
+  // or [B, T, H, K].
   for (bool causal : {false, true})
     add(std::string("attention") + (causal ? " causal" : ""), kF32Bf16, true, [causal](Builder& b) {
       b.g.set_attention_kernel([](DType, DType, std::int64_t) { return true; });
       return b.g.attention(b.leaf("q", {2, 2, 3, 32}, 1), b.leaf("k", {2, 2, 5, 32}, 2),
-                           b.leaf("v", {2, 2, 5, 32}, 3), 0.25f, causal);
+                           b.leaf("v", {2, 2, 5, 32}, 3), {.scale = 0.25f, .causal = causal});
     });
+  add("attention causal, tokens first", kF32Bf16, true, [](Builder& b) {
+    b.g.set_attention_kernel([](DType, DType, std::int64_t) { return true; });
+    return b.g.attention(b.leaf("q", {2, 3, 2, 32}, 1), b.leaf("k", {2, 5, 2, 32}, 2), b.leaf("v", {2, 5, 2, 32}, 3),
+                         {.scale = 0.25f, .causal = true, .tokens_first = true});
+  });
   add("cache_write", kF32Bf16, false, [](Builder& b) {
     ValueId cache = b.leaf("cache", {2, 3, 5, 4}, 1, -1.0f, 1.0f, true);
     b.g.cache_write(cache, b.leaf("rows", {2, 3, 2, 4}, 2), b.ids("positions", {2, 1}, {1, 3}));

@@ -1,7 +1,7 @@
 // Attention as ops of its own.
 //   cached_attention: (q, keys, values, positions) -> softmax(attrs.scalar * q keys^T) values,
 //                     query t of sequence b over cache rows 0 .. positions[b] + t only
-//   attention: (q, k, v) -> (softmax(attrs.scalar * q k^T) v, logsumexp), causal when attrs.causal
+//   attention: (q, k, v) -> (softmax(scale * q k^T) v, logsumexp), see attrs.attention
 //   attention_grad: (q, k, v, out, logsumexp, dout) -> (dq, dk, dv)
 // cached_attention, for incremental decoding (engine/run/kv_decoder.hpp), is
 // one op instead of matmul, mask, softmax and matmul over the whole cache: a
@@ -32,30 +32,46 @@ ValueId Graph::cached_attention(ValueId query, ValueId keys, ValueId values, Val
   return single(OpKind::cached_attention, {query, keys, values, positions}, attrs, q, dtype(query));
 }
 
-ValueId Graph::attention(ValueId q, ValueId k, ValueId v, float scale, bool causal) {
+namespace {
+
+// [B, T, H, K] as [B, H, T, K], and back.
+const std::vector<int> kHeadsSwap{0, 2, 1, 3};
+Shape swapped_heads(const Shape& s) { return Shape{s[0], s[2], s[1], s[3]}; }
+
+}  // namespace
+
+ValueId Graph::attention(ValueId q, ValueId k, ValueId v, const AttentionArgs& args) {
   check_floating("attention", q);
   check_same_dtype("attention", q, k);
   check_same_dtype("attention", q, v);
-  const Shape qs = shape(q), ks = shape(k);
+  if (args.tokens_first && (shape(q).rank() != 4 || shape(k).rank() != 4))
+    throw ShapeError("attention: query " + describe(q) + " and key " + describe(k) +
+                     " must be [B, T, H, K] (tokens first)");
+  const Shape qs = args.tokens_first ? swapped_heads(shape(q)) : shape(q);
+  const Shape ks = args.tokens_first ? swapped_heads(shape(k)) : shape(k);
   const int rank = qs.rank();
   bool leading_equal = rank >= 2 && ks.rank() == rank;
   for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
-  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (causal && qs[rank - 2] > ks[rank - 2]))
-    throw ShapeError("attention: query " + describe(q) + " must be [..., Tq, K] and key " + describe(k) +
-                     " [..., Tk, K] with the same leading axes" + (causal ? " and Tq <= Tk (causal)" : ""));
-  if (shape(v) != ks) throw ShapeError("attention: value " + describe(v) + " must have the shape of key " + describe(k));
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
+    throw ShapeError("attention: query " + describe(q) + " must be " +
+                     (args.tokens_first ? "[B, Tq, H, K] and key [B, Tk, H, K]" : "[..., Tq, K] and key [..., Tk, K]") +
+                     " with the same other axes" + (args.causal ? " and Tq <= Tk (causal)" : "") + ", got key " +
+                     describe(k));
+  if (shape(v) != shape(k))
+    throw ShapeError("attention: value " + describe(v) + " must have the shape of key " + describe(k));
   DType operands = dtype(q), out = dtype(q);
   if (operands == DType::f32 && matmul_dtype_ != DType::f32) operands = matmul_dtype_;
   if (!attention_kernel_ || !attention_kernel_(operands, out, qs[rank - 1])) {
-    const ValueId scores = matmul(q, k, {.transpose_b = true, .alpha = scale});
-    return matmul(causal ? causal_softmax(scores) : softmax(scores, -1), v);
+    auto heads_first = [&](ValueId x) { return args.tokens_first ? transpose(x, kHeadsSwap) : x; };
+    const ValueId scores = matmul(heads_first(q), heads_first(k), {.transpose_b = true, .alpha = args.scale});
+    const ValueId product = matmul(args.causal ? causal_softmax(scores) : softmax(scores, -1), heads_first(v));
+    return args.tokens_first ? transpose(product, kHeadsSwap) : product;
   }
   OpAttrs attrs;
-  attrs.scalar = scale;
-  attrs.causal = causal;
+  attrs.attention = args;
   const Shape rows(std::vector<std::int64_t>(qs.dims().begin(), qs.dims().end() - 1));
   const NodeId n = add_node(OpKind::attention, {cast(q, operands), cast(k, operands), cast(v, operands)}, attrs,
-                            {{qs, out}, {rows, DType::f32}});
+                            {{shape(q), out}, {rows, DType::f32}});
   return node(n).outputs[0];
 }
 
@@ -90,32 +106,43 @@ std::vector<ValueId> attention_grads(Graph& g, const Node& n, const std::vector<
   return g.node(grad).outputs;
 }
 
-// The leading axes (batches, heads) split alike on every operand and result;
-// a head's rows and width stay whole. `operands`: how many of rank q's, then
-// whether a logsumexp ([..., Tq]) follows; `later`: results after the first,
-// of q's rank.
-ShardingRule attention_sharding_of(int rank, int operands, bool logsumexp, int later) {
-  std::vector<DimRole> heads(static_cast<std::size_t>(rank));
+// The batches and heads split alike on every operand and result; a head's
+// rows and width stay whole. `operands`: how many of q's layout, then
+// whether a logsumexp ([..., Tq], heads first) follows; `later`: results
+// after the first, in q's layout.
+ShardingRule attention_sharding_of(const Node& node, int rank, int operands, bool logsumexp, int later) {
+  const bool tokens_first = node.attrs.attention.tokens_first;
+  std::vector<DimRole> heads(static_cast<std::size_t>(rank));  // q's layout
   std::vector<int> later_dims(static_cast<std::size_t>(rank), -1);
-  for (int d = 0; d < rank - 2; ++d) {
-    heads[static_cast<std::size_t>(d)] = {DimRole::result, d};
-    later_dims[static_cast<std::size_t>(d)] = d;
+  std::vector<DimRole> rows(static_cast<std::size_t>(rank - 1));  // logsumexp: [..., Tq]
+  std::vector<int> rows_dims(static_cast<std::size_t>(rank - 1), -1);
+  // Which of q's dimensions are batches and heads, and where logsumexp has each.
+  const std::vector<std::pair<int, int>> split =
+      tokens_first ? std::vector<std::pair<int, int>>{{0, 0}, {2, 1}} : [&] {
+        std::vector<std::pair<int, int>> leading;
+        for (int d = 0; d < rank - 2; ++d) leading.emplace_back(d, d);
+        return leading;
+      }();
+  for (const auto& [dim, row_dim] : split) {
+    heads[static_cast<std::size_t>(dim)] = {DimRole::result, dim};
+    later_dims[static_cast<std::size_t>(dim)] = dim;
+    rows[static_cast<std::size_t>(row_dim)] = {DimRole::result, dim};
+    rows_dims[static_cast<std::size_t>(row_dim)] = dim;
   }
-  std::vector<DimRole> rows(heads.begin(), heads.end() - 1);
   std::vector<std::vector<DimRole>> roles(static_cast<std::size_t>(operands), heads);
   if (logsumexp) roles.insert(roles.begin() + 4, rows);  // attention_grad: (q, k, v, out, logsumexp, dout)
   const std::size_t count = roles.size();
   ShardingRule rule = contraction_rule(std::move(roles), 0, std::vector<bool>(count, false));
-  if (!logsumexp) rule.later_results.emplace_back(later_dims.begin(), later_dims.end() - 1);  // logsumexp
+  if (!logsumexp) rule.later_results.push_back(rows_dims);  // attention's logsumexp
   for (int i = 0; i < later; ++i) rule.later_results.push_back(later_dims);
   return rule;
 }
 
 ShardingRule attention_sharding(const Graph& g, const Node& node) {
-  return attention_sharding_of(g.shape(node.inputs[0]).rank(), 3, false, 0);
+  return attention_sharding_of(node, g.shape(node.inputs[0]).rank(), 3, false, 0);
 }
 ShardingRule attention_grad_sharding(const Graph& g, const Node& node) {
-  return attention_sharding_of(g.shape(node.inputs[0]).rank(), 5, true, 2);
+  return attention_sharding_of(node, g.shape(node.inputs[0]).rank(), 5, true, 2);
 }
 
 // Two products of Tq x K by Tk per head forward, five backward (the scores
@@ -123,8 +150,9 @@ ShardingRule attention_grad_sharding(const Graph& g, const Node& node) {
 // as for the matmuls it replaces (a causal mask's skipped blocks are not).
 std::int64_t attention_flops(const Graph& g, const Node& node) {
   const Shape& k = g.shape(node.inputs[1]);
+  const std::int64_t keys = node.attrs.attention.tokens_first ? k[1] : k[k.rank() - 2];
   const std::int64_t products = node.kind == OpKind::attention ? 2 : 5;
-  return 2 * products * g.shape(node.inputs[0]).numel() * k[k.rank() - 2];
+  return 2 * products * g.shape(node.inputs[0]).numel() * keys;
 }
 
 }  // namespace
@@ -139,15 +167,14 @@ void ops::add_attention_rules(OpRuleTable& t) {
   entry(t, OpKind::attention) = {
       attention_grads,
       [](NodeRun& r) {
-        r.backend.attention(r.in(0), r.in(1), r.in(2), r.out(0), r.out(1), static_cast<float>(r.node.attrs.scalar),
-                            r.node.attrs.causal);
+        r.backend.attention(r.in(0), r.in(1), r.in(2), r.out(0), r.out(1), r.node.attrs.attention);
       },
       attention_sharding, attention_flops};
   entry(t, OpKind::attention_grad) = {
       nullptr,
       [](NodeRun& r) {
         r.backend.attention_backward(r.in(0), r.in(1), r.in(2), r.in(3), r.in(4), r.in(5), r.out(0), r.out(1),
-                                     r.out(2), static_cast<float>(r.node.attrs.scalar), r.node.attrs.causal);
+                                     r.out(2), r.node.attrs.attention);
       },
       attention_grad_sharding, attention_flops};
 }
