@@ -124,7 +124,7 @@ void print_profile(bench::ZooCase& c, bool train, int steps, std::size_t rows) {
   for (const auto& op : ops) total += op.ms_per_step;
   fmt::print("    profile, each op waited for: {:.2f} ms a step\n", total);
   for (std::size_t i = 0; i < std::min(rows, ops.size()); ++i)
-    fmt::print("    {:<28} {:>9.3f} ms {:>6.1f}% {:>6.0f} calls\n", ops[i].op, ops[i].ms_per_step,
+    fmt::print("    {:<52} {:>9.3f} ms {:>6.1f}% {:>6.0f} calls\n", ops[i].op, ops[i].ms_per_step,
                100 * ops[i].ms_per_step / total, ops[i].calls_per_step);
 }
 
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
             fmt::print("  Tessera failed: {}\n", error);
             exit_status = 2;
           } else if (c && profile) {
-            print_profile(*c, train, steps, 14);
+            print_profile(*c, train, steps, 30);
           }
           const auto peer = peer_steps.find(fmt::format("{} {} {} sdpa", m, p, mode));
           if (c && peer != peer_steps.end() && peer->second.value("params", std::int64_t{0}) != c->params) {

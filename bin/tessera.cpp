@@ -220,9 +220,9 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     std::vector<std::pair<std::string, StepRunner::OpTime>> rows(op_times.begin(), op_times.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
     // Milliseconds: fast ops take microseconds, which seconds would show as 0.000.
-    fmt::print("\n{:<32} {:>12} {:>8} {:>10}\n", "op", "ms", "share", "calls");
+    fmt::print("\n{:<48} {:>12} {:>8} {:>10}\n", "op", "ms", "share", "calls");
     for (const auto& [op, t] : rows)
-      fmt::print("{:<32} {:>12.3f} {:>7.1f}% {:>10}\n", op, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
+      fmt::print("{:<48} {:>12.3f} {:>7.1f}% {:>10}\n", op, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
   }
   if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
   if (saved)  // the last line says where the weights are and what to run on them

@@ -113,13 +113,20 @@ void Executor::run() {
       run_node(n);
       backend_.synchronize();
       std::string key(plan_.attentions.contains(n) ? "attention (fused)" : name(node.kind));
-      // A matmul by its operands' dtype, a cast by the dtype it makes.
-      if (node.kind == OpKind::matmul || node.kind == OpKind::cast)
-        key += std::string(" ") +
-               std::string(dtype_name(graph_.dtype(node.kind == OpKind::cast ? node.outputs[0] : node.inputs[0])));
+      // A matmul by its operands' dtype and shapes, a cast by the dtype it
+      // makes and its shape, a reduction by its operand's shape: where their
+      // time goes differs by size far more than by op.
+      const auto shape_of = [&](ValueId v) { return graph_.shape(v).str(); };
+      if (node.kind == OpKind::matmul) {
+        const MatmulArgs& m = node.attrs.matmul;
+        key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0]))) + " " + shape_of(node.inputs[0]) +
+               (m.transpose_a ? "^T" : "") + " x " + shape_of(node.inputs[1]) + (m.transpose_b ? "^T" : "");
+      }
+      if (node.kind == OpKind::cast)
+        key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);
       if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
       if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
-      if (node.kind == OpKind::reduce) key += std::string(" ") + std::string(name(node.attrs.reduce));
+      if (node.kind == OpKind::reduce) key += " " + std::string(name(node.attrs.reduce)) + " " + shape_of(node.inputs[0]);
       OpTime& t = (*profile_)[key];
       t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++t.calls;
