@@ -315,6 +315,7 @@ Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, c
                      k.describe() + ")");
   if (v.shape() != k.shape())
     throw ShapeError(std::string(op) + ": v " + v.describe() + " must have k's shape " + k.shape().str());
+  if (qs[rank - 1] == 0) throw ShapeError(std::string(op) + ": q " + q.describe() + " has heads of width 0");
   std::vector<std::int64_t> rows(qs.dims().begin(), qs.dims().end() - 1);
   return Shape(rows);
 }
@@ -347,7 +348,12 @@ void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
   c.shape("logsumexp", logsumexp, check_attention_shapes("attention backward", q, k, v, args));
   c.shape("out", out, q.shape()).shape("dout", dout, q.shape()).shape("dq", dq, q.shape());
   c.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
-  if (dq.numel() == 0 && dk.numel() == 0) return;
+  if (dk.numel() == 0 && dq.numel() == 0) return;
+  if (dq.numel() == 0) {  // no queries: the keys and values had no effect
+    fill(dk, 0.0);
+    fill(dv, 0.0);
+    return;
+  }
   run_attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, args);
 }
 

@@ -437,11 +437,15 @@ class Partitioner {
     result.partial |= partial;
     decision.operands = std::move(in);
     decision.results = {result};
+    // Later results take the first's splits; a partial sum would need each
+    // result's own linearity, which no rule with later results says yet.
+    if (!rule.later_results.empty() && result.partial != 0)
+      throw GraphError("partitioner: op '" + std::string(name(node.kind)) +
+                       "' would pass a partial sum to its later results, which its rule cannot say");
     for (const std::vector<int>& dims : rule.later_results) {
       Sharding later = Sharding::replicated(static_cast<int>(dims.size()));
       for (std::size_t d = 0; d < dims.size(); ++d)
         if (dims[d] >= 0) later.dims[d] = result.dims[static_cast<std::size_t>(dims[d])];
-      later.partial = result.partial;
       decision.results.push_back(later);
     }
     return decision;

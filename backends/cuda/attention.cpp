@@ -94,7 +94,7 @@ void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& 
                                 const Tensor& logsumexp, const AttentionArgs& args) {
   if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
     throw UnsupportedError("attention: the cuda backend on " + device().str() + " has no kernel for " + q.describe() +
-                           " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
+                           " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide, where the kernels' shared memory fits a block of this GPU)");
   check_aligned("attention", {&q, &k, &v, &out}, device());
   const bool t = args.tokens_first;
   CudaDeviceGuard guard(gpu_);
@@ -107,7 +107,7 @@ void CudaBackend::run_attention_backward(const Tensor& q, const Tensor& k, const
                                          const Tensor& dk, const Tensor& dv, const AttentionArgs& args) {
   if (!prefers_attention_op(q.dtype(), out.dtype(), q.shape()[q.rank() - 1]))
     throw UnsupportedError("attention backward: the cuda backend on " + device().str() + " has no kernel for " +
-                           q.describe() + " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide)");
+                           q.describe() + " into " + out.describe() + " (bf16 q, k, v; heads 32, 64 or 128 wide, where the kernels' shared memory fits a block of this GPU)");
   check_aligned("attention backward", {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, device());
   const bool t = args.tokens_first;
   CudaDeviceGuard guard(gpu_);

@@ -79,17 +79,6 @@ __device__ void load_rows_async(bf16* to, int stride, const bf16* from, std::int
   }
 }
 
-// A tile's rows into shared memory: bf16 ones by cp.async (waited for with
-// wait_tiles), f32 ones rounded as they are read, at once.
-template <int K, typename In>
-__device__ void stage_rows(bf16* to, int stride, const In* from, std::int64_t row_stride, int rows,
-                           std::int64_t valid) {
-  if constexpr (std::is_same_v<In, bf16>)
-    load_rows_async<K>(to, stride, from, row_stride, rows, valid);
-  else
-    load_rows<K>(to, stride, from, row_stride, rows, valid);
-}
-
 // Ends the group of copies staged since the last one.
 __device__ inline void commit_tiles() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most `kPending` groups of this thread's copies are in flight

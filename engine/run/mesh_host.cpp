@@ -26,8 +26,15 @@ class MeshHost final : public StepHost {
 
   std::unique_ptr<StepRunner> unbound_runner(const TracedStep& step) override { return partitioned(step); }
 
+  // Every local device must have the kernels: one program runs on all of
+  // them. (The processes of a job are taken to have GPUs of one kind.)
   AttentionKernelTest attention_kernel() const override {
-    return attention_kernel_of(distribution_.mesh().devices()[static_cast<std::size_t>(runtime_.local_ranks().front())]);
+    std::vector<AttentionKernelTest> tests;
+    for (int rank : runtime_.local_ranks())
+      tests.push_back(attention_kernel_of(distribution_.mesh().devices()[static_cast<std::size_t>(rank)]));
+    return [tests](DType operands, DType out, std::int64_t width) {
+      return std::all_of(tests.begin(), tests.end(), [&](const AttentionKernelTest& t) { return t(operands, out, width); });
+    };
   }
   RowWindow row_window() const override {
     if (!distribution_.placement().multi_process()) return {};

@@ -79,7 +79,7 @@ class StepHost {
   // dropped by load() and store_changed(); null where it keeps none (a mesh).
   virtual std::shared_ptr<KeptCopies> kept_copies() { return nullptr; }
   // Whether its devices run attention as kernels of their own
-  // (Graph::set_attention_kernel): the backend of the first device it runs.
+  // (Graph::set_attention_kernel): every device it runs has them.
   virtual AttentionKernelTest attention_kernel() const = 0;
 };
 

@@ -11,12 +11,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "backends/registry.hpp"
 #include "engine/graph/autodiff.hpp"
+#include "engine/config/config.hpp"
 #include "engine/graph/executor.hpp"
+#include "engine/run/trainer.hpp"
 #include "layers/model.hpp"
 #include "tests/classifier.hpp"
 #include "tests/gpu_test_util.hpp"
@@ -113,6 +117,26 @@ std::vector<double> step_errors(const std::vector<std::vector<float>>& got, cons
 }
 
 // `step`, bf16, is as close to the f32 step `exact` as the unfused bf16 step `unfused` is (within `slack`).
+// The op kinds one bf16 training step of the zoo GPT runs on `device` (the
+// executor's profile, keyed by op then details), the Trainer choosing.
+std::set<std::string> trained_ops(Device device, const std::vector<std::string>& overrides = {}) {
+  const Model model = zoo_model("gpt.yaml", overrides);
+  VariableStore store;
+  const TrainingSpec spec = parse_training(ConfigNode::parse(
+      "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: {type: adam}, "
+      "batch_size: 2, seed: 3, precision: bf16}")["training"]);
+  Trainer trainer(model, spec, store, device);
+  std::vector<std::int32_t> tokens(2 * 128);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 11 + 5) % 256);
+  const Tensor x = Tensor::from_vector(tokens, {2, 128});
+  std::map<std::string, StepRunner::OpTime> profile;
+  trainer.enable_profiling(&profile);
+  trainer.train_step(x, x);
+  std::set<std::string> ops;
+  for (const auto& [key, time] : profile) ops.insert(key.substr(0, key.find(' ')));
+  return ops;
+}
+
 void check_as_close_as_unfused(const std::vector<std::vector<float>>& step, const std::vector<std::vector<float>>& unfused,
                                const std::vector<std::vector<float>>& exact, double slack) {
   const std::vector<double> errors = step_errors(step, exact), unfused_errors = step_errors(unfused, exact);
@@ -188,6 +212,27 @@ TEST_CASE("attention op: the zoo GPT's training step with it computes what matmu
   }
 }
 
+TEST_CASE("attention op: the Trainer builds it only where the device has the kernels (not on the CPU)") {
+  const std::set<std::string> ops = trained_ops(Device::cpu(0));
+  CHECK_FALSE(ops.contains("attention"));
+  CHECK_FALSE(ops.contains("attention_grad"));
+  CHECK(ops.contains("softmax_grad"));
+}
+
+TEST_CASE("attention op: no queries give keys and values no gradient, and heads of width 0 are refused") {
+  const AttentionArgs args{.scale = 0.5f};
+  Tensor dk = Tensor::empty(Shape{2, 6, 8}, DType::f32), dv = Tensor::empty(Shape{2, 6, 8}, DType::f32);
+  cpu().fill(dk, 7.0);
+  cpu().fill(dv, 7.0);
+  cpu().attention_backward(zeros({2, 0, 8}), zeros({2, 6, 8}), zeros({2, 6, 8}), zeros({2, 0, 8}), zeros({2, 0}),
+                           zeros({2, 0, 8}), zeros({2, 0, 8}), dk, dv, args);
+  check_close(dk, std::vector<float>(96, 0.0f), 0, 0);
+  check_close(dv, std::vector<float>(96, 0.0f), 0, 0);
+  CHECK_THROWS_WITH_AS(cpu().attention(zeros({2, 4, 0}), zeros({2, 6, 0}), zeros({2, 6, 0}), zeros({2, 4, 0}),
+                                       zeros({2, 4}), args),
+                       doctest::Contains("width 0"), ShapeError);
+}
+
 TEST_CASE("attention op: the backend checks shapes and dtypes, and no gradient flows through logsumexp") {
   const Tensor q = zeros({2, 4, 8}), k = zeros({2, 6, 8}), out = zeros({2, 4, 8}), lse = zeros({2, 4});
   CHECK_THROWS_WITH_AS(cpu().attention(k, q, q, zeros({2, 6, 8}), zeros({2, 6}), {.causal = true}),
@@ -254,6 +299,9 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
       {Shape{1, 1, 1, 64}, 1, true, DType::bf16},
       {Shape{2, 100, 3, 64}, 100, true, DType::f32, true},
       {Shape{2, 40, 3, 64}, 70, true, DType::bf16, true},
+      {Shape{1, 2, 300, 64}, 300, true, DType::f32},  // five tiles: each double buffer loaded more than once
+      {Shape{2, 200, 32}, 70, false, DType::f32},
+      {Shape{1, 2, 130, 128}, 130, true, DType::f32},
   };
   for (const Case& c : cases) {
     CAPTURE(c.q.str());
@@ -296,6 +344,17 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
           CHECK(std::memcmp(got[i].data(), first[i].data(), got[i].size() * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("cuda attention op: the Trainer builds it for bf16 training on cuda:0, not where the weights drop out" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const std::set<std::string> ops = trained_ops(Device::cuda(0));
+  CHECK(ops.contains("attention"));
+  CHECK(ops.contains("attention_grad"));
+  CHECK_FALSE(ops.contains("softmax_grad"));
+  const std::set<std::string> dropped = trained_ops(Device::cuda(0), {"model.layers.3.dropout=0.1"});
+  CHECK(dropped.contains("attention"));  // blocks 1-3
+  CHECK(dropped.contains("softmax_grad"));  // block 0, whose weights drop out
 }
 
 TEST_CASE("cuda attention op: the zoo GPT's bf16 training step on cuda:0 with it is as close to f32 as the CPU's unfused one" *

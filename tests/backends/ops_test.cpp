@@ -146,5 +146,8 @@ TEST_CASE("op table: every case and dtype on the GPU matches the CPU, gradients 
   // Every case runs on the GPU in f32: only bf16 kernels may be missing, and
   // attention's in f32 (its kernels are bf16 tensor-core ones; in f32 the
   // graph builds matmul and softmax instead: Backend::prefers_attention_op).
-  for (const std::string& s : skipped) CHECK((s.find(" in f32 ") == std::string::npos || s.starts_with("attention")));
+  for (const std::string& s : skipped) {
+    CHECK((s.find(" in f32 ") == std::string::npos || s.starts_with("attention")));
+    CHECK_FALSE((s.starts_with("attention") && s.find(" in bf16 ") != std::string::npos));  // its kernels' dtype
+  }
 }

@@ -61,7 +61,7 @@ ValueId Graph::attention(ValueId q, ValueId k, ValueId v, const AttentionArgs& a
     throw ShapeError("attention: value " + describe(v) + " must have the shape of key " + describe(k));
   DType operands = dtype(q), out = dtype(q);
   if (operands == DType::f32 && matmul_dtype_ != DType::f32) operands = matmul_dtype_;
-  if (!attention_kernel_ || !attention_kernel_(operands, out, qs[rank - 1])) {
+  if (!attention_kernel_ || qs[rank - 1] == 0 || !attention_kernel_(operands, out, qs[rank - 1])) {
     auto heads_first = [&](ValueId x) { return args.tokens_first ? transpose(x, kHeadsSwap) : x; };
     const ValueId scores = matmul(heads_first(q), heads_first(k), {.transpose_b = true, .alpha = args.scale});
     const ValueId product = matmul(args.causal ? causal_softmax(scores) : softmax(scores, -1), heads_first(v));
