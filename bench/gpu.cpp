@@ -13,7 +13,14 @@
 //    reused every step. The ratio is Tessera's median step over PyTorch's with
 //    F.scaled_dot_product_attention (flash attention, PyTorch at its best);
 //    the peer's time with Tessera's own attention math is printed beside it.
-//    Target (issue 15): at most 0.8 in bf16. The exit status is 1 when a
+//    Target (issue 15): at most 0.8 in bf16.
+// 3. Attention alone, where the steps' time goes beyond the matmuls: the
+//    attention op (Backend::attention, attention_backward: FlashAttention's
+//    kernels) on bf16 q, k, v [B, T, H, K], causal, as training runs it,
+//    against F.scaled_dot_product_attention on the same shape: the forward
+//    pass, and forward with backward, in ms and TFLOP/s (FlashAttention's
+//    accounting: 4 B H T^2 K a forward pass, halved for causal; a backward
+//    pass 2.5 times that). The exit status is 1 when a
 //    model's parameter count differs from the peer's, 2 when a side failed. MFU = the model's FLOPs per step
 //    (6N + 12 L T d per trained token, 2N + 4 L T d per inferred one, N the
 //    weights outside the embedding tables) over the step time and the peak of
@@ -23,8 +30,10 @@
 //   bench_gpu --models gpt --modes train --precisions bf16
 //   bench_gpu --python /opt/torch/.venv/bin/python3
 //   bench_gpu --models gpt_125m --precisions bf16 --profile   # where Tessera's steps go
+//   bench_gpu --models gpt_125m --modes train --attention-shapes 8x1024x12x64,4x2048x16x128
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -113,6 +122,63 @@ double tessera_matmul_tflops(std::int64_t n, DType dtype) {
   return flop / best / 1e12;
 }
 
+// B x T x H x K of attention alone.
+struct AttentionShape {
+  std::int64_t batch = 0, tokens = 0, heads = 0, width = 0;
+  static AttentionShape parse(const std::string& text) {
+    std::vector<std::int64_t> dims;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      const std::size_t end = std::min(text.find('x', at), text.size());
+      const std::string part = text.substr(at, end - at);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9) break;
+      dims.push_back(std::stoll(part));
+      at = end + 1;
+    }
+    if (dims.size() != 4 || at != text.size() + 1 || std::find(dims.begin(), dims.end(), 0) != dims.end())
+      throw Error("--attention-shapes: '" + text + "' is not B x T x H x K (e.g. 8x1024x12x64)");
+    return AttentionShape{dims[0], dims[1], dims[2], dims[3]};
+  }
+  // A causal forward pass's FLOPs (its two products over the seen half).
+  double forward_flops() const {
+    return 2.0 * static_cast<double>(batch * heads * width) * static_cast<double>(tokens) * static_cast<double>(tokens);
+  }
+};
+
+struct AttentionTimes {
+  double forward_ms = 0, train_ms = 0;  // medians: the forward pass, and forward with backward
+};
+
+// The attention op as training runs it: bf16 q, k, v [B, T, H, K], out and
+// the gradients f32, causal, on cuda:0.
+AttentionTimes tessera_attention(const AttentionShape& s, int warmup, int steps) {
+  Backend& gpu = backend_for(Device::cuda(0));
+  const Device device = Device::cuda(0);
+  const Shape shape{s.batch, s.tokens, s.heads, s.width};
+  auto bf16_operand = [&](std::uint64_t seed) {
+    Tensor f32 = Tensor::empty(shape, DType::f32, device), rounded = Tensor::empty(shape, DType::bf16, device);
+    gpu.random_normal(f32, seed, 0, 0.0f, 1.0f);
+    gpu.cast(f32, rounded);
+    return rounded;
+  };
+  const Tensor q = bf16_operand(1), k = bf16_operand(2), v = bf16_operand(3), dout = bf16_operand(4);
+  const Tensor out = Tensor::empty(shape, DType::f32, device), dq = Tensor::empty(shape, DType::f32, device);
+  const Tensor dk = Tensor::empty(shape, DType::f32, device), dv = Tensor::empty(shape, DType::f32, device);
+  const Tensor lse = Tensor::empty(Shape{s.batch, s.heads, s.tokens}, DType::f32, device);
+  const AttentionArgs args{.scale = 1.0f / std::sqrt(static_cast<float>(s.width)), .causal = true, .tokens_first = true};
+  auto forward = [&] {
+    gpu.attention(q, k, v, out, lse, args);
+    gpu.synchronize();
+  };
+  auto forward_backward = [&] {
+    gpu.attention(q, k, v, out, lse, args);
+    gpu.attention_backward(q, k, v, out, lse, dout, dq, dk, dv, args);
+    gpu.synchronize();
+  };
+  return {bench::summarize_steps(bench::time_steps_ms(forward, warmup, steps)).median_ms,
+          bench::summarize_steps(bench::time_steps_ms(forward_backward, warmup, steps)).median_ms};
+}
+
 bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int steps) {
   return bench::summarize_steps(bench::time_steps_ms([&] { c.step(train); }, warmup, steps));
 }
@@ -140,6 +206,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_gpu: Tessera against PyTorch eager on one CUDA GPU"};
   std::vector<std::string> models{"gpt", "gpt_125m"}, precisions{"f32", "bf16"}, modes{"train", "infer"};
   std::vector<std::int64_t> sizes{1024, 4096, 8192};
+  std::vector<std::string> attention_shapes{"8x1024x12x64"};  // gpt_125m's
   std::string python = "python3";
   int steps = 20, warmup = 5;
   bool profile = false;
@@ -151,10 +218,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--python", python, "the Python with PyTorch (CUDA) for the peer");
   app.add_flag("--profile", profile, "after each Tessera row, its steps op by op (each op waited for)");
+  app.add_option("--attention-shapes", attention_shapes,
+                 "B x T x H x K of attention alone, causal bf16 (default gpt_125m's 8x1024x12x64; 'none': skip)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   try {
     for (const auto& m : models) gpt_shape(m);  // unknown names fail before anything runs
+    std::erase(attention_shapes, "none");
+    for (const auto& s : attention_shapes) AttentionShape::parse(s);
     if (cuda_device_count() == 0) {
       fmt::print("bench_gpu: no GPU here (CUDA backend compiled: {}): nothing to measure\n",
                  cuda_compiled() ? "yes" : "no");
@@ -165,18 +237,21 @@ int main(int argc, char** argv) {
     // The peer first, all of it: its process ends before Tessera takes GPU memory.
     std::sort(sizes.begin(), sizes.end());
     const auto [output, status] = bench::run_command(fmt::format(
-        "cd {} && {} torch_gpu.py --matmul {} --models {} --precisions {} --modes {} --steps {} --warmup {} 2>&1",
+        "cd {} && {} torch_gpu.py --matmul {} --models {} --precisions {} --modes {} --steps {} --warmup {}{} 2>&1",
         bench::shell_quote((source_dir / "bench").string()), bench::shell_quote(python), fmt::join(sizes, ","),
-        fmt::join(models, ","), fmt::join(precisions, ","), fmt::join(modes, ","), steps, warmup));
+        fmt::join(models, ","), fmt::join(precisions, ","), fmt::join(modes, ","), steps, warmup,
+        attention_shapes.empty() ? "" : " --attention-shapes " + fmt::format("{}", fmt::join(attention_shapes, ","))));
     int exit_status = status == 0 ? 0 : 2;
     std::map<std::string, double> peer_matmul;  // "n dtype" -> TFLOP/s
     std::map<std::string, json> peer_steps;     // "model precision mode attention" -> line
+    std::map<std::string, json> peer_attention;  // "B x T x H x K" -> line
     std::string peer_env = "unavailable";
     for (const json& j : bench::json_lines(output)) {
       const std::string kind = j.value("kind", "");
       if (kind == "env") peer_env = "PyTorch " + j.value("torch", "?") + " on " + j.value("gpu", "?");
       if (kind == "matmul")
         peer_matmul[fmt::format("{} {}", j.value("n", 0), j.value("dtype", ""))] = j.value("tflops", 0.0);
+      if (kind == "attention") peer_attention[j.value("shape", "")] = j;
       if (kind == "step")
         peer_steps[fmt::format("{} {} {} {}", j.value("model", ""), j.value("precision", ""), j.value("mode", ""),
                                j.value("attention", ""))] = j;
@@ -252,6 +327,32 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Attention alone.
+    if (!attention_shapes.empty())
+      fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n", "attention (causal, bf16)", "pass",
+                 "Tessera ms", "PyTorch ms", "ratio", "Tessera TFLOP/s", "PyTorch TFLOP/s");
+    for (const auto& text : attention_shapes) {
+      const AttentionShape shape = AttentionShape::parse(text);
+      AttentionTimes ours;
+      try {
+        ours = tessera_attention(shape, warmup, steps);
+      } catch (const std::exception& e) {
+        fmt::print("{:<24} Tessera failed: {}\n", text, e.what());
+        exit_status = 2;
+        continue;
+      }
+      const auto peer = peer_attention.find(text);
+      const double theirs_forward = peer == peer_attention.end() ? 0.0 : peer->second.value("forward_ms", 0.0);
+      const double theirs_train = peer == peer_attention.end() ? 0.0 : peer->second.value("train_ms", 0.0);
+      auto row = [&](const char* pass, double ms, double peer_ms, double flops) {
+        auto tflops = [&](double t) { return t > 0 ? fixed(flops / (t * 1e-3) / 1e12) : "-"; };
+        fmt::print("{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n", text, pass, fixed(ms, 3), fixed(peer_ms, 3),
+                   ms > 0 && peer_ms > 0 ? fixed(ms / peer_ms, 2) : "-", tflops(ms), tflops(peer_ms));
+      };
+      row("forward", ours.forward_ms, theirs_forward, shape.forward_flops());
+      row("fwd+bwd", ours.train_ms, theirs_train, 3.5 * shape.forward_flops());
+    }
+
     fmt::print("\nratio: Tessera's median step over PyTorch eager's with flash attention (target <= 0.8 in bf16);\n"
                "\"PyTorch same\": PyTorch with Tessera's attention math (matmul, softmax, matmul).\n"
                "MFU: model FLOPs (6N + 12LTd per trained token, 2N + 4LTd per inferred one) over the\n"

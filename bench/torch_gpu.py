@@ -19,10 +19,16 @@ at its best) and "explicit" (the same matmul-softmax-matmul math as Tessera).
 Each step ends with torch.cuda.synchronize(); --warmup untimed steps, then
 --steps timed ones.
 
+Attention alone (--attention-shapes B x T x H x K): F.scaled_dot_product_attention,
+causal, bf16, on q, k, v made [B, T, H, K] and viewed [B, H, T, K] (as the
+model's projections give them): the forward pass, and forward with backward;
+medians of --steps, in ms.
+
 Prints one JSON line per measurement:
   {"kind": "matmul", "n": 8192, "dtype": "bf16", "tflops": ...}
   {"kind": "step", "model": "gpt", "precision": "bf16", "mode": "train",
    "attention": "sdpa", "params": ..., "min_ms": ..., "median_ms": ..., "max_ms": ...}
+  {"kind": "attention", "shape": "8x1024x12x64", "forward_ms": ..., "train_ms": ...}
 """
 import argparse
 import json
@@ -66,6 +72,34 @@ def time_matmul(n, dtype, repeats):
     return 2 * n ** 3 / best / 1e12
 
 
+def time_attention(shape, warmup, steps):
+    b, t, h, k = shape
+    torch.manual_seed(0)
+
+    def operand():
+        return torch.randn(b, t, h, k, device="cuda", dtype=torch.bfloat16).requires_grad_()
+
+    q, key, v = operand(), operand(), operand()
+    dout = torch.randn(b, h, t, k, device="cuda", dtype=torch.bfloat16)
+
+    def attend():
+        return F.scaled_dot_product_attention(q.transpose(1, 2), key.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=True)
+
+    def forward():
+        with torch.no_grad():
+            attend()
+        torch.cuda.synchronize()
+
+    def forward_backward():
+        q.grad = key.grad = v.grad = None
+        attend().backward(dout)
+        torch.cuda.synchronize()
+
+    return (statistics.median(time_steps(forward, warmup, steps)),
+            statistics.median(time_steps(forward_backward, warmup, steps)))
+
+
 def stepper(name, precision, mode, attention):
     shape = dict(MODELS[name])
     batch = shape.pop("batch")
@@ -107,6 +141,8 @@ def main():
     ap.add_argument("--precisions", type=csv_list, default=["f32", "bf16"])
     ap.add_argument("--modes", type=csv_list, default=["train", "infer"])
     ap.add_argument("--attention", type=csv_list, default=["sdpa", "explicit"])
+    ap.add_argument("--attention-shapes", type=csv_list, default=[],
+                    help="B x T x H x K of attention alone (e.g. 8x1024x12x64)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     args = ap.parse_args()
@@ -119,6 +155,11 @@ def main():
         for dtype in args.dtypes:
             print(json.dumps({"kind": "matmul", "n": n, "dtype": dtype, "tflops": time_matmul(n, dtype, 5)}),
                   flush=True)
+    for text in args.attention_shapes:
+        forward_ms, train_ms = time_attention([int(d) for d in text.split("x")], args.warmup, args.steps)
+        print(json.dumps({"kind": "attention", "shape": text, "forward_ms": forward_ms, "train_ms": train_ms}),
+              flush=True)
+        torch.cuda.empty_cache()
     for name in args.models:
         if name not in MODELS:
             raise SystemExit(f"torch_gpu.py: unknown model '{name}' (known: {', '.join(MODELS)})")
