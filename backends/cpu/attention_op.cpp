@@ -67,16 +67,21 @@ void store(const Tensor& t, const Head& h, std::int64_t index, std::int64_t rows
     }
 }
 
+// body(head) for every head, heads spread over `threads` threads.
+template <typename Body>
+void for_each_head(std::int64_t heads, int threads, Body&& body) {
+  KernelScope scope(threads);
+#pragma omp parallel for schedule(static) if (heads > 1 && threads > 1)
+  for (std::int64_t head = 0; head < heads; ++head) body(head);
+}
+
 }  // namespace
 
 void CpuBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& logsumexp, const AttentionArgs& args) {
   const Head h = head_of(q, k, args);
-  const std::int64_t heads = h.count(q);
   const float scale = args.scale;
-  KernelScope scope(threads());
-#pragma omp parallel for schedule(static) if (heads > 1 && threads() > 1)
-  for (std::int64_t head = 0; head < heads; ++head) {
+  for_each_head(h.count(q), threads(), [&](std::int64_t head) {
     const std::vector<float> qh = widened(q, h, head, h.queries), kh = widened(k, h, head, h.keys),
                              vh = widened(v, h, head, h.keys);
     std::vector<float> oh(static_cast<std::size_t>(h.queries * h.width), 0.0f), scores(static_cast<std::size_t>(h.keys));
@@ -99,18 +104,15 @@ void CpuBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v
       lse[i] = sum > 0.0f ? max + std::log(sum) : -INFINITY;
     }
     store(out, h, head, h.queries, oh);
-  }
+  });
 }
 
 void CpuBackend::run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                         const Tensor& logsumexp, const Tensor& dout, const Tensor& dq,
                                         const Tensor& dk, const Tensor& dv, const AttentionArgs& args) {
   const Head h = head_of(q, k, args);
-  const std::int64_t heads = h.count(q);
   const float scale = args.scale;
-  KernelScope scope(threads());
-#pragma omp parallel for schedule(static) if (heads > 1 && threads() > 1)
-  for (std::int64_t head = 0; head < heads; ++head) {
+  for_each_head(h.count(q), threads(), [&](std::int64_t head) {
     const std::vector<float> qh = widened(q, h, head, h.queries), kh = widened(k, h, head, h.keys),
                              vh = widened(v, h, head, h.keys), oh = widened(out, h, head, h.queries),
                              doh = widened(dout, h, head, h.queries);
@@ -133,7 +135,7 @@ void CpuBackend::run_attention_backward(const Tensor& q, const Tensor& k, const 
     store(dq, h, head, h.queries, dqh);
     store(dk, h, head, h.keys, dkh);
     store(dv, h, head, h.keys, dvh);
-  }
+  });
 }
 
 }  // namespace tessera
