@@ -27,7 +27,7 @@ void CudaBackend::run_cached_attention(const Tensor& q, const Tensor& keys, cons
 
 bool CudaBackend::supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const {
   return multiply == DType::bf16 && (stored == DType::bf16 || stored == DType::f32) &&
-         (out == DType::f32 || out == DType::bf16) && flash_attention_supported(width, gpu_);
+         (out == DType::f32 || out == DType::bf16) && flash_attention_supported(width, shared_limit_);
 }
 
 namespace {
@@ -87,7 +87,7 @@ void check_aligned(const char* op, std::initializer_list<const Tensor*> tensors,
 
 bool CudaBackend::prefers_attention_op(DType operands, DType out, std::int64_t width) const {
   return operands == DType::bf16 && (out == DType::f32 || out == DType::bf16) &&
-         flash_attention_supported(width, gpu_) && flash_attention_backward_supported(width, gpu_);
+         flash_attention_supported(width, shared_limit_) && flash_attention_backward_supported(width, shared_limit_);
 }
 
 void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

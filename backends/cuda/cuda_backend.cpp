@@ -72,6 +72,7 @@ CudaBackend::CudaBackend(Device device, int gpu, int shares)
     cublasLtHandle_t lt = nullptr;
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt));
     cublas_lt_ = lt;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit_, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu_));
   } catch (...) {
     release();
     throw;

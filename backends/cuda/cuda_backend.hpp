@@ -142,6 +142,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Buffer> cublas_workspace_;  // freed after the handles (member order)
   std::shared_ptr<Buffer> partials_scratch_;
   std::shared_ptr<Buffer> attention_rows_scratch_;
+  int shared_limit_ = 0;  // a block's opt-in shared memory (bytes): which flash kernels fit
 };
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.

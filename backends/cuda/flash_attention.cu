@@ -188,13 +188,8 @@ void launch_for_out(const FlashOperand& q, const FlashOperand& k, const FlashOpe
 
 }  // namespace
 
-bool flash_attention_supported(std::int64_t width, int gpu) {
-  switch (width) {
-    case 32: return fits_a_block(Shared<32>::bytes, gpu);
-    case 64: return fits_a_block(Shared<64>::bytes, gpu);
-    case 128: return fits_a_block(Shared<128>::bytes, gpu);
-    default: return false;
-  }
+bool flash_attention_supported(std::int64_t width, int shared_limit) {
+  return width_fits<Shared>(width, shared_limit);
 }
 
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,

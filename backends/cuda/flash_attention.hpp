@@ -27,9 +27,10 @@ struct FlashAttentionShape {
 };
 
 // Whether the kernel is compiled for heads of `width` (32, 64, 128) and its
-// shared memory for them fits a block of GPU `gpu` (128-wide heads take 110
+// shared memory for them fits a block whose opt-in limit is `shared_limit`
+// bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin; 128-wide heads take 110
 // KiB: more than an RTX 30xx or 40xx block may have).
-bool flash_attention_supported(std::int64_t width, int gpu);
+bool flash_attention_supported(std::int64_t width, int shared_limit);
 
 // Every 16-byte word of q, k, v and out must be aligned: their rows start at
 // multiples of 8 elements. `logsumexp`, where not null, gets each query row's
@@ -41,9 +42,9 @@ void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const Fl
 // FlashAttention's backward pass (flash_attention_backward.cu) for bf16 q, k,
 // v and dout, out f32 or bf16 as the forward pass wrote it with
 // `logsumexp`: dq, dk, dv (f32 or bf16). `delta` is scratch of one f32 per
-// query row (batches * heads * queries). Whether heads of `width` fit a block
-// of GPU `gpu`, as flash_attention_supported.
-bool flash_attention_backward_supported(std::int64_t width, int gpu);
+// query row (batches * heads * queries). Whether heads of `width` fit, as
+// flash_attention_supported.
+bool flash_attention_backward_supported(std::int64_t width, int shared_limit);
 struct FlashGradients {
   FlashOperand dq, dk, dv;
 };

@@ -6,12 +6,10 @@
 
 #if defined(__CUDACC__)  // device code: included by the .cu files only
 #include <cuda_bf16.h>
-#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/cuda/cuda_check.hpp"
 
 namespace tessera::flash {
 
@@ -56,12 +54,17 @@ __device__ void load_rows(bf16* to, int stride, const In* from, std::int64_t row
   }
 }
 
-// Whether `bytes` of shared memory fit a block of GPU `gpu` (opted in).
-inline bool fits_a_block(int bytes, int gpu) {
-  int limit = 0;
-  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu),
-             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
-  return bytes <= limit;
+// Whether a kernel is compiled for heads of `width` (32, 64, 128) and its
+// Layout<width>::bytes of shared memory fit a block whose opt-in limit is
+// `shared_limit` bytes.
+template <template <int> class Layout>
+bool width_fits(std::int64_t width, int shared_limit) {
+  switch (width) {
+    case 32: return Layout<32>::bytes <= shared_limit;
+    case 64: return Layout<64>::bytes <= shared_limit;
+    case 128: return Layout<128>::bytes <= shared_limit;
+    default: return false;
+  }
 }
 
 // As load_rows for bf16 rows, by cp.async (sm_80 on): the copies go on while
