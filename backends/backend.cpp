@@ -292,32 +292,12 @@ bool Backend::supports_fused_attention(DType, DType, DType, std::int64_t) const 
 
 namespace {
 
-// A [B, T, H, K] shape as [B, H, T, K].
-Shape heads_first(const Shape& s) { return s.rank() == 4 ? Shape{s[0], s[2], s[1], s[3]} : s; }
-
-// The shapes attention and its gradient share: q [..., Tq, K], k and v [...,
-// Tk, K] with the same leading axes (heads first), logsumexp [..., Tq];
-// returns logsumexp's shape.
+// attention_rows_shape (op_args.hpp), and heads of width 0 refused.
 Shape check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionArgs& args) {
-  if (args.tokens_first && (q.rank() != 4 || k.rank() != 4))
-    throw ShapeError(std::string(op) + ": q " + q.describe() + " and k " + k.describe() +
-                     " are said to be [B, T, H, K] but are not of rank 4");
-  const Shape qs = args.tokens_first ? heads_first(q.shape()) : q.shape();
-  const Shape ks = args.tokens_first ? heads_first(k.shape()) : k.shape();
-  const int rank = qs.rank();
-  bool leading_equal = rank >= 2 && ks.rank() == rank;
-  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
-  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
-    throw ShapeError(std::string(op) + ": q " + q.describe() + " must be " +
-                     (args.tokens_first ? "[B, Tq, H, K] and k [B, Tk, H, K]" : "[..., Tq, K] and k [..., Tk, K]") +
-                     " with the same other axes" + (args.causal ? " and Tq <= Tk (causal)" : "") + " (k is " +
-                     k.describe() + ")");
-  if (v.shape() != k.shape())
-    throw ShapeError(std::string(op) + ": v " + v.describe() + " must have k's shape " + k.shape().str());
-  if (qs[rank - 1] == 0) throw ShapeError(std::string(op) + ": q " + q.describe() + " has heads of width 0");
-  std::vector<std::int64_t> rows(qs.dims().begin(), qs.dims().end() - 1);
-  return Shape(rows);
+  const Shape rows = attention_rows_shape(op, q.shape(), k.shape(), v.shape(), args);
+  if (q.shape()[q.rank() - 1] == 0) throw ShapeError(std::string(op) + ": q " + q.describe() + " has heads of width 0");
+  return rows;
 }
 
 }  // namespace

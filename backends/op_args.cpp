@@ -50,6 +50,23 @@ Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args
   return Shape(std::move(dims));
 }
 
+Shape attention_rows_shape(std::string_view op, const Shape& q, const Shape& k, const Shape& v,
+                           const AttentionArgs& args) {
+  if (args.tokens_first && (q.rank() != 4 || k.rank() != 4))
+    fail(op, "q" + q.str() + " and k" + k.str() + " are said to be [B, T, H, K] (tokens first) but are not of rank 4");
+  auto heads_first = [&](const Shape& s) { return args.tokens_first ? Shape{s[0], s[2], s[1], s[3]} : s; };
+  const Shape qs = heads_first(q), ks = heads_first(k);
+  const int rank = qs.rank();
+  bool leading_equal = rank >= 2 && ks.rank() == rank;
+  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
+  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
+    fail(op, "q" + q.str() + " must be " +
+                 (args.tokens_first ? "[B, Tq, H, K] and k [B, Tk, H, K]" : "[..., Tq, K] and k [..., Tk, K]") +
+                 " with the same other axes" + (args.causal ? " and Tq <= Tk (causal)" : "") + ", got k" + k.str());
+  if (v != k) fail(op, "v" + v.str() + " must have k's shape " + k.str());
+  return Shape(std::vector<std::int64_t>(qs.dims().begin(), qs.dims().end() - 1));
+}
+
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dArgs& args) {
   if (x.rank() != 4 || w.rank() != 4)
     fail("conv2d", "expects x[N, H, W, C] and w[KH, KW, C, F], got x" + x.str() + " and w" + w.str());

@@ -46,6 +46,11 @@ struct AttentionArgs {
   bool causal = false;  // query i sees keys 0 .. i + Tk - Tq
   bool tokens_first = false;
 };
+// The shape of attention's logsumexp ([..., Tq] heads first: [B, H, Tq] for
+// tokens first) over q, k and v; ShapeError (named `op`) where they do not
+// fit: the same other axes and width, v as k, Tq <= Tk when causal.
+Shape attention_rows_shape(std::string_view op, const Shape& q, const Shape& k, const Shape& v,
+                           const AttentionArgs& args);
 
 // Convolution over channels-last input x[N, H, W, C] with a Keras kernel
 // w[KH, KW, C, F], giving y[N, OH, OW, F]. Padding is explicit per side;

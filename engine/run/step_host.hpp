@@ -83,12 +83,12 @@ class StepHost {
   virtual AttentionKernelTest attention_kernel() const = 0;
 };
 
-// `residency` (engine/core/device.hpp): where the variables live between steps.
-// `kept`: the copies of fixed variables, to share with another host whose
-// store shares the weights' tensors (null: its own).
 // Backend::prefers_attention_op of `device`'s backend.
 AttentionKernelTest attention_kernel_of(Device device);
 
+// `residency` (engine/core/device.hpp): where the variables live between steps.
+// `kept`: the copies of fixed variables, to share with another host whose
+// store shares the weights' tensors (null: its own).
 std::unique_ptr<StepHost> device_host(VariableStore& store, Device device, Residency residency = Residency::automatic,
                                       std::shared_ptr<KeptCopies> kept = nullptr);
 // `processes`: the job's processes, for what they exchange on the host (rows, merges, barriers).

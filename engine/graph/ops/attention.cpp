@@ -34,9 +34,7 @@ ValueId Graph::cached_attention(ValueId query, ValueId keys, ValueId values, Val
 
 namespace {
 
-// [B, T, H, K] as [B, H, T, K], and back.
-const std::vector<int> kHeadsSwap{0, 2, 1, 3};
-Shape swapped_heads(const Shape& s) { return Shape{s[0], s[2], s[1], s[3]}; }
+const std::vector<int> kHeadsSwap{0, 2, 1, 3};  // [B, T, H, K] as [B, H, T, K], and back
 
 }  // namespace
 
@@ -44,24 +42,17 @@ ValueId Graph::attention(ValueId q, ValueId k, ValueId v, const AttentionArgs& a
   check_floating("attention", q);
   check_same_dtype("attention", q, k);
   check_same_dtype("attention", q, v);
-  if (args.tokens_first && (shape(q).rank() != 4 || shape(k).rank() != 4))
-    throw ShapeError("attention: query " + describe(q) + " and key " + describe(k) +
-                     " must be [B, T, H, K] (tokens first)");
-  const Shape qs = args.tokens_first ? swapped_heads(shape(q)) : shape(q);
-  const Shape ks = args.tokens_first ? swapped_heads(shape(k)) : shape(k);
-  const int rank = qs.rank();
-  bool leading_equal = rank >= 2 && ks.rank() == rank;
-  for (int i = 0; leading_equal && i < rank - 2; ++i) leading_equal = qs[i] == ks[i];
-  if (!leading_equal || qs[rank - 1] != ks[rank - 1] || (args.causal && qs[rank - 2] > ks[rank - 2]))
-    throw ShapeError("attention: query " + describe(q) + " must be " +
-                     (args.tokens_first ? "[B, Tq, H, K] and key [B, Tk, H, K]" : "[..., Tq, K] and key [..., Tk, K]") +
-                     " with the same other axes" + (args.causal ? " and Tq <= Tk (causal)" : "") + ", got key " +
-                     describe(k));
-  if (shape(v) != shape(k))
-    throw ShapeError("attention: value " + describe(v) + " must have the shape of key " + describe(k));
+  Shape rows;
+  try {
+    rows = attention_rows_shape("attention", shape(q), shape(k), shape(v), args);
+  } catch (const ShapeError& e) {
+    throw ShapeError(std::string(e.what()) + " (query " + describe(q) + ", key " + describe(k) + ", value " +
+                     describe(v) + ")");
+  }
+  const std::int64_t width = shape(q)[shape(q).rank() - 1];
   DType operands = dtype(q), out = dtype(q);
   if (operands == DType::f32 && matmul_dtype_ != DType::f32) operands = matmul_dtype_;
-  if (!attention_kernel_ || qs[rank - 1] == 0 || !attention_kernel_(operands, out, qs[rank - 1])) {
+  if (!attention_kernel_ || width == 0 || !attention_kernel_(operands, out, width)) {
     auto heads_first = [&](ValueId x) { return args.tokens_first ? transpose(x, kHeadsSwap) : x; };
     const ValueId scores = matmul(heads_first(q), heads_first(k), {.transpose_b = true, .alpha = args.scale});
     const ValueId product = matmul(args.causal ? causal_softmax(scores) : softmax(scores, -1), heads_first(v));
@@ -69,7 +60,6 @@ ValueId Graph::attention(ValueId q, ValueId k, ValueId v, const AttentionArgs& a
   }
   OpAttrs attrs;
   attrs.attention = args;
-  const Shape rows(std::vector<std::int64_t>(qs.dims().begin(), qs.dims().end() - 1));
   const NodeId n = add_node(OpKind::attention, {cast(q, operands), cast(k, operands), cast(v, operands)}, attrs,
                             {{shape(q), out}, {rows, DType::f32}});
   return node(n).outputs[0];
