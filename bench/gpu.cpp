@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -328,8 +329,11 @@ int main(int argc, char** argv) {
       }
     }
     // Attention alone.
+    // The backend's forward kernel: TESSERA_CUDA_FLASH_FORWARD (backends/cuda/flash_attention.hpp).
+    const char* forward_kernel = std::getenv("TESSERA_CUDA_FLASH_FORWARD");
     if (!attention_shapes.empty())
-      fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n", "attention (causal, bf16)", "pass",
+      fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n",
+                 fmt::format("attention (causal, bf16; {} forward)", forward_kernel ? forward_kernel : "wmma"), "pass",
                  "Tessera ms", "PyTorch ms", "ratio", "Tessera TFLOP/s", "PyTorch TFLOP/s");
     for (const auto& text : attention_shapes) {
       const AttentionShape shape = AttentionShape::parse(text);

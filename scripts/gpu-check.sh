@@ -20,6 +20,8 @@
 #   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one run of checks 4 and 5, or check 6, may take (300)
 #   TESSERA_GPU_CHECK_ONLY="3 7"     # only these checks (1, the devices, always runs): a quick rerun
 #   TESSERA_GPU_CHECK_GPU_CASES=...  # check 3's cases whose names match this doctest filter ('*attention*')
+#   TESSERA_CUDA_FLASH_FORWARD=mma   # every check with the fused attention's forward kernel not yet
+#                                    # proven on a GPU (backends/cuda/flash_attention.hpp)
 #   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
 #                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
 #                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
@@ -67,7 +69,7 @@ for packed in "$kit"/bin/*.gz "$kit"/lib/*.gz; do
 done
 [ -x "$kit/bin/tessera" ] || { echo "gpu-check: no kit in $kit: run scripts/gpu-kit.sh on a machine with the CUDA toolkit and Tessera's build dependencies first"; exit 2; }
 kit_commit=$(awk '/^commit: / {print $2}' "$kit/MANIFEST")
-echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs"
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs, the ${TESSERA_CUDA_FLASH_FORWARD:-wmma} attention forward kernel"
 tree_commit=$(git rev-parse --short HEAD 2>/dev/null || true)
 [ -z "$tree_commit" ] || [ "$tree_commit" = "$kit_commit" ] ||
   echo "gpu-check: WARNING: the kit was built at $kit_commit and the tree is at $tree_commit: scripts/gpu-kit.sh rebuilds it"

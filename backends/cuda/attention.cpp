@@ -1,6 +1,7 @@
 // Attention on the CUDA backend: over a KV cache (attention.cu), f32 only:
 // bf16 raises UnsupportedError, and supports() says so beforehand; and fused
-// (flash_attention.cu), bf16 q, k and v on tensor cores.
+// (flash_attention.cu), bf16 q, k and v on tensor cores, by the forward
+// kernel the backend was asked for (flash_forward).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -27,7 +28,7 @@ void CudaBackend::run_cached_attention(const Tensor& q, const Tensor& keys, cons
 
 bool CudaBackend::supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const {
   return multiply == DType::bf16 && (stored == DType::bf16 || stored == DType::f32) &&
-         (out == DType::f32 || out == DType::bf16) && flash_attention_supported(width, shared_limit_);
+         (out == DType::f32 || out == DType::bf16) && flash_attention_supported(width, shared_limit_, flash_forward());
 }
 
 namespace {
@@ -85,9 +86,12 @@ void check_aligned(const char* op, std::initializer_list<const Tensor*> tensors,
 
 }  // namespace
 
+FlashForward CudaBackend::flash_forward() const { return mma_forward_ ? FlashForward::mma : FlashForward::wmma; }
+
 bool CudaBackend::prefers_attention_op(DType operands, DType out, std::int64_t width) const {
   return operands == DType::bf16 && (out == DType::f32 || out == DType::bf16) &&
-         flash_attention_supported(width, shared_limit_) && flash_attention_backward_supported(width, shared_limit_);
+         flash_attention_supported(width, shared_limit_, flash_forward()) &&
+         flash_attention_backward_supported(width, shared_limit_);
 }
 
 void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -99,7 +103,7 @@ void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& 
   const bool t = args.tokens_first;
   CudaDeviceGuard guard(gpu_);
   cuda_flash_attention(flash_operand(q, t), flash_operand(k, t), flash_operand(v, t), flash_operand(out, t),
-                       attention_shape(q, k, args), stream_, logsumexp.data<float>());
+                       attention_shape(q, k, args), stream_, logsumexp.data<float>(), flash_forward());
 }
 
 void CudaBackend::run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -151,7 +155,7 @@ void CudaBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Te
   CudaDeviceGuard guard(gpu_);
   cuda_flash_attention(flash_operand(q, args.q_tokens_first), flash_operand(k, args.k_tokens_first),
                        flash_operand(v, args.v_tokens_first), flash_operand(out, args.out_tokens_first), shape,
-                       stream_);
+                       stream_, nullptr, flash_forward());
 }
 
 }  // namespace tessera

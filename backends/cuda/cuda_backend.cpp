@@ -1,7 +1,9 @@
 #include "backends/float_to_integer.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -56,10 +58,22 @@ std::size_t memory_budget(int gpu, int shares) {
   return total / static_cast<std::size_t>(shares);
 }
 
+// TESSERA_CUDA_FLASH_FORWARD=mma asks for the fused attention's forward kernel
+// that no GPU has run yet (flash_attention.hpp); unset or wmma, the proven one.
+bool mma_forward_asked() {
+  const char* value = std::getenv("TESSERA_CUDA_FLASH_FORWARD");
+  if (value == nullptr || std::string_view(value) == "wmma") return false;
+  if (std::string_view(value) == "mma") return true;
+  throw DeviceError("TESSERA_CUDA_FLASH_FORWARD is '" + std::string(value) + "': wmma (the default) or mma");
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(Device device, int gpu, int shares)
-    : Backend(device), gpu_(checked_gpu(device, gpu)), allocator_(device, gpu_, memory_budget(gpu_, shares)) {
+    : Backend(device),
+      gpu_(checked_gpu(device, gpu)),
+      allocator_(device, gpu_, memory_budget(gpu_, shares)),
+      mma_forward_(mma_forward_asked()) {
   CudaDeviceGuard guard(gpu_);
   try {
     cudaStream_t stream = nullptr;

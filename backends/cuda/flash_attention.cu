@@ -166,40 +166,28 @@ void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
              __LINE__);
 }
 
-template <typename In, typename Out>
-void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-                      float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
-  switch (s.width) {
-    case 32: return launch<32, In, Out>(q, k, v, out, logsumexp, s, stream);
-    case 64: return launch<64, In, Out>(q, k, v, out, logsumexp, s, stream);
-    case 128: return launch<128, In, Out>(q, k, v, out, logsumexp, s, stream);
-    default: return;  // unreachable: run_fused_attention refuses other widths
-  }
-}
-
-template <typename In>
-void launch_for_out(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-                    float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
-  if (out.f32)
-    launch_for_width<In, float>(q, k, v, out, logsumexp, s, stream);
-  else
-    launch_for_width<In, bf16>(q, k, v, out, logsumexp, s, stream);
-}
-
 }  // namespace
 
-bool flash_attention_supported(std::int64_t width, int shared_limit) {
+bool flash_attention_supported(std::int64_t width, int shared_limit, FlashForward kernel) {
+  if (kernel == FlashForward::mma) return flash_attention_mma_supported(width, shared_limit);
   return width_fits<Shared>(width, shared_limit);
 }
 
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
-                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp) {
+                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp,
+                          FlashForward kernel) {
   if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
+  if (kernel == FlashForward::mma) return cuda_flash_attention_mma(q, k, v, out, shape, stream, logsumexp);
   // q, k and v share a dtype (Backend::fused_attention checks it).
-  if (q.f32)
-    launch_for_out<float>(q, k, v, out, logsumexp, shape, stream);
-  else
-    launch_for_out<bf16>(q, k, v, out, logsumexp, shape, stream);
+  for_elements(q.f32, [&](auto in) {
+    for_elements(out.f32, [&](auto out_elements) {
+      for_width(shape.width, [&](auto width) {
+        using In = typename decltype(in)::type;
+        using Out = typename decltype(out_elements)::type;
+        launch<decltype(width)::value, In, Out>(q, k, v, out, logsumexp, shape, stream);
+      });
+    });
+  });
 }
 
 }  // namespace tessera

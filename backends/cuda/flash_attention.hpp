@@ -26,18 +26,33 @@ struct FlashAttentionShape {
   bool causal = false;                  // query i sees keys 0 .. i + Tk - Tq
 };
 
+// The forward pass has two kernels while the second is proven on GPUs:
+//   wmma (flash_attention.cu): WMMA fragments stored through shared memory
+//     between the products and the softmax; verified on an H200;
+//   mma (flash_attention_mma.cu): FlashAttention-2's, the products, the
+//     softmax and the output in registers (mma.sync), double-buffered key
+//     tiles. Not yet run on a GPU: CudaBackend takes it only when asked
+//     (TESSERA_CUDA_FLASH_FORWARD=mma, cuda_backend.hpp).
+enum class FlashForward { wmma, mma };
+
 // Whether the kernel is compiled for heads of `width` (32, 64, 128) and its
 // shared memory for them fits a block whose opt-in limit is `shared_limit`
-// bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin; 128-wide heads take 110
-// KiB: more than an RTX 30xx or 40xx block may have).
-bool flash_attention_supported(std::int64_t width, int shared_limit);
+// bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin; the wmma kernel takes 110
+// KiB for 128-wide heads: more than an RTX 30xx or 40xx block may have).
+bool flash_attention_supported(std::int64_t width, int shared_limit, FlashForward kernel = FlashForward::wmma);
 
 // Every 16-byte word of q, k, v and out must be aligned: their rows start at
 // multiples of 8 elements. `logsumexp`, where not null, gets each query row's
 // log of its sum of exp(scale * score) (f32 [batches * heads, queries]; -inf
 // where a row sees no key): what the backward pass recomputes weights from.
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
-                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp = nullptr);
+                          const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp = nullptr,
+                          FlashForward kernel = FlashForward::wmma);
+// The mma kernel's own, which cuda_flash_attention calls for FlashForward::mma.
+bool flash_attention_mma_supported(std::int64_t width, int shared_limit);
+void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
+                              const FlashOperand& out, const FlashAttentionShape& shape, cudaStream_t stream,
+                              float* logsumexp);
 
 // FlashAttention's backward pass (flash_attention_backward.cu) for bf16 q, k,
 // v and dout, out f32 or bf16 as the forward pass wrote it with

@@ -346,18 +346,6 @@ void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
   }
 }
 
-template <typename Out>
-void launch_for_width(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-                      const FlashOperand& dout, const float* logsumexp, float* delta, const FlashGradients& g,
-                      const FlashAttentionShape& s, cudaStream_t stream) {
-  switch (s.width) {
-    case 32: return launch<32, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
-    case 64: return launch<64, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
-    case 128: return launch<128, Out>(q, k, v, out, dout, logsumexp, delta, g, s, stream);
-    default: return;  // unreachable: run_attention_backward refuses other widths
-  }
-}
-
 }  // namespace
 
 bool flash_attention_backward_supported(std::int64_t width, int shared_limit) {
@@ -370,10 +358,12 @@ void cuda_flash_attention_backward(const FlashOperand& q, const FlashOperand& k,
                                    cudaStream_t stream) {
   if (shape.batches * shape.heads == 0) return;
   // out and the gradients share a dtype (Backend::attention_backward checks it).
-  if (out.f32)
-    launch_for_width<float>(q, k, v, out, dout, logsumexp, delta, grads, shape, stream);
-  else
-    launch_for_width<bf16>(q, k, v, out, dout, logsumexp, delta, grads, shape, stream);
+  for_elements(out.f32, [&](auto out_elements) {
+    for_width(shape.width, [&](auto width) {
+      launch<decltype(width)::value, typename decltype(out_elements)::type>(q, k, v, out, dout, logsumexp, delta,
+                                                                            grads, shape, stream);
+    });
+  });
 }
 
 }  // namespace tessera

@@ -67,6 +67,33 @@ bool width_fits(std::int64_t width, int shared_limit) {
   }
 }
 
+// The kernels' launchers pick their template arguments from run-time values
+// with these: each calls `launch` with a tag whose type says the choice
+// (generic lambdas: CUDA's C++17 has no template lambdas).
+template <typename T>
+struct Elements {
+  using type = T;
+};
+// launch(Elements<float>{}) where `f32`, else launch(Elements<bf16>{}).
+template <typename Launch>
+void for_elements(bool f32, const Launch& launch) {
+  if (f32)
+    launch(Elements<float>{});
+  else
+    launch(Elements<bf16>{});
+}
+// launch(std::integral_constant<int, width>{}) for heads 32, 64 or 128 wide;
+// nothing for others (the backend refuses them first).
+template <typename Launch>
+void for_width(std::int64_t width, const Launch& launch) {
+  switch (width) {
+    case 32: return launch(std::integral_constant<int, 32>{});
+    case 64: return launch(std::integral_constant<int, 64>{});
+    case 128: return launch(std::integral_constant<int, 128>{});
+    default: return;
+  }
+}
+
 // As load_rows for bf16 rows, by cp.async (sm_80 on): the copies go on while
 // the block computes, until wait_tiles. Rows past `valid` are zero-filled.
 template <int K>
