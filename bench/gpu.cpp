@@ -329,11 +329,16 @@ int main(int argc, char** argv) {
       }
     }
     // Attention alone.
-    // The backend's forward kernel: TESSERA_CUDA_FLASH_FORWARD (backends/cuda/flash_attention.hpp).
-    const char* forward_kernel = std::getenv("TESSERA_CUDA_FLASH_FORWARD");
+    // The backend's kernels: TESSERA_CUDA_FLASH_FORWARD, _BACKWARD (backends/cuda/flash_attention.hpp).
+    const auto kernel = [](const char* variable) {
+      const char* name = std::getenv(variable);
+      return name ? name : "wmma";
+    };
     if (!attention_shapes.empty())
       fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n",
-                 fmt::format("attention (causal, bf16; {} forward)", forward_kernel ? forward_kernel : "wmma"), "pass",
+                 fmt::format("attention (causal, bf16; kernels: {} forward, {} backward)",
+                             kernel("TESSERA_CUDA_FLASH_FORWARD"), kernel("TESSERA_CUDA_FLASH_BACKWARD")),
+                 "pass",
                  "Tessera ms", "PyTorch ms", "ratio", "Tessera TFLOP/s", "PyTorch TFLOP/s");
     for (const auto& text : attention_shapes) {
       const AttentionShape shape = AttentionShape::parse(text);

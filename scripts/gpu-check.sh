@@ -20,8 +20,8 @@
 #   TESSERA_GPU_CHECK_RUN_LIMIT=S    # seconds one run of checks 4 and 5, or check 6, may take (300)
 #   TESSERA_GPU_CHECK_ONLY="3 7"     # only these checks (1, the devices, always runs): a quick rerun
 #   TESSERA_GPU_CHECK_GPU_CASES=...  # check 3's cases whose names match this doctest filter ('*attention*')
-#   TESSERA_CUDA_FLASH_FORWARD=mma   # every check with the fused attention's forward kernel not yet
-#                                    # proven on a GPU (backends/cuda/flash_attention.hpp)
+#   TESSERA_CUDA_FLASH_FORWARD=mma   # every check with the flash attention kernels not yet proven on
+#   TESSERA_CUDA_FLASH_BACKWARD=mma  # a GPU, of the forward or backward pass (backends/cuda/flash_attention.hpp)
 #   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
 #                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
 #                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
@@ -47,6 +47,8 @@
 #   7. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
 #                   steps in f32 and bf16 against PyTorch eager on the same GPU (python3)
 #   8. profiles     optional (TESSERA_GPU_CHECK_PROFILE): a model's training op by op on cuda:0
+#   9. mma kernels  flash attention's kernels not yet the default (TESSERA_CUDA_FLASH_FORWARD=mma,
+#                   _BACKWARD=mma): the attention test cases, and gpt_125m's bf16 steps in bench_gpu
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -69,7 +71,7 @@ for packed in "$kit"/bin/*.gz "$kit"/lib/*.gz; do
 done
 [ -x "$kit/bin/tessera" ] || { echo "gpu-check: no kit in $kit: run scripts/gpu-kit.sh on a machine with the CUDA toolkit and Tessera's build dependencies first"; exit 2; }
 kit_commit=$(awk '/^commit: / {print $2}' "$kit/MANIFEST")
-echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs, the ${TESSERA_CUDA_FLASH_FORWARD:-wmma} attention forward kernel"
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs, flash attention kernels: ${TESSERA_CUDA_FLASH_FORWARD:-wmma} forward, ${TESSERA_CUDA_FLASH_BACKWARD:-wmma} backward"
 tree_commit=$(git rev-parse --short HEAD 2>/dev/null || true)
 [ -z "$tree_commit" ] || [ "$tree_commit" = "$kit_commit" ] ||
   echo "gpu-check: WARNING: the kit was built at $kit_commit and the tree is at $tree_commit: scripts/gpu-kit.sh rebuilds it"
@@ -133,10 +135,10 @@ limited() {
 }
 
 passed=() failed=() skipped=() trained=()
-only=" ${TESSERA_GPU_CHECK_ONLY:-2 3 4 5 6 7 8} "
+only=" ${TESSERA_GPU_CHECK_ONLY:-2 3 4 5 6 7 8 9} "
 for check in $only; do
-  [[ $check =~ ^[2-8]$ ]] ||
-    { echo "gpu-check: TESSERA_GPU_CHECK_ONLY takes check numbers 2 to 8 apart by spaces, not '$check'"; exit 2; }
+  [[ $check =~ ^[2-9]$ ]] ||
+    { echo "gpu-check: TESSERA_GPU_CHECK_ONLY takes check numbers 2 to 9 apart by spaces, not '$check'"; exit 2; }
 done
 wanted() { [[ $only == *" $1 "* ]]; }
 pass() { passed+=("$1"); echo "gpu-check: PASS $1"; }
@@ -181,14 +183,11 @@ else
   skip "cpu suite" "not in TESSERA_GPU_CHECK_ONLY"
 fi
 
-section "3. gpu suite"
-if wanted 3; then
-# Each case in its own process, under a time limit: a sticky CUDA error (an
-# illegal address poisons the context) or a hang then costs one case, not the
-# rest of the suite. A ',' in a name would split doctest's filter: '*' stands in.
-if [ $has_gpu -eq 1 ]; then
+# Runs the GPU test cases whose names match doctest filter $1 (all where
+# empty), each in its own process; sets gpu_cases and bad_cases.
+run_gpu_cases() {
   mapfile -t gpu_cases < <("$tests" --gpu-suite --list-test-cases --no-intro --reporters=console \
-    ${TESSERA_GPU_CHECK_GPU_CASES:+"--test-case=$TESSERA_GPU_CHECK_GPU_CASES"} 2>/dev/null |
+    ${1:+"--test-case=$1"} 2>/dev/null |
     grep -vE '^(=+|\[doctest\].*)$' | sed '/^$/d')
   echo "  ${#gpu_cases[@]} GPU test cases"
   bad_cases=()
@@ -209,6 +208,15 @@ if [ $has_gpu -eq 1 ]; then
         grep -vE '^\s*$' | head -60 | sed 's/^/      /'
     fi
   done
+}
+
+section "3. gpu suite"
+if wanted 3; then
+# Each case in its own process, under a time limit: a sticky CUDA error (an
+# illegal address poisons the context) or a hang then costs one case, not the
+# rest of the suite. A ',' in a name would split doctest's filter: '*' stands in.
+if [ $has_gpu -eq 1 ]; then
+  run_gpu_cases "${TESSERA_GPU_CHECK_GPU_CASES:-}"
   if [ ${#gpu_cases[@]} -gt 0 ] && [ ${#bad_cases[@]} -eq 0 ]; then
     pass "gpu suite (${#gpu_cases[@]} cases)"
   else
@@ -411,6 +419,36 @@ fi
 
 else
   skip "op profiles" "not in TESSERA_GPU_CHECK_ONLY"
+fi
+
+section "9. flash attention's mma kernels (taken only when asked, until proven here)"
+if wanted 9; then
+# The kernels of backends/cuda/flash_attention_mma.cu and _backward_mma.cu:
+# the attention cases against the CPU's kernel (they include a bf16 training
+# step of the zoo GPT), then the attention rows of bench_gpu beside check 7's.
+if [ $has_gpu -eq 0 ]; then
+  skip "mma flash kernels" "$why_no_gpu"
+else
+  export TESSERA_CUDA_FLASH_FORWARD=mma TESSERA_CUDA_FLASH_BACKWARD=mma
+  run_gpu_cases '*attention*'
+  if [ ${#gpu_cases[@]} -gt 0 ] && [ ${#bad_cases[@]} -eq 0 ]; then
+    pass "mma flash kernels: ${#gpu_cases[@]} attention cases"
+  else
+    fail "mma flash kernels" "${#bad_cases[@]} of ${#gpu_cases[@]} attention cases failed"
+  fi
+  if ! command -v python3 >/dev/null || [ ! -x "$kit/bin/bench_gpu" ]; then
+    skip "mma flash kernels: benchmark" "no python3 or no bench_gpu in the kit"
+  elif limited "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --python "$(command -v python3)" \
+    --models gpt_125m --precisions bf16 --matmul-sizes 1024 --steps 10 --warmup 3; then
+    pass "mma flash kernels: benchmark (figures above)"
+  else
+    fail "mma flash kernels: benchmark" "bench_gpu failed or ran past its time limit"
+  fi
+  unset TESSERA_CUDA_FLASH_FORWARD TESSERA_CUDA_FLASH_BACKWARD
+fi
+
+else
+  skip "mma flash kernels" "not in TESSERA_GPU_CHECK_ONLY"
 fi
 
 section "summary"

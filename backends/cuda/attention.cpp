@@ -1,7 +1,7 @@
 // Attention on the CUDA backend: over a KV cache (attention.cu), f32 only:
 // bf16 raises UnsupportedError, and supports() says so beforehand; and fused
-// (flash_attention.cu), bf16 q, k and v on tensor cores, by the forward
-// kernel the backend was asked for (flash_forward).
+// (flash_attention.cu), bf16 q, k and v on tensor cores, by the kernels the
+// backend was asked for (flash_forward, flash_backward).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -86,12 +86,13 @@ void check_aligned(const char* op, std::initializer_list<const Tensor*> tensors,
 
 }  // namespace
 
-FlashForward CudaBackend::flash_forward() const { return mma_forward_ ? FlashForward::mma : FlashForward::wmma; }
+FlashKernel CudaBackend::flash_forward() const { return mma_forward_ ? FlashKernel::mma : FlashKernel::wmma; }
+FlashKernel CudaBackend::flash_backward() const { return mma_backward_ ? FlashKernel::mma : FlashKernel::wmma; }
 
 bool CudaBackend::prefers_attention_op(DType operands, DType out, std::int64_t width) const {
   return operands == DType::bf16 && (out == DType::f32 || out == DType::bf16) &&
          flash_attention_supported(width, shared_limit_, flash_forward()) &&
-         flash_attention_backward_supported(width, shared_limit_);
+         flash_attention_backward_supported(width, shared_limit_, flash_backward());
 }
 
 void CudaBackend::run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -119,7 +120,7 @@ void CudaBackend::run_attention_backward(const Tensor& q, const Tensor& k, const
                                 flash_operand(dout, t), logsumexp.data<float>(),
                                 attention_rows_scratch(logsumexp.numel()),
                                 {flash_operand(dq, t), flash_operand(dk, t), flash_operand(dv, t)},
-                                attention_shape(q, k, args), stream_);
+                                attention_shape(q, k, args), stream_, flash_backward());
 }
 
 // Kernels on this backend's one stream run in order, so one scratch serves every call.

@@ -58,13 +58,14 @@ std::size_t memory_budget(int gpu, int shares) {
   return total / static_cast<std::size_t>(shares);
 }
 
-// TESSERA_CUDA_FLASH_FORWARD=mma asks for the fused attention's forward kernel
-// that no GPU has run yet (flash_attention.hpp); unset or wmma, the proven one.
-bool mma_forward_asked() {
-  const char* value = std::getenv("TESSERA_CUDA_FLASH_FORWARD");
+// TESSERA_CUDA_FLASH_FORWARD=mma (or _BACKWARD, as `variable` names) asks for
+// the flash attention kernel of that pass that no GPU has run yet
+// (flash_attention.hpp); unset or wmma, the proven one.
+bool mma_kernel_asked(const char* variable) {
+  const char* value = std::getenv(variable);
   if (value == nullptr || std::string_view(value) == "wmma") return false;
   if (std::string_view(value) == "mma") return true;
-  throw DeviceError("TESSERA_CUDA_FLASH_FORWARD is '" + std::string(value) + "': wmma (the default) or mma");
+  throw DeviceError(std::string(variable) + " is '" + value + "': wmma (the default) or mma");
 }
 
 }  // namespace
@@ -73,7 +74,8 @@ CudaBackend::CudaBackend(Device device, int gpu, int shares)
     : Backend(device),
       gpu_(checked_gpu(device, gpu)),
       allocator_(device, gpu_, memory_budget(gpu_, shares)),
-      mma_forward_(mma_forward_asked()) {
+      mma_forward_(mma_kernel_asked("TESSERA_CUDA_FLASH_FORWARD")),
+      mma_backward_(mma_kernel_asked("TESSERA_CUDA_FLASH_BACKWARD")) {
   CudaDeviceGuard guard(gpu_);
   try {
     cudaStream_t stream = nullptr;

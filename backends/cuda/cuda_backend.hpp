@@ -32,7 +32,7 @@ struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*
 
 namespace tessera {
 
-enum class FlashForward;  // flash_attention.hpp
+enum class FlashKernel;  // flash_attention.hpp
 
 class CudaBackend final : public Backend {
  public:
@@ -135,7 +135,8 @@ class CudaBackend final : public Backend {
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
   float* partials_scratch();        // kReduceScratchFloats for partial sums: reduce, layer norm (reduce.cpp)
   float* attention_rows_scratch(std::int64_t floats);  // one float per query row: attention backward's delta
-  FlashForward flash_forward() const;  // attention.cpp
+  FlashKernel flash_forward() const;   // attention.cpp
+  FlashKernel flash_backward() const;  // attention.cpp
 
   int gpu_;
   CudaAllocator allocator_;
@@ -146,9 +147,10 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Buffer> partials_scratch_;
   std::shared_ptr<Buffer> attention_rows_scratch_;
   int shared_limit_ = 0;  // a block's opt-in shared memory (bytes): which flash kernels fit
-  // The fused attention's forward kernel (flash_attention.hpp): the wmma one, or,
-  // where TESSERA_CUDA_FLASH_FORWARD=mma asks, the mma one, until a GPU has proven it.
-  bool mma_forward_ = false;
+  // The flash attention kernels of each pass (flash_attention.hpp): the wmma ones, or,
+  // where TESSERA_CUDA_FLASH_FORWARD=mma (_BACKWARD=mma) asks, the mma ones, until a
+  // GPU has proven them.
+  bool mma_forward_ = false, mma_backward_ = false;
 };
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.

@@ -168,25 +168,20 @@ void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
 
 }  // namespace
 
-bool flash_attention_supported(std::int64_t width, int shared_limit, FlashForward kernel) {
-  if (kernel == FlashForward::mma) return flash_attention_mma_supported(width, shared_limit);
+bool flash_attention_supported(std::int64_t width, int shared_limit, FlashKernel kernel) {
+  if (kernel == FlashKernel::mma) return flash_attention_mma_supported(width, shared_limit);
   return width_fits<Shared>(width, shared_limit);
 }
 
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
                           const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp,
-                          FlashForward kernel) {
+                          FlashKernel kernel) {
   if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
-  if (kernel == FlashForward::mma) return cuda_flash_attention_mma(q, k, v, out, shape, stream, logsumexp);
+  if (kernel == FlashKernel::mma) return cuda_flash_attention_mma(q, k, v, out, shape, stream, logsumexp);
   // q, k and v share a dtype (Backend::fused_attention checks it).
-  for_elements(q.f32, [&](auto in) {
-    for_elements(out.f32, [&](auto out_elements) {
-      for_width(shape.width, [&](auto width) {
-        using In = typename decltype(in)::type;
-        using Out = typename decltype(out_elements)::type;
-        launch<decltype(width)::value, In, Out>(q, k, v, out, logsumexp, shape, stream);
-      });
-    });
+  for_kernel(q.f32, out.f32, shape.width, [&](auto width, auto in, auto out_elements) {
+    launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
+        q, k, v, out, logsumexp, shape, stream);
   });
 }
 

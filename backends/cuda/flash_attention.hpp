@@ -26,20 +26,21 @@ struct FlashAttentionShape {
   bool causal = false;                  // query i sees keys 0 .. i + Tk - Tq
 };
 
-// The forward pass has two kernels while the second is proven on GPUs:
-//   wmma (flash_attention.cu): WMMA fragments stored through shared memory
-//     between the products and the softmax; verified on an H200;
-//   mma (flash_attention_mma.cu): FlashAttention-2's, the products, the
-//     softmax and the output in registers (mma.sync), double-buffered key
-//     tiles. Not yet run on a GPU: CudaBackend takes it only when asked
-//     (TESSERA_CUDA_FLASH_FORWARD=mma, cuda_backend.hpp).
-enum class FlashForward { wmma, mma };
+// Each pass has two kernels while the second is proven on GPUs:
+//   wmma (flash_attention.cu, flash_attention_backward.cu): WMMA fragments
+//     stored through shared memory between the products and the softmax;
+//     verified on an H200;
+//   mma (flash_attention_mma.cu, flash_attention_backward_mma.cu):
+//     FlashAttention-2's, the products, weights and sums in registers
+//     (mma.sync). Not yet run on a GPU: CudaBackend takes them only when asked
+//     (TESSERA_CUDA_FLASH_FORWARD=mma, TESSERA_CUDA_FLASH_BACKWARD=mma).
+enum class FlashKernel { wmma, mma };
 
 // Whether the kernel is compiled for heads of `width` (32, 64, 128) and its
 // shared memory for them fits a block whose opt-in limit is `shared_limit`
 // bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin; the wmma kernel takes 110
 // KiB for 128-wide heads: more than an RTX 30xx or 40xx block may have).
-bool flash_attention_supported(std::int64_t width, int shared_limit, FlashForward kernel = FlashForward::wmma);
+bool flash_attention_supported(std::int64_t width, int shared_limit, FlashKernel kernel = FlashKernel::wmma);
 
 // Every 16-byte word of q, k, v and out must be aligned: their rows start at
 // multiples of 8 elements. `logsumexp`, where not null, gets each query row's
@@ -47,8 +48,8 @@ bool flash_attention_supported(std::int64_t width, int shared_limit, FlashForwar
 // where a row sees no key): what the backward pass recomputes weights from.
 void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, FlashOperand out,
                           const FlashAttentionShape& shape, cudaStream_t stream, float* logsumexp = nullptr,
-                          FlashForward kernel = FlashForward::wmma);
-// The mma kernel's own, which cuda_flash_attention calls for FlashForward::mma.
+                          FlashKernel kernel = FlashKernel::wmma);
+// The mma kernel's own, which cuda_flash_attention calls for FlashKernel::mma.
 bool flash_attention_mma_supported(std::int64_t width, int shared_limit);
 void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
                               const FlashOperand& out, const FlashAttentionShape& shape, cudaStream_t stream,
@@ -59,13 +60,20 @@ void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, cons
 // `logsumexp`: dq, dk, dv (f32 or bf16). `delta` is scratch of one f32 per
 // query row (batches * heads * queries). Whether heads of `width` fit, as
 // flash_attention_supported.
-bool flash_attention_backward_supported(std::int64_t width, int shared_limit);
+bool flash_attention_backward_supported(std::int64_t width, int shared_limit,
+                                        FlashKernel kernel = FlashKernel::wmma);
 struct FlashGradients {
   FlashOperand dq, dk, dv;
 };
 void cuda_flash_attention_backward(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
                                    const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
                                    float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, FlashKernel kernel = FlashKernel::wmma);
+// The mma kernels' own, which cuda_flash_attention_backward calls for FlashKernel::mma.
+bool flash_attention_backward_mma_supported(std::int64_t width, int shared_limit);
+void cuda_flash_attention_backward_mma(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
+                                       const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
+                                       float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
+                                       cudaStream_t stream);
 
 }  // namespace tessera

@@ -124,17 +124,6 @@ __device__ void write_rows(Out* to, std::int64_t row_stride, Accumulator (&acc)[
   __syncwarp();
 }
 
-struct HeadOf {
-  std::int64_t head, b, h;
-};
-__device__ HeadOf head_of(std::int64_t index, const FlashAttentionShape& s) {
-  return {index, index / s.heads, index % s.heads};
-}
-template <typename T>
-__device__ T* at(const FlashOperand& o, const HeadOf& h) {
-  return static_cast<T*>(o.data) + h.b * o.batch + h.h * o.head;
-}
-
 template <int K, typename Out>
 __global__ void __launch_bounds__(kThreads)
     flash_dq_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, FlashOperand dout,
@@ -317,52 +306,26 @@ __global__ void __launch_bounds__(kThreads)
   write_rows<K>(at<Out>(dk, head), dk.row, dk_sum, m.staged, warp_key, s.keys, s.scale);
 }
 
-template <typename Kernel>
-void allow_shared(Kernel kernel, int bytes, const char* what) {
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what, __FILE__,
-             __LINE__);
-}
-
-template <int K, typename Out>
-void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-            const FlashOperand& dout, const float* logsumexp, float* delta, const FlashGradients& g,
-            const FlashAttentionShape& s, cudaStream_t stream) {
-  constexpr int bytes = Shared<K>::bytes;
-  const std::int64_t heads = s.batches * s.heads;
-  if (s.queries > 0) {
-    auto dq_kernel = flash_dq_kernel<K, Out>;
-    allow_shared(dq_kernel, bytes, "cudaFuncSetAttribute(flash_dq_kernel, MaxDynamicSharedMemorySize)");
-    const std::int64_t blocks = heads * ((s.queries + kTileRows - 1) / kTileRows);
-    dq_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, out, dout, logsumexp, delta, g.dq, s);
-    cuda_check(cudaGetLastError(), "flash_dq_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__, __LINE__);
-  }
-  if (s.keys > 0) {  // after the dq kernel, which wrote delta
-    auto dkv_kernel = flash_dkv_kernel<K, Out>;
-    allow_shared(dkv_kernel, bytes, "cudaFuncSetAttribute(flash_dkv_kernel, MaxDynamicSharedMemorySize)");
-    const std::int64_t blocks = heads * ((s.keys + kTileRows - 1) / kTileRows);
-    dkv_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, dout, logsumexp, delta, g.dk,
-                                                                            g.dv, s);
-    cuda_check(cudaGetLastError(), "flash_dkv_kernel<<<heads * key tiles, 128, shared, stream>>>", __FILE__, __LINE__);
-  }
-}
-
 }  // namespace
 
-bool flash_attention_backward_supported(std::int64_t width, int shared_limit) {
+bool flash_attention_backward_supported(std::int64_t width, int shared_limit, FlashKernel kernel) {
+  if (kernel == FlashKernel::mma) return flash_attention_backward_mma_supported(width, shared_limit);
   return width_fits<Shared>(width, shared_limit);
 }
 
 void cuda_flash_attention_backward(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
                                    const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
                                    float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, FlashKernel kernel) {
   if (shape.batches * shape.heads == 0) return;
-  // out and the gradients share a dtype (Backend::attention_backward checks it).
-  for_elements(out.f32, [&](auto out_elements) {
-    for_width(shape.width, [&](auto width) {
-      launch<decltype(width)::value, typename decltype(out_elements)::type>(q, k, v, out, dout, logsumexp, delta,
-                                                                            grads, shape, stream);
-    });
+  if (kernel == FlashKernel::mma)
+    return cuda_flash_attention_backward_mma(q, k, v, out, dout, logsumexp, delta, grads, shape, stream);
+  // out and the gradients share a dtype (Backend::attention_backward checks it); q, k, v and dout are bf16.
+  for_kernel(false, out.f32, shape.width, [&](auto width, auto, auto out_elements) {
+    constexpr int K = decltype(width)::value;
+    using Out = typename decltype(out_elements)::type;
+    launch_gradients(flash_dq_kernel<K, Out>, flash_dkv_kernel<K, Out>, Shared<K>::bytes, q, k, v, out, dout,
+                     logsumexp, delta, grads, shape, stream);
   });
 }
 

@@ -1,5 +1,5 @@
 // FlashAttention-2's forward pass (Dao, 2023) with its products in registers
-// (FlashForward::mma, flash_attention.hpp): the same results as the WMMA
+// (FlashKernel::mma, flash_attention.hpp): the same results as the WMMA
 // kernel (flash_attention.cu) up to rounding, without its trips through
 // shared memory.
 //
@@ -88,9 +88,7 @@ __global__ void __launch_bounds__(kThreads)
   Out* oh = static_cast<Out*>(out.data) + b * out.batch + h * out.head;
 
   const std::int64_t shift = s.keys - s.queries;  // causal: query i sees keys 0 .. i + shift
-  std::int64_t end = s.keys;
-  if (s.causal && first_query + L::queries + shift < end) end = first_query + L::queries + shift;
-  const int key_tiles = end > 0 ? static_cast<int>((end + L::keys - 1) / L::keys) : 0;
+  const int key_tiles = key_tiles_seen(s, first_query, L::queries, L::keys);
   const auto stage_keys = [&](int tile, int buffer) {
     const std::int64_t first_key = static_cast<std::int64_t>(tile) * L::keys;
     const std::int64_t valid = s.keys - first_key;
@@ -127,11 +125,8 @@ __global__ void __launch_bounds__(kThreads)
   const float scale = s.scale * kLog2e;
 
   for (int tile = 0; tile < key_tiles; ++tile) {
+    next_tile(tile, key_tiles, stage_keys);
     const int buffer = tile % 2;
-    if (tile + 1 < key_tiles) stage_keys(tile + 1, 1 - buffer);  // into the buffer every warp finished with
-    commit_tiles();
-    wait_tiles<1>();  // tile `tile` is in
-    __syncthreads();
     const bf16* kt = ks + buffer * L::keys * L::stride;
     const bf16* vt = vs + buffer * L::keys * L::stride;
     const std::int64_t first_key = static_cast<std::int64_t>(tile) * L::keys;
@@ -267,13 +262,9 @@ bool flash_attention_mma_supported(std::int64_t width, int shared_limit) {
 void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
                               const FlashOperand& out, const FlashAttentionShape& shape, cudaStream_t stream,
                               float* logsumexp) {
-  for_elements(q.f32, [&](auto in) {
-    for_elements(out.f32, [&](auto out_elements) {
-      for_width(shape.width, [&](auto width) {
-        launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
-            q, k, v, out, logsumexp, shape, stream);
-      });
-    });
+  for_kernel(q.f32, out.f32, shape.width, [&](auto width, auto in, auto out_elements) {
+    launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
+        q, k, v, out, logsumexp, shape, stream);
   });
 }
 

@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/flash_attention.hpp"
+
 
 namespace tessera::flash {
 
@@ -94,6 +97,63 @@ void for_width(std::int64_t width, const Launch& launch) {
   }
 }
 
+// launch(width, in, out): the head width as for_width gives it, and the
+// element tags of q (in) and of out as for_elements gives them.
+template <typename Launch>
+void for_kernel(bool in_f32, bool out_f32, std::int64_t width, const Launch& launch) {
+  for_elements(in_f32, [&](auto in) {
+    for_elements(out_f32, [&](auto out) { for_width(width, [&](auto k) { launch(k, in, out); }); });
+  });
+}
+
+// Which head of which batch a block's index names, and where an operand's rows of it start.
+struct HeadOf {
+  std::int64_t head, b, h;
+};
+__device__ inline HeadOf head_of(std::int64_t index, const FlashAttentionShape& s) {
+  return {index, index / s.heads, index % s.heads};
+}
+template <typename T>
+__device__ T* at(const FlashOperand& o, const HeadOf& h) {
+  return static_cast<T*>(o.data) + h.b * o.batch + h.h * o.head;
+}
+
+// How many tiles of `tile_keys` keys a block of `queries` queries from
+// `first_query` on takes: every tile, or under a causal mask (query i sees
+// keys 0 .. i + Tk - Tq) those up to its last query's last key.
+__device__ inline int key_tiles_seen(const FlashAttentionShape& s, std::int64_t first_query, int queries,
+                                     int tile_keys) {
+  std::int64_t end = s.keys;
+  if (s.causal && first_query + queries + s.keys - s.queries < end) end = first_query + queries + s.keys - s.queries;
+  return end > 0 ? static_cast<int>((end + tile_keys - 1) / tile_keys) : 0;
+}
+
+// A backward pass's two kernels, each with `bytes` of shared memory: dq over
+// tiles of 64 queries, then (it reads the delta dq wrote) dk and dv over tiles of 64 keys.
+template <typename Dq, typename Dkv>
+void launch_gradients(Dq dq_kernel, Dkv dkv_kernel, int bytes, const FlashOperand& q, const FlashOperand& k,
+                      const FlashOperand& v, const FlashOperand& out, const FlashOperand& dout,
+                      const float* logsumexp, float* delta, const FlashGradients& g, const FlashAttentionShape& s,
+                      cudaStream_t stream) {
+  const std::int64_t heads = s.batches * s.heads;
+  if (s.queries > 0) {
+    cuda_check(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "cudaFuncSetAttribute(dq kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+    const std::int64_t blocks = heads * ((s.queries + kTileRows - 1) / kTileRows);
+    dq_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, out, dout, logsumexp, delta, g.dq, s);
+    cuda_check(cudaGetLastError(), "flash dq kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__, __LINE__);
+  }
+  if (s.keys > 0) {
+    cuda_check(cudaFuncSetAttribute(dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "cudaFuncSetAttribute(dk, dv kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+    const std::int64_t blocks = heads * ((s.keys + kTileRows - 1) / kTileRows);
+    dkv_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, dout, logsumexp, delta, g.dk,
+                                                                            g.dv, s);
+    cuda_check(cudaGetLastError(), "flash dk, dv kernel<<<heads * key tiles, 128, shared, stream>>>", __FILE__,
+               __LINE__);
+  }
+}
+
 // As load_rows for bf16 rows, by cp.async (sm_80 on): the copies go on while
 // the block computes, until wait_tiles. Rows past `valid` are zero-filled.
 template <int K>
@@ -116,6 +176,18 @@ __device__ inline void commit_tiles() { asm volatile("cp.async.commit_group;\n" 
 template <int kPending>
 __device__ inline void wait_tiles() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// The top of step `tile` of a loop over `tiles` double-buffered tiles (buffer
+// tile % 2): tile + 1 starts loading into the other buffer, stage(tile + 1,
+// buffer), which every warp finished with in the step before (that step ends
+// in __syncthreads); then this step's tile is waited for.
+template <typename Stage>
+__device__ void next_tile(int tile, int tiles, const Stage& stage) {
+  if (tile + 1 < tiles) stage(tile + 1, 1 - tile % 2);
+  commit_tiles();
+  wait_tiles<1>();
+  __syncthreads();
 }
 
 __device__ inline void store(float* to, float value) { *to = value; }
