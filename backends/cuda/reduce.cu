@@ -8,8 +8,10 @@
 //   threads, whose partials a second kernel totals in a fixed order;
 // - inner > 1 (a bias gradient: a sum over rows per column): blocks of 32
 //   consecutive columns, so that a warp loads 128 contiguous bytes, by 32 row
-//   lanes whose partials meet in shared memory; or a thread per output, which
-//   is coalesced too, when the outputs fill the GPU or few rows are summed.
+//   lanes whose partials meet in shared memory, over all rows or, where those
+//   blocks would be too few to fill the GPU, over chunks of rows whose
+//   partials a second kernel totals; or a thread per output, which is
+//   coalesced too, when the outputs fill the GPU or few rows are summed.
 // Without a view, the ReduceIndex kernels: a thread, a warp or a block per
 // output, with index divisions per element.
 #include "backends/cuda/reduce_kernels.hpp"
@@ -111,29 +113,57 @@ __global__ void view_chunk_totals(ReduceOp op, const float* partials, float* out
   }
 }
 
-// Block tile t covers columns [c0, c0 + 32) of outer index a; thread (col,
-// row lane) sums rows row_lane, row_lane + 32, ...; row lane 0 then adds the
-// 32 partials of its column in order.
+// Rows [begin, end) of the 32 columns of tile t (columns [c0, c0 + 32) of
+// outer index a): thread (col, row lane) sums rows begin + row lane, + 32,
+// ...; row lane 0 then adds the 32 partials of its column in order and
+// returns them, with the column's output index in `o` (false for the other
+// row lanes and for columns past the view's). Every thread of the block must
+// call it, and `partials` is reused when it returns.
+__device__ bool column_tile_total(ReduceOp op, const float* x, const ReduceView& view, std::int64_t t,
+                                  std::int64_t begin, std::int64_t end,
+                                  float (&partials)[kReduceColumnRowLanes][kWarp + 1], std::int64_t& o,
+                                  float& total) {
+  const int col = static_cast<int>(threadIdx.x), row_lane = static_cast<int>(threadIdx.y);
+  const std::int64_t tiles_per_outer = reduce_ceil_div(view.inner, kWarp);
+  const std::int64_t a = t / tiles_per_outer, c = (t - a * tiles_per_outer) * kWarp + col;
+  const bool inside = c < view.inner;
+  o = a * view.inner + c;
+  partials[row_lane][col] = inside ? reduce_view_partial(op, x, view, o, begin, end, row_lane, kReduceColumnRowLanes)
+                                   : reduce_identity(op);
+  __syncthreads();
+  const bool mine = row_lane == 0 && inside;
+  if (mine) {
+    total = partials[0][col];
+    for (int l = 1; l < kReduceColumnRowLanes; ++l) total = reduce_combine(op, total, partials[l][col]);
+  }
+  __syncthreads();
+  return mine;
+}
+
+// Tile t's 32 columns, all their rows, for t = block, block + blocks, ...
 __global__ void __launch_bounds__(kWarp * kReduceColumnRowLanes)
     view_column_tiles(ReduceOp op, const float* x, float* out, ReduceView view) {
   __shared__ float partials[kReduceColumnRowLanes][kWarp + 1];  // +1: no bank conflicts
-  const int col = static_cast<int>(threadIdx.x), row_lane = static_cast<int>(threadIdx.y);
-  const std::int64_t tiles_per_outer = reduce_ceil_div(view.inner, kWarp), tiles = view.outer * tiles_per_outer;
+  const std::int64_t tiles = view.outer * reduce_ceil_div(view.inner, kWarp);
   for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const std::int64_t a = t / tiles_per_outer, c = (t - a * tiles_per_outer) * kWarp + col;
-    const bool inside = c < view.inner;
-    const std::int64_t o = a * view.inner + c;
-    partials[row_lane][col] =
-        inside ? reduce_view_partial(op, x, view, o, 0, view.count, row_lane, kReduceColumnRowLanes)
-               : reduce_identity(op);
-    __syncthreads();
-    if (row_lane == 0 && inside) {
-      float total = partials[0][col];
-      for (int l = 1; l < kReduceColumnRowLanes; ++l) total = reduce_combine(op, total, partials[l][col]);
+    std::int64_t o = 0;
+    float total = 0.0f;
+    if (column_tile_total(op, x, view, t, 0, view.count, partials, o, total))
       out[o] = reduce_finish(op, total, view.count);
-    }
-    __syncthreads();
   }
+}
+
+// Block (t, s): tile t's 32 columns, the rows of chunk s, into
+// chunk_partials[o * chunks + s] (view_chunk_totals adds them).
+__global__ void __launch_bounds__(kWarp * kReduceColumnRowLanes)
+    view_column_chunks(ReduceOp op, const float* x, float* chunk_partials, ReduceView view, std::int64_t chunk) {
+  __shared__ float partials[kReduceColumnRowLanes][kWarp + 1];
+  const std::int64_t s = blockIdx.y, begin = s * chunk;
+  const std::int64_t end = begin + chunk < view.count ? begin + chunk : view.count;
+  std::int64_t o = 0;
+  float total = 0.0f;
+  if (column_tile_total(op, x, view, blockIdx.x, begin, end, partials, o, total))
+    chunk_partials[o * gridDim.y + s] = total;
 }
 
 }  // namespace
@@ -160,6 +190,16 @@ void cuda_reduce_view(ReduceOp op, const float* x, float* out, const ReduceView&
       const dim3 grid(static_cast<unsigned>(plan.chunks), static_cast<unsigned>(outputs));
       view_chunks<<<grid, kReduceChunkThreads, 0, stream>>>(op, x, scratch, view, plan.chunk);
       cuda_check(cudaGetLastError(), "view_chunks kernel launch", __FILE__, __LINE__);
+      const LaunchConfig cfg = launch_config(outputs * kWarp);
+      view_chunk_totals<<<cfg.blocks, cfg.threads, 0, stream>>>(op, scratch, out, plan.chunks, view.count, outputs);
+      break;
+    }
+    case ReducePlan::column_chunks: {
+      // chunks * outputs <= kReduceScratchFloats (plan_reduce).
+      const dim3 grid(static_cast<unsigned>(view.outer * reduce_ceil_div(view.inner, kWarp)),
+                      static_cast<unsigned>(plan.chunks));
+      view_column_chunks<<<grid, dim3(kWarp, kReduceColumnRowLanes), 0, stream>>>(op, x, scratch, view, plan.chunk);
+      cuda_check(cudaGetLastError(), "view_column_chunks kernel launch", __FILE__, __LINE__);
       const LaunchConfig cfg = launch_config(outputs * kWarp);
       view_chunk_totals<<<cfg.blocks, cfg.threads, 0, stream>>>(op, scratch, out, plan.chunks, view.count, outputs);
       break;

@@ -18,6 +18,7 @@
 
 #include <math.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -98,13 +99,18 @@ inline constexpr std::int64_t kReduceChunkTargetBlocks = 1024;
 inline constexpr std::int64_t kReduceMinChunk = 8192;
 inline constexpr int kReduceChunkThreads = 1024;
 // Columns: with this many outputs a thread each fills the GPU; otherwise
-// blocks of 32 columns x 32 row lanes.
+// blocks of 32 columns x 32 row lanes. Where those blocks are too few to fill
+// a GPU (a bias gradient of [8192, 768]: 24), each column's rows split into
+// chunks of at least kReduceMinColumnChunk rows, up to about
+// kReduceColumnTargetBlocks blocks in all, whose partials a second kernel
+// totals.
 inline constexpr std::int64_t kReduceThreadPerColumnFrom = 65536;
 inline constexpr int kReduceColumnRowLanes = 32;
+inline constexpr std::int64_t kReduceColumnTargetBlocks = 512;
+inline constexpr std::int64_t kReduceMinColumnChunk = 512;
 // The backend's scratch for partial sums: a view's chunks (at most
-// kReduceChunkTargetBlocks + outputs of them) and layer norm's dgamma/dbeta
-// chunks (layer_norm_param_chunks keeps within it). Columns are not split:
-// a few very long columns run in few blocks.
+// kReduceChunkTargetBlocks + outputs of them, or a column chunk's per output)
+// and layer norm's dgamma/dbeta chunks (layer_norm_param_chunks keeps within it).
 inline constexpr std::int64_t kReduceScratchFloats = 16384;
 static_assert(kReduceChunkTargetBlocks + kReduceBlockPerOutputMaxOutputs <= kReduceScratchFloats);
 
@@ -113,24 +119,37 @@ TESSERA_HOST_DEVICE inline std::int64_t reduce_ceil_div(std::int64_t a, std::int
 }
 
 struct ReducePlan {
-  enum Kernel { thread_per_output, warp_per_output, chunks_then_totals, column_tiles };
+  enum Kernel { thread_per_output, warp_per_output, chunks_then_totals, column_tiles, column_chunks };
   Kernel kernel = thread_per_output;
-  std::int64_t chunk = 0;   // chunks_then_totals: elements per chunk (the last may be short)
-  std::int64_t chunks = 1;  // and chunks per output, a block of kReduceChunkThreads each
+  // chunks_then_totals, column_chunks: elements (rows) per chunk (the last may be short)
+  std::int64_t chunk = 0;
+  // and chunks per output: a block of kReduceChunkThreads each, or per tile of 32 columns
+  std::int64_t chunks = 1;
 };
+
+// The chunks of `count` elements that `chunks` asks for, at least one, none empty.
+inline ReducePlan chunked(ReducePlan::Kernel kernel, std::int64_t count, std::int64_t chunks) {
+  const std::int64_t chunk = reduce_ceil_div(count, chunks < 1 ? 1 : chunks);
+  return {kernel, chunk, reduce_ceil_div(count, chunk)};
+}
 
 inline ReducePlan plan_reduce(const ReduceView& view) {
   const std::int64_t outputs = view.outer * view.inner;
   if (view.count < kReduceThreadPerOutputBelow) return {ReducePlan::thread_per_output};
-  if (view.inner > 1)
-    return {outputs >= kReduceThreadPerColumnFrom ? ReducePlan::thread_per_output : ReducePlan::column_tiles};
+  if (view.inner > 1) {
+    if (outputs >= kReduceThreadPerColumnFrom) return {ReducePlan::thread_per_output};
+    const std::int64_t tiles = view.outer * reduce_ceil_div(view.inner, kReduceColumnRowLanes);
+    std::int64_t chunks = reduce_ceil_div(kReduceColumnTargetBlocks, tiles);
+    chunks = std::min({chunks, view.count / kReduceMinColumnChunk, kReduceScratchFloats / outputs});
+    if (chunks <= 1) return {ReducePlan::column_tiles};
+    return chunked(ReducePlan::column_chunks, view.count, chunks);
+  }
   if (view.count < kReduceBlockPerOutputFrom || outputs >= kReduceBlockPerOutputMaxOutputs)
     return {ReducePlan::warp_per_output};
   std::int64_t chunks = reduce_ceil_div(kReduceChunkTargetBlocks, outputs);
   const std::int64_t most = reduce_ceil_div(view.count, kReduceMinChunk);
   if (chunks > most) chunks = most;
-  const std::int64_t chunk = reduce_ceil_div(view.count, chunks);
-  return {ReducePlan::chunks_then_totals, chunk, reduce_ceil_div(view.count, chunk)};
+  return chunked(ReducePlan::chunks_then_totals, view.count, chunks);
 }
 
 // The reduce kernels' partials meet through reduce_combine; reduce_finish

@@ -56,6 +56,7 @@ std::vector<float> host_planned_reduce(ReduceOp op, const Tensor& x, const Reduc
   if (plan.kernel == ReducePlan::warp_per_output) lanes = 32;
   if (plan.kernel == ReducePlan::chunks_then_totals) chunk = plan.chunk, lanes = kReduceChunkThreads;
   if (plan.kernel == ReducePlan::column_tiles) lanes = kReduceColumnRowLanes;
+  if (plan.kernel == ReducePlan::column_chunks) chunk = plan.chunk, lanes = kReduceColumnRowLanes;
   std::vector<float> result(static_cast<std::size_t>(view.outer * view.inner));
   for (std::int64_t o = 0; o < view.outer * view.inner; ++o) {
     float total = reduce_identity(op);
@@ -202,6 +203,9 @@ TEST_CASE("cuda reduce plans, walked lane by lane, match the CPU backend") {
       {{300, 1000}, {1, 1}, ReducePlan::chunks_then_totals},      // a loss
       {{100, 40}, {1, 40}, ReducePlan::column_tiles},             // a bias gradient
       {{6, 300, 33}, {6, 1, 33}, ReducePlan::column_tiles},       // a middle axis
+      {{8, 1024, 768}, {1, 1, 768}, ReducePlan::column_chunks},   // gpt_125m's bias gradient: 24 tiles
+      {{4100, 40}, {1, 40}, ReducePlan::column_chunks},           // 2 tiles, a short last chunk
+      {{6, 1500, 33}, {6, 1, 33}, ReducePlan::column_chunks},     // a middle axis, long
       {{40, 70000}, {1, 70000}, ReducePlan::thread_per_output}};  // columns filling the GPU
   for (const Case& c : cases) {
     const auto view = make_reduce_view(c.x.dims(), c.out.dims());
@@ -210,11 +214,16 @@ TEST_CASE("cuda reduce plans, walked lane by lane, match the CPU backend") {
     CAPTURE(c.x.str());
     CAPTURE(c.out.str());
     CHECK(plan.kernel == c.kernel);
-    if (plan.kernel == ReducePlan::chunks_then_totals) {
+    if (plan.kernel == ReducePlan::chunks_then_totals || plan.kernel == ReducePlan::column_chunks) {
       CHECK(plan.chunks > 1);
       CHECK(plan.chunk * plan.chunks >= view->count);
       CHECK(plan.chunk * (plan.chunks - 1) < view->count);  // no empty chunk
-      CHECK(plan.chunks * view->outer <= kReduceScratchFloats);
+      CHECK(plan.chunks * view->outer * view->inner <= kReduceScratchFloats);
+    }
+    if (plan.kernel == ReducePlan::column_chunks) {
+      CHECK(plan.chunk >= kReduceMinColumnChunk);
+      const std::int64_t blocks = plan.chunks * view->outer * ((view->inner + 31) / 32);
+      CHECK(blocks <= 2 * kReduceColumnTargetBlocks);
     }
     const Tensor x = random_tensor(c.x, 46, -2.0f, 2.0f);
     for (ReduceOp op : kReduceOps) {
