@@ -47,7 +47,7 @@ struct Gradients {
 
 // A 16-row A operand of width K from a row-major tile in shared memory, step i (columns 16i ..).
 template <int K>
-__device__ void load_a(unsigned (&a)[4], const bf16* rows, int i) {
+__device__ __forceinline__ void load_a(unsigned (&a)[4], const bf16* rows, int i) {
   const int lane = threadIdx.x % 32;
   mma::load_matrices(a, rows + (lane % 16) * Gradients<K>::stride + i * 16 + lane / 16 * 8);
 }
@@ -55,7 +55,7 @@ __device__ void load_a(unsigned (&a)[4], const bf16* rows, int i) {
 // c[n] (16 x 64) = a (16 rows of width K, shared) times b^T, b a 64-row tile of width K:
 // the tile read untransposed is b^T's B operand, two 8-row columns a load.
 template <int K>
-__device__ void times_transposed(float (&c)[1][8][4], const bf16* a, const bf16* b) {
+__device__ __forceinline__ void times_transposed(float (&c)[1][8][4], const bf16* a, const bf16* b) {
   const int lane = threadIdx.x % 32;
   mma::clear(c);
 #pragma unroll
@@ -75,7 +75,7 @@ __device__ void times_transposed(float (&c)[1][8][4], const bf16* a, const bf16*
 // acc (16 x K) += a (16 x 64: f32 accumulators, rounded to bf16 as A operands) times b,
 // a 64-row tile of width K read transposed: two 8-wide columns of the result a load.
 template <int K>
-__device__ void add_product(float (&acc)[1][K / 8][4], const float (&a)[1][8][4], const bf16* b) {
+__device__ __forceinline__ void add_product(float (&acc)[1][K / 8][4], const float (&a)[1][8][4], const bf16* b) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -96,7 +96,7 @@ __device__ void add_product(float (&acc)[1][K / 8][4], const float (&a)[1][8][4]
 // A warp's 16 x K accumulators times `factor` into rows first .. first + 15 of
 // `to` (those before `count`).
 template <int K, typename Out>
-__device__ void write_rows(Out* to, std::int64_t row_stride, const float (&acc)[1][K / 8][4], std::int64_t first,
+__device__ __forceinline__ void write_rows(Out* to, std::int64_t row_stride, const float (&acc)[1][K / 8][4], std::int64_t first,
                            std::int64_t count, float factor) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -105,10 +105,7 @@ __device__ void write_rows(Out* to, std::int64_t row_stride, const float (&acc)[
     if (row >= count) continue;
     Out* at = to + row * row_stride + 2 * (lane % 4);
 #pragma unroll
-    for (int n = 0; n < K / 8; ++n) {
-      store(at + n * 8, acc[0][n][2 * half] * factor);
-      store(at + n * 8 + 1, acc[0][n][2 * half + 1] * factor);
-    }
+    for (int n = 0; n < K / 8; ++n) store_pair(at + n * 8, acc[0][n][2 * half] * factor, acc[0][n][2 * half + 1] * factor);
   }
 }
 
@@ -268,7 +265,8 @@ __global__ void __launch_bounds__(kThreads)
     float weights[1][8][4], dscores[1][8][4];
     times_transposed<K>(weights, my_k, qs);    // S^T = k q^T
     times_transposed<K>(dscores, my_v, dos);   // dP^T = v dout^T
-    const bool masked = first_query + L::rows > s.queries || (s.causal && first_key + L::rows - 1 > first_query + shift);
+    const bool masked = first_query + L::rows > s.queries || first_key + L::rows > s.keys ||
+                        (s.causal && first_key + L::rows - 1 > first_query + shift);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -278,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
         if (masked) {
           const std::int64_t query = first_query + column;
           const std::int64_t key = warp_key + group + e / 2 * 8;
-          seen = query < s.queries && (!s.causal || key <= query + shift);
+          seen = query < s.queries && key < s.keys && (!s.causal || key <= query + shift);
         }
         const float p = seen ? mma::exp2_fast(weights[0][n][e] * scale - lse[column]) : 0.0f;
         weights[0][n][e] = p;                                        // P^T
@@ -288,6 +286,7 @@ __global__ void __launch_bounds__(kThreads)
     add_product<K>(dk_sum, dscores, qs);   // dk += dS^T q
     __syncthreads();  // every warp is done with this buffer before the next tile but one loads into it
   }
+  wait_tiles<0>();  // without queries (Tq = 0) the block's own tiles were never waited for
   write_rows<K>(at<Out>(dv, head), dv.row, dv_sum, warp_key, s.keys, 1.0f);
   write_rows<K>(at<Out>(dk, head), dk.row, dk_sum, warp_key, s.keys, s.scale);
 }
@@ -302,6 +301,7 @@ void cuda_flash_attention_backward_mma(const FlashOperand& q, const FlashOperand
                                        const FlashOperand& out, const FlashOperand& dout, const float* logsumexp,
                                        float* delta, const FlashGradients& grads, const FlashAttentionShape& shape,
                                        cudaStream_t stream) {
+  if (shape.batches * shape.heads == 0) return;
   for_kernel(false, out.f32, shape.width, [&](auto width, auto, auto out_elements) {
     constexpr int K = decltype(width)::value;
     using Out = typename decltype(out_elements)::type;

@@ -55,11 +55,6 @@ __device__ void stage_rows(bf16* to, const In* from, std::int64_t row_stride, in
     load_rows<K>(to, Registers<K>::stride, from, row_stride, rows, valid);
 }
 
-__device__ inline void store_pair(float* to, float a, float b) { *reinterpret_cast<float2*>(to) = make_float2(a, b); }
-__device__ inline void store_pair(bf16* to, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(to) = __floats2bfloat162_rn(a, b);
-}
-
 template <int K, typename In, typename Out>
 __global__ void __launch_bounds__(kThreads)
     flash_attention_mma_kernel(FlashOperand q, FlashOperand k, FlashOperand v, FlashOperand out, float* logsumexp,
@@ -262,6 +257,7 @@ bool flash_attention_mma_supported(std::int64_t width, int shared_limit) {
 void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
                               const FlashOperand& out, const FlashAttentionShape& shape, cudaStream_t stream,
                               float* logsumexp) {
+  if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
   for_kernel(q.f32, out.f32, shape.width, [&](auto width, auto in, auto out_elements) {
     launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
         q, k, v, out, logsumexp, shape, stream);

@@ -190,6 +190,11 @@ __device__ void next_tile(int tile, int tiles, const Stage& stage) {
   __syncthreads();
 }
 
+// Two neighbouring elements in one store (`to` 8-byte aligned for f32, 4 for bf16).
+__device__ inline void store_pair(float* to, float a, float b) { *reinterpret_cast<float2*>(to) = make_float2(a, b); }
+__device__ inline void store_pair(bf16* to, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(to) = __floats2bfloat162_rn(a, b);
+}
 __device__ inline void store(float* to, float value) { *to = value; }
 __device__ inline void store(bf16* to, float value) { *to = __float2bfloat16(value); }
 __device__ inline float load(const float* from) { return *from; }

@@ -25,7 +25,7 @@ namespace tessera::mma {
 using bf16 = __nv_bfloat16;
 
 // d += a b: a 16 x 16 bf16 A, a 16 x 8 bf16 B (b0, b1), f32 sums.
-__device__ inline void product(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+__device__ __forceinline__ void product(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -35,7 +35,7 @@ __device__ inline void product(float (&d)[4], const unsigned (&a)[4], unsigned b
 
 // Zeros M x N accumulators (unrolled: they must stay in registers).
 template <int M, int N>
-__device__ inline void clear(float (&c)[M][N][4]) {
+__device__ __forceinline__ void clear(float (&c)[M][N][4]) {
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -47,7 +47,7 @@ __device__ inline void clear(float (&c)[M][N][4]) {
 // Four 8 x 8 bf16 matrices from shared memory: lane l gives the address of
 // row l % 8 of matrix l / 8 (16 bytes), and receives, of each matrix i, in
 // r[i], row g's columns 2t and 2t + 1.
-__device__ inline void load_matrices(unsigned (&r)[4], const bf16* row) {
+__device__ __forceinline__ void load_matrices(unsigned (&r)[4], const bf16* row) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -56,7 +56,7 @@ __device__ inline void load_matrices(unsigned (&r)[4], const bf16* row) {
 
 // As load_matrices, each matrix transposed: lane l receives rows 2t and
 // 2t + 1 of column g. A row-major [k, n] tile so read is a B operand.
-__device__ inline void load_matrices_transposed(unsigned (&r)[4], const bf16* row) {
+__device__ __forceinline__ void load_matrices_transposed(unsigned (&r)[4], const bf16* row) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -65,13 +65,13 @@ __device__ inline void load_matrices_transposed(unsigned (&r)[4], const bf16* ro
 
 // Two f32 rounded to bf16 in one register, `low` in the lower half (the
 // lower column of an operand's pair).
-__device__ inline unsigned pack_bf16(float low, float high) {
+__device__ __forceinline__ unsigned pack_bf16(float low, float high) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
   return *reinterpret_cast<const unsigned*>(&pair);
 }
 
 // 2^x by the special-function unit (ex2.approx: 2 ulp; 2^-inf = +0).
-__device__ inline float exp2_fast(float x) {
+__device__ __forceinline__ float exp2_fast(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
@@ -81,11 +81,11 @@ __device__ inline float exp2_fast(float x) {
 // which together hold the row (lanes l ^ 1 and l ^ 2). Every lane of the
 // group gets the same sum, as addition is commutative, and the same max up to
 // the sign of a zero.
-__device__ inline float group_sum(float v) {
+__device__ __forceinline__ float group_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
-__device__ inline float group_max(float v) {
+__device__ __forceinline__ float group_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
