@@ -258,7 +258,15 @@ int main(int argc, char** argv) {
                                j.value("attention", ""))] = j;
     }
     if (status != 0) fmt::print("peer: torch_gpu.py failed (status {}): {}\n", status, bench::last_line(output));
-    fmt::print("bench_gpu: {}; Tessera's CUDA backend (cuBLAS)\n", peer_env);
+    // The kernels the backend was asked for (backends/cuda/cuda_backend.hpp): the proven ones unless set.
+    const auto asked = [](const char* variable, const char* proven) {
+      const char* value = std::getenv(variable);
+      return value != nullptr ? value : proven;
+    };
+    fmt::print("bench_gpu: {}; Tessera's CUDA backend (cuBLAS), flash attention {} forward and {} backward, "
+               "matmul epilogue {}\n",
+               peer_env, asked("TESSERA_CUDA_FLASH_FORWARD", "wmma"), asked("TESSERA_CUDA_FLASH_BACKWARD", "wmma"),
+               asked("TESSERA_CUDA_MATMUL_EPILOGUE", "pass"));
 
     // Matmuls.
     const std::int64_t largest = sizes.back();
@@ -329,16 +337,8 @@ int main(int argc, char** argv) {
       }
     }
     // Attention alone.
-    // The backend's kernels: TESSERA_CUDA_FLASH_FORWARD, _BACKWARD (backends/cuda/flash_attention.hpp).
-    const auto kernel = [](const char* variable) {
-      const char* name = std::getenv(variable);
-      return name ? name : "wmma";
-    };
     if (!attention_shapes.empty())
-      fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n",
-                 fmt::format("attention (causal, bf16; kernels: {} forward, {} backward)",
-                             kernel("TESSERA_CUDA_FLASH_FORWARD"), kernel("TESSERA_CUDA_FLASH_BACKWARD")),
-                 "pass",
+      fmt::print("\n{:<24} {:>8} {:>12} {:>12} {:>7} {:>16} {:>16}\n", "attention (causal, bf16)", "pass",
                  "Tessera ms", "PyTorch ms", "ratio", "Tessera TFLOP/s", "PyTorch TFLOP/s");
     for (const auto& text : attention_shapes) {
       const AttentionShape shape = AttentionShape::parse(text);

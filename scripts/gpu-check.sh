@@ -22,6 +22,7 @@
 #   TESSERA_GPU_CHECK_GPU_CASES=...  # check 3's cases whose names match this doctest filter ('*attention*')
 #   TESSERA_CUDA_FLASH_FORWARD=mma   # every check with the flash attention kernels not yet proven on
 #   TESSERA_CUDA_FLASH_BACKWARD=mma  # a GPU, of the forward or backward pass (backends/cuda/flash_attention.hpp)
+#   TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt   # or with cuBLASLt's bias epilogue (backends/cuda/lt_matmul.hpp)
 #   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
 #                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
 #                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
@@ -47,8 +48,9 @@
 #   7. benchmarks   bench_gpu: matmul TFLOP/s and the GPT's and gpt_125m's train and infer
 #                   steps in f32 and bf16 against PyTorch eager on the same GPU (python3)
 #   8. profiles     optional (TESSERA_GPU_CHECK_PROFILE): a model's training op by op on cuda:0
-#   9. mma kernels  flash attention's kernels not yet the default (TESSERA_CUDA_FLASH_FORWARD=mma,
-#                   _BACKWARD=mma): the attention test cases, and gpt_125m's bf16 steps in bench_gpu
+#   9. unproven     kernels not yet the default (TESSERA_CUDA_FLASH_FORWARD=mma, _BACKWARD=mma,
+#                   TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt): the attention and matmul test cases and
+#                   the op table, and gpt_125m's bf16 steps in bench_gpu
 # Everything printed also goes to gpu-check.txt in $OUT (the device tool's folder) or here.
 # Exit status: 0 when nothing failed. Under 10 minutes on the GPU machine (16 cores).
 set -uo pipefail
@@ -71,7 +73,7 @@ for packed in "$kit"/bin/*.gz "$kit"/lib/*.gz; do
 done
 [ -x "$kit/bin/tessera" ] || { echo "gpu-check: no kit in $kit: run scripts/gpu-kit.sh on a machine with the CUDA toolkit and Tessera's build dependencies first"; exit 2; }
 kit_commit=$(awk '/^commit: / {print $2}' "$kit/MANIFEST")
-echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs, flash attention kernels: ${TESSERA_CUDA_FLASH_FORWARD:-wmma} forward, ${TESSERA_CUDA_FLASH_BACKWARD:-wmma} backward"
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), kit of $kit_commit, $(nproc) CPUs, flash attention kernels: ${TESSERA_CUDA_FLASH_FORWARD:-wmma} forward, ${TESSERA_CUDA_FLASH_BACKWARD:-wmma} backward, matmul epilogue: ${TESSERA_CUDA_MATMUL_EPILOGUE:-pass}"
 tree_commit=$(git rev-parse --short HEAD 2>/dev/null || true)
 [ -z "$tree_commit" ] || [ "$tree_commit" = "$kit_commit" ] ||
   echo "gpu-check: WARNING: the kit was built at $kit_commit and the tree is at $tree_commit: scripts/gpu-kit.sh rebuilds it"
@@ -421,34 +423,36 @@ else
   skip "op profiles" "not in TESSERA_GPU_CHECK_ONLY"
 fi
 
-section "9. flash attention's mma kernels (taken only when asked, until proven here)"
+section "9. kernels not yet the default (taken only when asked, until proven here)"
 if wanted 9; then
-# The kernels of backends/cuda/flash_attention_mma.cu and _backward_mma.cu:
-# the attention cases against the CPU's kernel (they include a bf16 training
-# step of the zoo GPT), then the attention rows of bench_gpu beside check 7's.
+# Flash attention's mma kernels (backends/cuda/flash_attention_mma.cu,
+# _backward_mma.cu) and cuBLASLt's bias and ReLU epilogue (lt_matmul.hpp):
+# the attention and matmul cases and the op table against the CPU (one of
+# them a bf16 training step of the zoo GPT), then gpt_125m's bf16 steps in
+# bench_gpu, beside check 7's with the default kernels.
 if [ $has_gpu -eq 0 ]; then
-  skip "mma flash kernels" "$why_no_gpu"
+  skip "unproven kernels" "$why_no_gpu"
 else
-  export TESSERA_CUDA_FLASH_FORWARD=mma TESSERA_CUDA_FLASH_BACKWARD=mma
-  run_gpu_cases '*attention*'
+  export TESSERA_CUDA_FLASH_FORWARD=mma TESSERA_CUDA_FLASH_BACKWARD=mma TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt
+  run_gpu_cases '*attention*,*matmul*,*op table*'
   if [ ${#gpu_cases[@]} -gt 0 ] && [ ${#bad_cases[@]} -eq 0 ]; then
-    pass "mma flash kernels: ${#gpu_cases[@]} attention cases"
+    pass "unproven kernels: ${#gpu_cases[@]} cases"
   else
-    fail "mma flash kernels" "${#bad_cases[@]} of ${#gpu_cases[@]} attention cases failed"
+    fail "unproven kernels" "${#bad_cases[@]} of ${#gpu_cases[@]} cases failed"
   fi
   if ! command -v python3 >/dev/null || [ ! -x "$kit/bin/bench_gpu" ]; then
-    skip "mma flash kernels: benchmark" "no python3 or no bench_gpu in the kit"
+    skip "unproven kernels: benchmark" "no python3 or no bench_gpu in the kit"
   elif limited "${TESSERA_GPU_CHECK_BENCH_LIMIT:-420}" "$kit/bin/bench_gpu" --python "$(command -v python3)" \
     --models gpt_125m --precisions bf16 --matmul-sizes 1024 --steps 10 --warmup 3; then
-    pass "mma flash kernels: benchmark (figures above)"
+    pass "unproven kernels: benchmark (figures above)"
   else
-    fail "mma flash kernels: benchmark" "bench_gpu failed or ran past its time limit"
+    fail "unproven kernels: benchmark" "bench_gpu failed or ran past its time limit"
   fi
-  unset TESSERA_CUDA_FLASH_FORWARD TESSERA_CUDA_FLASH_BACKWARD
+  unset TESSERA_CUDA_FLASH_FORWARD TESSERA_CUDA_FLASH_BACKWARD TESSERA_CUDA_MATMUL_EPILOGUE
 fi
 
 else
-  skip "mma flash kernels" "not in TESSERA_GPU_CHECK_ONLY"
+  skip "unproven kernels" "not in TESSERA_GPU_CHECK_ONLY"
 fi
 
 section "summary"

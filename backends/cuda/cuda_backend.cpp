@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/lt_matmul.hpp"
 #include "backends/registry.hpp"
 
 namespace tessera {
@@ -58,14 +59,16 @@ std::size_t memory_budget(int gpu, int shares) {
   return total / static_cast<std::size_t>(shares);
 }
 
-// TESSERA_CUDA_FLASH_FORWARD=mma (or _BACKWARD, as `variable` names) asks for
-// the flash attention kernel of that pass that no GPU has run yet
-// (flash_attention.hpp); unset or wmma, the proven one.
-bool mma_kernel_asked(const char* variable) {
+// Whether environment variable `variable` asks for a kernel no GPU has run
+// yet (`unproven`) instead of the default (`proven`, also when unset):
+// TESSERA_CUDA_FLASH_FORWARD, _BACKWARD (flash_attention.hpp: wmma or mma),
+// TESSERA_CUDA_MATMUL_EPILOGUE (lt_matmul.hpp: pass or cublaslt).
+bool unproven_asked(const char* variable, std::string_view proven, std::string_view unproven) {
   const char* value = std::getenv(variable);
-  if (value == nullptr || std::string_view(value) == "wmma") return false;
-  if (std::string_view(value) == "mma") return true;
-  throw DeviceError(std::string(variable) + " is '" + value + "': wmma (the default) or mma");
+  if (value == nullptr || value == proven) return false;
+  if (value == unproven) return true;
+  throw DeviceError(std::string(variable) + " is '" + value + "': " + std::string(proven) + " (the default) or " +
+                    std::string(unproven));
 }
 
 }  // namespace
@@ -74,8 +77,9 @@ CudaBackend::CudaBackend(Device device, int gpu, int shares)
     : Backend(device),
       gpu_(checked_gpu(device, gpu)),
       allocator_(device, gpu_, memory_budget(gpu_, shares)),
-      mma_forward_(mma_kernel_asked("TESSERA_CUDA_FLASH_FORWARD")),
-      mma_backward_(mma_kernel_asked("TESSERA_CUDA_FLASH_BACKWARD")) {
+      mma_forward_(unproven_asked("TESSERA_CUDA_FLASH_FORWARD", "wmma", "mma")),
+      mma_backward_(unproven_asked("TESSERA_CUDA_FLASH_BACKWARD", "wmma", "mma")),
+      lt_epilogue_(unproven_asked("TESSERA_CUDA_MATMUL_EPILOGUE", "pass", "cublaslt")) {
   CudaDeviceGuard guard(gpu_);
   try {
     cudaStream_t stream = nullptr;
@@ -103,6 +107,7 @@ void CudaBackend::release() noexcept {
                   cudaSetDevice(gpu_) == cudaSuccess;
   // Errors are dropped: this runs from the destructor, possibly at exit.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  lt_plans_.reset();  // its descriptors, before the handle
   if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);

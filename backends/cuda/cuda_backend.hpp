@@ -33,6 +33,8 @@ struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*
 namespace tessera {
 
 enum class FlashKernel;  // flash_attention.hpp
+class LtPlans;            // lt_matmul.hpp
+struct ColumnMajorGemm;   // gemm_mapping.hpp
 
 class CudaBackend final : public Backend {
  public:
@@ -135,6 +137,9 @@ class CudaBackend final : public Backend {
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
   float* partials_scratch();        // kReduceScratchFloats for partial sums: reduce, layer norm (reduce.cpp)
   float* attention_rows_scratch(std::int64_t floats);  // one float per query row: attention backward's delta
+  // matmul.cpp: false where the product's epilogue stays a pass of its own
+  bool run_lt_epilogue(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                       const MatmulArgs& args, const ColumnMajorGemm& g);
   FlashKernel flash_forward() const;   // attention.cpp
   FlashKernel flash_backward() const;  // attention.cpp
 
@@ -151,6 +156,10 @@ class CudaBackend final : public Backend {
   // where TESSERA_CUDA_FLASH_FORWARD=mma (_BACKWARD=mma) asks, the mma ones, until a
   // GPU has proven them.
   bool mma_forward_ = false, mma_backward_ = false;
+  // Bias and ReLU as cuBLASLt's epilogue (lt_matmul.hpp), where
+  // TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt asks, until a GPU has proven it.
+  bool lt_epilogue_ = false;
+  std::unique_ptr<LtPlans> lt_plans_;  // made at the first such product; released before the handles
 };
 
 // GPUs the CUDA runtime reports; 0 when there is no driver or no device.

@@ -2,13 +2,16 @@
 // arguments of gemm_mapping.hpp (one call per entry of its `calls`), f32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32, results as exact as the CPU's),
 // alpha folded into the GEMM; a bias and activation run as one in-place
-// epilogue pass over the output (cuda_kernels.cu) after it.
+// epilogue pass over the output (cuda_kernels.cu) after it, or, where the
+// backend was asked to (lt_matmul.hpp) and cuBLASLt can, a bias and ReLU as
+// cuBLASLt's epilogue of the GEMM itself.
 #include <cublas_v2.h>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/gemm_mapping.hpp"
+#include "backends/cuda/lt_matmul.hpp"
 
 namespace tessera {
 namespace {
@@ -58,6 +61,7 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
   const ColumnMajorGemm g = column_major_gemm(a.shape(), b.shape(), args);
   if (g.calls.empty()) return;  // empty output
   CudaDeviceGuard guard(gpu_);
+  if (run_lt_epilogue(a, b, bias, out, args, g)) return;
   if (g.zero_k()) {
     // Nothing to contract: op(a) @ op(b) is all zeros (then bias and activation).
     TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream_));
@@ -83,6 +87,32 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
                          bias != nullptr && bias->dtype() == DType::bf16, out.numel() / cols, cols,
                          args.activation, stream_);
   }
+}
+
+// cuBLASLt's epilogue where asked (TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt):
+// a bias in the output's dtype, ReLU or neither after it, one unbatched GEMM.
+bool CudaBackend::run_lt_epilogue(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                                  const MatmulArgs& args, const ColumnMajorGemm& g) {
+  const bool relu = args.activation == Activation::relu;
+  if (!lt_epilogue_ || (bias == nullptr && !relu) || (args.activation != Activation::none && !relu) ||
+      (bias != nullptr && bias->dtype() != out.dtype()) || g.batch_count != 1 || g.calls.size() != 1 || g.zero_k())
+    return false;
+  ensure_cublas_workspace();
+  if (!lt_plans_) lt_plans_ = std::make_unique<LtPlans>(cublas_lt_, cublas_workspace_->data(), cublas_workspace_->bytes());
+  const GemmCall& call = g.calls.front();
+  const Tensor& cublas_a = g.swap_operands ? b : a;
+  const Tensor& cublas_b = g.swap_operands ? a : b;
+  const LtProduct product{.gemm = g,
+                          .in = cuda_data_type(a.dtype()),
+                          .out = cuda_data_type(out.dtype()),
+                          .epilogue = bias == nullptr ? CUBLASLT_EPILOGUE_RELU
+                                                      : (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS),
+                          .a = byte_pointer(cublas_a, call.offset_a),
+                          .b = byte_pointer(cublas_b, call.offset_b),
+                          .c = const_cast<char*>(byte_pointer(out, call.offset_c)),
+                          .bias = bias != nullptr ? bias->raw_data() : nullptr,
+                          .alpha = args.alpha};
+  return lt_plans_->run(product, stream_);
 }
 
 }  // namespace tessera

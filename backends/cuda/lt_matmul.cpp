@@ -1,0 +1,94 @@
+// cuBLASLt products with their epilogue (lt_matmul.hpp).
+#include "backends/cuda/lt_matmul.hpp"
+
+#include "backends/cuda/cuda_check.hpp"
+
+namespace tessera {
+
+// The descriptors of one GEMM and the algorithm cuBLASLt's heuristic chose
+// for it (`found` false: none; the plan is kept, so that is asked once).
+struct LtPlans::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  ~Plan() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+LtPlans::LtPlans(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes)
+    : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
+LtPlans::~LtPlans() = default;
+
+namespace {
+
+// A column-major matrix as stored: rows x cols with leading dimension ld
+// (op() is the product descriptor's: a transposed operand is stored cols x rows).
+cublasLtMatrixLayout_t layout(cudaDataType type, bool transposed, std::int64_t rows, std::int64_t cols,
+                              std::int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<std::uint64_t>(transposed ? cols : rows),
+                                                  static_cast<std::uint64_t>(transposed ? rows : cols), ld));
+  return l;
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+
+}  // namespace
+
+LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
+  const ColumnMajorGemm& g = p.gemm;
+  const std::string key = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " +
+                          std::to_string(g.transa) + std::to_string(g.transb) + " ld " + std::to_string(g.lda) +
+                          "," + std::to_string(g.ldb) + "," + std::to_string(g.ldc) + " " + std::to_string(p.in) +
+                          "," + std::to_string(p.out) + " e" + std::to_string(p.epilogue);
+  auto& slot = plans_[key];
+  if (slot) return slot.get();
+  auto plan = std::make_unique<Plan>();
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+  // The heuristic reads the bias pointer's alignment: a real one, as each run sets it again.
+  if (p.bias != nullptr) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  plan->a = layout(p.in, g.transa, g.m, g.k, g.lda);
+  plan->b = layout(p.in, g.transb, g.k, g.n, g.ldb);
+  plan->c = layout(p.out, false, g.m, g.n, g.ldc);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const std::uint64_t workspace = workspace_bytes_;
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof workspace);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
+                                                               plan->c, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan->found) plan->algo = result.algo;
+  slot = std::move(plan);
+  return slot.get();
+}
+
+bool LtPlans::run(const LtProduct& p, cudaStream_t stream) {
+  const ColumnMajorGemm& g = p.gemm;
+  if (g.batch_count != 1 || g.calls.size() != 1 || g.zero_k()) return false;
+  Plan* plan = plan_for(p);
+  if (!plan->found) return false;
+  if (p.bias != nullptr) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  const float beta = 0.0f;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &p.alpha, p.a, plan->a, p.b, plan->b, &beta, p.c,
+                                      plan->c, p.c, plan->c, &plan->algo, workspace_, workspace_bytes_, stream));
+  return true;
+}
+
+}  // namespace tessera

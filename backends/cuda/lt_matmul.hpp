@@ -1,0 +1,60 @@
+// A matmul whose bias (and ReLU) cuBLASLt adds as the GEMM writes its output
+// (CUBLASLT_EPILOGUE_BIAS, _RELU_BIAS, _RELU), instead of a second pass over
+// the output in memory after cublasGemmEx (matmul.cpp). The f32 sum is
+// rounded once, after the bias.
+//
+// cuBLASLt needs a descriptor of the product and of each operand, and an
+// algorithm chosen by its heuristic: made once per shape, dtype and epilogue
+// (LtPlans, one per backend), and reused. Where cuBLASLt has no algorithm
+// for a case (a bias whose dtype is not the output's, a batched product),
+// `run` says so and the caller takes the cuBLAS path.
+//
+// Not yet run on a GPU: CudaBackend takes this path only when
+// TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt asks (cuda_backend.hpp).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backends/cuda/gemm_mapping.hpp"
+
+namespace tessera {
+
+// One GEMM of a row-major matmul (gemm_mapping.hpp's arguments) with its epilogue.
+struct LtProduct {
+  const ColumnMajorGemm& gemm;
+  cudaDataType in, out;  // operands', output's (and the bias's: cuBLASLt takes it in the output's dtype)
+  cublasLtEpilogue_t epilogue;
+  const void *a, *b;     // cuBLAS's A and B (Tessera's b and a)
+  void* c;
+  const void* bias;      // null for CUBLASLT_EPILOGUE_RELU
+  float alpha;
+};
+
+class LtPlans {
+ public:
+  LtPlans(cublasLtHandle_t handle, void* workspace, std::size_t workspace_bytes);
+  ~LtPlans();
+  LtPlans(const LtPlans&) = delete;
+  LtPlans& operator=(const LtPlans&) = delete;
+
+  // Enqueues the product on `stream`; false (nothing enqueued) where cuBLASLt
+  // has no algorithm for it. Throws on a failed cuBLASLt call.
+  bool run(const LtProduct& p, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  Plan* plan_for(const LtProduct& p);
+
+  cublasLtHandle_t handle_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;  // by shape, dtypes and epilogue
+};
+
+}  // namespace tessera
