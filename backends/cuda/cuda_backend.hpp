@@ -62,6 +62,8 @@ class CudaBackend final : public Backend {
   CUstream_st* stream() const { return stream_; }
   cublasContext* cublas() const { return cublas_; }
   cublasLtContext* cublas_lt() const { return cublas_lt_; }
+  // Matmuls whose bias or ReLU cuBLASLt's epilogue added (lt_matmul.hpp): a test's evidence.
+  std::int64_t lt_epilogue_products() const;
 
  protected:
   void run_copy(const Tensor& src, const Tensor& dst) override;

@@ -42,6 +42,29 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, co
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
 }
 
+template <typename T>
+void prefer(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+}
+
+// The largest power of two up to 256 that divides the address: the
+// alignment an algorithm may count on.
+std::uint32_t alignment(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  std::uint32_t bytes = 256;
+  while (bytes > 1 && address % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// Owns a preference descriptor for the heuristic's one call.
+struct Preference {
+  cublasLtMatmulPreference_t handle = nullptr;
+  Preference() { TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&handle)); }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(handle); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+};
+
 }  // namespace
 
 LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
@@ -49,7 +72,9 @@ LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
   const std::string key = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " +
                           std::to_string(g.transa) + std::to_string(g.transb) + " ld " + std::to_string(g.lda) +
                           "," + std::to_string(g.ldb) + "," + std::to_string(g.ldc) + " " + std::to_string(p.in) +
-                          "," + std::to_string(p.out) + " e" + std::to_string(p.epilogue);
+                          "," + std::to_string(p.out) + " e" + std::to_string(p.epilogue) + " aligned " +
+                          std::to_string(alignment(p.a)) + "," + std::to_string(alignment(p.b)) + "," +
+                          std::to_string(alignment(p.c)) + "," + std::to_string(alignment(p.bias));
   auto& slot = plans_[key];
   if (slot) return slot.get();
   auto plan = std::make_unique<Plan>();
@@ -63,16 +88,19 @@ LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
   plan->b = layout(p.in, g.transb, g.k, g.n, g.ldb);
   plan->c = layout(p.out, false, g.m, g.n, g.ldc);
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  const std::uint64_t workspace = workspace_bytes_;
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                       sizeof workspace);
+  Preference preference;
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{workspace_bytes_});
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(p.a));
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(p.b));
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(p.c));
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(p.c));
+  // Split sums in f32, never in a bf16 output's dtype.
+  prefer(preference.handle, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+         std::uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
-                                                               plan->c, preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+                                                               plan->c, preference.handle, 1, &result, &found);
   plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->found) plan->algo = result.algo;
   slot = std::move(plan);
@@ -82,12 +110,21 @@ LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
 bool LtPlans::run(const LtProduct& p, cudaStream_t stream) {
   const ColumnMajorGemm& g = p.gemm;
   if (g.batch_count != 1 || g.calls.size() != 1 || g.zero_k()) return false;
+  if (p.bias != nullptr && alignment(p.bias) < 16) return false;
   Plan* plan = plan_for(p);
   if (!plan->found) return false;
   if (p.bias != nullptr) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   const float beta = 0.0f;
-  TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &p.alpha, p.a, plan->a, p.b, plan->b, &beta, p.c,
-                                      plan->c, p.c, plan->c, &plan->algo, workspace_, workspace_bytes_, stream));
+  const cublasStatus_t status = cublasLtMatmul(handle_, plan->desc, &p.alpha, p.a, plan->a, p.b, plan->b, &beta,
+                                               p.c, plan->c, p.c, plan->c, &plan->algo, workspace_,
+                                               workspace_bytes_, stream);
+  // Refused before anything was enqueued: the cuBLAS path runs instead, from now on.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan->found = false;
+    return false;
+  }
+  TESSERA_CUBLAS_CHECK(status);
+  ++products_;
   return true;
 }
 

@@ -4,10 +4,13 @@
 // rounded once, after the bias.
 //
 // cuBLASLt needs a descriptor of the product and of each operand, and an
-// algorithm chosen by its heuristic: made once per shape, dtype and epilogue
-// (LtPlans, one per backend), and reused. Where cuBLASLt has no algorithm
-// for a case (a bias whose dtype is not the output's, a batched product),
-// `run` says so and the caller takes the cuBLAS path.
+// algorithm chosen by its heuristic for the operands' alignment (its default
+// assumes 256 bytes; the executor's arena gives 64, a view of rows less):
+// made once per shape, dtype, epilogue and alignment (LtPlans, one per
+// backend, used by the backend's one thread), and reused. Where cuBLASLt
+// has no algorithm for a case (a batched product, a bias on less than 16
+// bytes), `run` says so and the caller takes the cuBLAS path. Split sums are
+// kept in f32 (no reduction in the output's dtype).
 //
 // Not yet run on a GPU: CudaBackend takes this path only when
 // TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt asks (cuda_backend.hpp).
@@ -17,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +51,9 @@ class LtPlans {
   // has no algorithm for it. Throws on a failed cuBLASLt call.
   bool run(const LtProduct& p, cudaStream_t stream);
 
+  // Products `run` took: a test's evidence that the path ran.
+  std::int64_t products() const { return products_; }
+
  private:
   struct Plan;
   Plan* plan_for(const LtProduct& p);
@@ -54,7 +61,8 @@ class LtPlans {
   cublasLtHandle_t handle_;
   void* workspace_;
   std::size_t workspace_bytes_;
-  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;  // by shape, dtypes and epilogue
+  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;  // by shape, dtypes, epilogue and alignment
+  std::int64_t products_ = 0;
 };
 
 }  // namespace tessera

@@ -89,13 +89,16 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
   }
 }
 
+std::int64_t CudaBackend::lt_epilogue_products() const { return lt_plans_ ? lt_plans_->products() : 0; }
+
 // cuBLASLt's epilogue where asked (TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt):
-// a bias in the output's dtype, ReLU or neither after it, one unbatched GEMM.
+// a bias (in the output's dtype: Backend::matmul checked it), ReLU or neither
+// after it, one unbatched GEMM.
 bool CudaBackend::run_lt_epilogue(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                                   const MatmulArgs& args, const ColumnMajorGemm& g) {
   const bool relu = args.activation == Activation::relu;
   if (!lt_epilogue_ || (bias == nullptr && !relu) || (args.activation != Activation::none && !relu) ||
-      (bias != nullptr && bias->dtype() != out.dtype()) || g.batch_count != 1 || g.calls.size() != 1 || g.zero_k())
+      g.batch_count != 1 || g.calls.size() != 1 || g.zero_k())
     return false;
   ensure_cublas_workspace();
   if (!lt_plans_) lt_plans_ = std::make_unique<LtPlans>(cublas_lt_, cublas_workspace_->data(), cublas_workspace_->bytes());

@@ -10,6 +10,7 @@
 #if TESSERA_HAVE_CUDA
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -260,23 +261,36 @@ TEST_CASE("cuda matmul with bias and activation matches the CPU backend" * docte
 // (lt_matmul.hpp), rounding a bf16 output once; otherwise a pass after the GEMM.
 TEST_CASE("cuda bf16 matmul with a bias, and ReLU, into f32 and bf16 matches the CPU backend" *
           doctest::test_suite("gpu") * skip_without_gpu()) {
-  const auto [a16, a] = bf16_rounded(random_tensor({4, 64, 96}, 41, -2.0f, 2.0f));
-  const auto [b16, b] = bf16_rounded(random_tensor({96, 48}, 42, -2.0f, 2.0f));
+  const auto& cuda = dynamic_cast<const CudaBackend&>(gpu());
+  const char* asked = std::getenv("TESSERA_CUDA_MATMUL_EPILOGUE");
+  const bool lt = asked != nullptr && std::string(asked) == "cublaslt";
   const auto [bias16, bias] = bf16_rounded(random_tensor({48}, 43, -1.0f, 1.0f));
-  for (DType out : {DType::f32, DType::bf16})
-    for (Activation act : {Activation::none, Activation::relu}) {
-      CAPTURE(std::string(dtype_name(out)));
-      CAPTURE(std::string(name(act)));
-      const MatmulArgs args{.activation = act, .alpha = 0.5f};
-      const std::vector<float> expected = cpu_matmul(a, b, &bias, args).to_vector<float>();
-      const Tensor got = gpu_matmul(a16, b16, out == DType::bf16 ? &bias16 : &bias, args, out);
-      std::vector<float> values(static_cast<std::size_t>(got.numel()));
-      for (std::size_t i = 0; i < values.size(); ++i)
-        values[i] = out == DType::bf16 ? to_f32(got.data<bf16>()[i]) : got.data<float>()[i];
-      if (out == DType::f32)
-        check_close(values, expected, 1e-4, 1e-4);
-      else
-        check_close(values, expected, 1e-2, 2e-2);  // the GEMM's bf16 rounding (and the pass's, where it runs)
+  for (bool transpose_a : {false, true})
+    for (bool transpose_b : {false, true}) {
+      // 128 x 96 by 96 x 48, each stored transposed where asked.
+      const Shape as = transpose_a ? Shape{96, 128} : Shape{128, 96}, bs = transpose_b ? Shape{48, 96} : Shape{96, 48};
+      const auto [a16, a] = bf16_rounded(random_tensor(as, 41, -2.0f, 2.0f));
+      const auto [b16, b] = bf16_rounded(random_tensor(bs, 42, -2.0f, 2.0f));
+      for (DType out : {DType::f32, DType::bf16})
+        for (Activation act : {Activation::none, Activation::relu}) {
+          CAPTURE(transpose_a);
+          CAPTURE(transpose_b);
+          CAPTURE(std::string(dtype_name(out)));
+          CAPTURE(std::string(name(act)));
+          const MatmulArgs args{.transpose_a = transpose_a, .transpose_b = transpose_b, .activation = act, .alpha = 0.5f};
+          const std::vector<float> expected = cpu_matmul(a, b, &bias, args).to_vector<float>();
+          const std::int64_t before = cuda.lt_epilogue_products();
+          const Tensor got = gpu_matmul(a16, b16, out == DType::bf16 ? &bias16 : &bias, args, out);
+          // Each operand is a cudaMalloc of its own (256-byte aligned): where asked, cuBLASLt takes them all.
+          CHECK(cuda.lt_epilogue_products() - before == (lt ? 1 : 0));
+          std::vector<float> values(static_cast<std::size_t>(got.numel()));
+          for (std::size_t i = 0; i < values.size(); ++i)
+            values[i] = out == DType::bf16 ? to_f32(got.data<bf16>()[i]) : got.data<float>()[i];
+          if (out == DType::f32)
+            check_close(values, expected, 1e-4, 1e-4);
+          else
+            check_close(values, expected, 1e-2, 2e-2);  // the GEMM's bf16 rounding (and the pass's, where it runs)
+        }
     }
 }
 
