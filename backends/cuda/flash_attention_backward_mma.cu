@@ -48,15 +48,15 @@ struct Gradients {
 // A 16-row A operand of width K from a row-major tile in shared memory, step i (columns 16i ..).
 template <int K>
 __device__ __forceinline__ void load_a(unsigned (&a)[4], const bf16* rows, int i) {
-  const int lane = threadIdx.x % 32;
-  mma::load_matrices(a, rows + (lane % 16) * Gradients<K>::stride + i * 16 + lane / 16 * 8);
+  const mma::At at = mma::a_operand(threadIdx.x % 32);
+  mma::load_matrices(a, rows + at.row * Gradients<K>::stride + i * 16 + at.col);
 }
 
 // c[n] (16 x 64) = a (16 rows of width K, shared) times b^T, b a 64-row tile of width K:
 // the tile read untransposed is b^T's B operand, two 8-row columns a load.
 template <int K>
 __device__ __forceinline__ void times_transposed(float (&c)[1][8][4], const bf16* a, const bf16* b) {
-  const int lane = threadIdx.x % 32;
+  const mma::At at = mma::b_operands_of_rows(threadIdx.x % 32);
   mma::clear(c);
 #pragma unroll
   for (int i = 0; i < K / 16; ++i) {
@@ -65,7 +65,7 @@ __device__ __forceinline__ void times_transposed(float (&c)[1][8][4], const bf16
 #pragma unroll
     for (int n = 0; n < 8; n += 2) {
       unsigned y[4];
-      mma::load_matrices(y, b + (n * 8 + lane / 16 * 8 + lane % 8) * Gradients<K>::stride + i * 16 + lane / 8 % 2 * 8);
+      mma::load_matrices(y, b + (n * 8 + at.row) * Gradients<K>::stride + i * 16 + at.col);
       mma::product(c[0][n], x, y[0], y[1]);
       mma::product(c[0][n + 1], x, y[2], y[3]);
     }
@@ -76,7 +76,7 @@ __device__ __forceinline__ void times_transposed(float (&c)[1][8][4], const bf16
 // a 64-row tile of width K read transposed: two 8-wide columns of the result a load.
 template <int K>
 __device__ __forceinline__ void add_product(float (&acc)[1][K / 8][4], const float (&a)[1][8][4], const bf16* b) {
-  const int lane = threadIdx.x % 32;
+  const mma::At at = mma::b_operands_of_columns(threadIdx.x % 32);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const unsigned x[4] = {mma::pack_bf16(a[0][2 * j][0], a[0][2 * j][1]), mma::pack_bf16(a[0][2 * j][2], a[0][2 * j][3]),
@@ -85,8 +85,7 @@ __device__ __forceinline__ void add_product(float (&acc)[1][K / 8][4], const flo
 #pragma unroll
     for (int n = 0; n < K / 8; n += 2) {
       unsigned y[4];
-      mma::load_matrices_transposed(
-          y, b + (j * 16 + lane / 8 % 2 * 8 + lane % 8) * Gradients<K>::stride + n * 8 + lane / 16 * 8);
+      mma::load_matrices_transposed(y, b + (j * 16 + at.row) * Gradients<K>::stride + n * 8 + at.col);
       mma::product(acc[0][n], x, y[0], y[1]);
       mma::product(acc[0][n + 1], x, y[2], y[3]);
     }
@@ -98,14 +97,15 @@ __device__ __forceinline__ void add_product(float (&acc)[1][K / 8][4], const flo
 template <int K, typename Out>
 __device__ __forceinline__ void write_rows(Out* to, std::int64_t row_stride, const float (&acc)[1][K / 8][4], std::int64_t first,
                            std::int64_t count, float factor) {
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const std::int64_t row = first + lane / 4 + 8 * half;
+    const mma::At at = mma::accumulator(threadIdx.x % 32, 2 * half);
+    const std::int64_t row = first + at.row;
     if (row >= count) continue;
-    Out* at = to + row * row_stride + 2 * (lane % 4);
+    Out* pair = to + row * row_stride + at.col;
 #pragma unroll
-    for (int n = 0; n < K / 8; ++n) store_pair(at + n * 8, acc[0][n][2 * half] * factor, acc[0][n][2 * half + 1] * factor);
+    for (int n = 0; n < K / 8; ++n)
+      store_pair(pair + n * 8, acc[0][n][2 * half] * factor, acc[0][n][2 * half + 1] * factor);
   }
 }
 
@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(kThreads)
   bf16* const dos = qs + L::tile;
   bf16* const streamed = reinterpret_cast<bf16*>(shared + L::streamed);  // [buffer]: k, then v
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = lane / 4, position = lane % 4;
 
   // The last query tiles first: under a causal mask they have the most keys.
   const std::int64_t tiles = (s.queries + L::rows - 1) / L::rows;
@@ -148,11 +147,13 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // delta = dout . out of each of the warp's rows (FlashAttention-2's D), and the
-  // logsumexp and delta of this lane's rows group and group + 8, as log2(e) times.
+  // logsumexp and delta of this lane's two accumulator rows (mma::accumulator's elements 0, 2),
+  // as log2(e) times.
   const bf16* my_q = qs + warp * kWarpRows * L::stride;
   const bf16* my_dout = dos + warp * kWarpRows * L::stride;
   const Out* oh = at<const Out>(out, head);
   float lse[2] = {0.0f, 0.0f}, deltas[2] = {0.0f, 0.0f};
+  const int my_rows[2] = {mma::accumulator(lane, 0).row, mma::accumulator(lane, 2).row};
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r) {
     const std::int64_t query = warp_query + r;
@@ -161,12 +162,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = lane; c < K; c += 32) partial += __bfloat162float(my_dout[r * L::stride + c]) * load(oh + query * out.row + c);
     const float d = warp_sum(partial);
     if (lane == 0 && query < s.queries) delta[head.head * s.queries + query] = d;
-    if (r == group) deltas[0] = d;
-    if (r == group + 8) deltas[1] = d;
+    if (r == my_rows[0]) deltas[0] = d;
+    if (r == my_rows[1]) deltas[1] = d;
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const std::int64_t query = warp_query + group + 8 * half;
+    const std::int64_t query = warp_query + my_rows[half];
     if (query < s.queries) lse[half] = logsumexp[head.head * s.queries + query] * kLog2e;
   }
   const float scale = s.scale * kLog2e;
@@ -191,8 +192,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         bool seen = true;
         if (masked) {
-          const std::int64_t key = first_key + n * 8 + 2 * position + e % 2;
-          const std::int64_t query = warp_query + group + e / 2 * 8;
+          const mma::At at = mma::accumulator(lane, e);
+          const std::int64_t key = first_key + n * 8 + at.col;
+          const std::int64_t query = warp_query + at.row;
           seen = key < s.keys && (!s.causal || key <= query + shift);
         }
         const float p = seen ? mma::exp2_fast(scores[0][n][e] * scale - lse[e / 2]) : 0.0f;
@@ -216,7 +218,6 @@ __global__ void __launch_bounds__(kThreads)
   float* const lses = reinterpret_cast<float*>(shared + L::stats);      // [buffer][64], log2(e) times
   float* const deltas = lses + 2 * L::rows;                              // [buffer][64]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = lane / 4, position = lane % 4;
 
   const std::int64_t tiles = (s.keys + L::rows - 1) / L::rows;
   const HeadOf head = head_of(blockIdx.x / tiles, s);
@@ -271,11 +272,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int column = n * 8 + 2 * position + e % 2;  // the tile's query
+        const mma::At at = mma::accumulator(lane, e);
+        const int column = n * 8 + at.col;  // the tile's query
         bool seen = true;
         if (masked) {
           const std::int64_t query = first_query + column;
-          const std::int64_t key = warp_key + group + e / 2 * 8;
+          const std::int64_t key = warp_key + at.row;
           seen = query < s.queries && key < s.keys && (!s.causal || key <= query + shift);
         }
         const float p = seen ? mma::exp2_fast(weights[0][n][e] * scale - lse[column]) : 0.0f;

@@ -70,7 +70,9 @@ __global__ void __launch_bounds__(kThreads)
   bf16* const ks = reinterpret_cast<bf16*>(shared + L::k);
   bf16* const vs = reinterpret_cast<bf16*>(shared + L::v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = lane / 4, position = lane % 4;
+  // Where this lane points ldmatrix (mma_layout.hpp): queries, keys, values.
+  const mma::At a_at = mma::a_operand(lane), keys_at = mma::b_operands_of_rows(lane),
+                values_at = mma::b_operands_of_columns(lane);
 
   // The last query tiles first: under a causal mask they have the most keys.
   const std::int64_t tiles = (s.queries + L::queries - 1) / L::queries;
@@ -97,18 +99,19 @@ __global__ void __launch_bounds__(kThreads)
   commit_tiles();
   wait_tiles<1>();  // the queries are in
   __syncthreads();
-  unsigned queries[kMTiles][kSteps][4];  // A operands: rows of ldmatrix's lanes l % 16, columns + 8 (l / 16)
+  unsigned queries[kMTiles][kSteps][4];  // A operands
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
     for (int i = 0; i < kSteps; ++i)
-      mma::load_matrices(queries[m][i], qs + (warp * L::warp_rows + m * 16 + lane % 16) * L::stride + i * 16 +
-                                            lane / 16 * 8);
+      mma::load_matrices(queries[m][i],
+                         qs + (warp * L::warp_rows + m * 16 + a_at.row) * L::stride + i * 16 + a_at.col);
 
   float acc[kMTiles][kOutTiles][4];
   mma::clear(acc);
-  // Of rows group and group + 8 of each m tile: the max of scale * log2(e) * score so far,
-  // and this lane's part of the sum of 2^(that - max) (the group's four parts add at the end).
+  // Of this lane's two accumulator rows (halves 0, 1: mma::accumulator's elements 0, 2) of
+  // each m tile: the max of scale * log2(e) * score so far, and this lane's part of the sum
+  // of 2^(that - max) (the four lanes holding a row add their parts at the end).
   float row_max[kMTiles][2], row_sum[kMTiles][2];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m)
@@ -127,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t first_key = static_cast<std::int64_t>(tile) * L::keys;
 
     // S = Q K^T: a row-major [key, dim] tile read untransposed is K^T's B operand;
-    // one load gives two 8-key columns (matrices: keys +0 dims +0, +0 +8, +8 +0, +8 +8).
+    // one load gives two 8-key columns.
     float scores[kMTiles][kKeyTiles][4];
     mma::clear(scores);
 #pragma unroll
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n = 0; n < kKeyTiles; n += 2) {
         unsigned keys[4];
-        mma::load_matrices(keys, kt + (n * 8 + lane / 16 * 8 + lane % 8) * L::stride + i * 16 + lane / 8 % 2 * 8);
+        mma::load_matrices(keys, kt + (n * 8 + keys_at.row) * L::stride + i * 16 + keys_at.col);
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
           mma::product(scores[m][n], queries[m][i], keys[0], keys[1]);
@@ -153,8 +156,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; ++e) {
           float x = scores[m][n][e] * scale;
           if (masked) {
-            const std::int64_t key = first_key + n * 8 + 2 * position + e % 2;
-            const std::int64_t query = warp_query + m * 16 + group + e / 2 * 8;
+            const mma::At at = mma::accumulator(lane, e);
+            const std::int64_t key = first_key + n * 8 + at.col;
+            const std::int64_t query = warp_query + m * 16 + at.row;
             if (key >= s.keys || (s.causal && key > query + shift)) x = -INFINITY;
           }
           scores[m][n][e] = x;
@@ -191,8 +195,7 @@ __global__ void __launch_bounds__(kThreads)
       }
 
     // acc += P V: the weights of key columns 2j and 2j + 1 are the A operand of step j; the
-    // row-major [key, dim] value tile read transposed is the B operand (matrices: keys +0
-    // dims +0, +8 +0, +0 +8, +8 +8).
+    // row-major [key, dim] value tile read transposed is the B operand.
 #pragma unroll
     for (int j = 0; j < L::keys / 16; ++j) {
       unsigned weights[kMTiles][4];
@@ -206,8 +209,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n = 0; n < kOutTiles; n += 2) {
         unsigned values[4];
-        mma::load_matrices_transposed(values,
-                                      vt + (j * 16 + lane / 8 % 2 * 8 + lane % 8) * L::stride + n * 8 + lane / 16 * 8);
+        mma::load_matrices_transposed(values, vt + (j * 16 + values_at.row) * L::stride + n * 8 + values_at.col);
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
           mma::product(acc[m][n], weights[m], values[0], values[1]);
@@ -223,15 +225,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = mma::group_sum(row_sum[m][half]);
-      const std::int64_t query = warp_query + m * 16 + group + half * 8;
+      const mma::At at = mma::accumulator(lane, 2 * half);
+      const std::int64_t query = warp_query + m * 16 + at.row;
       if (query >= s.queries) continue;
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-      Out* row = oh + query * out.row + 2 * position;
+      Out* row = oh + query * out.row + at.col;
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n)
         store_pair(row + n * 8, acc[m][n][2 * half] * inverse, acc[m][n][2 * half + 1] * inverse);
       // Of exp(scale * score), as the weights were taken: the backward pass's exp(x - logsumexp).
-      if (logsumexp != nullptr && position == 0)
+      if (logsumexp != nullptr && at.col == 0)
         logsumexp[head * s.queries + query] = sum > 0.0f ? row_max[m][half] / kLog2e + __logf(sum) : -INFINITY;
     }
 }

@@ -20,6 +20,8 @@
 #if defined(__CUDACC__)  // device code: included by the .cu files only
 #include <cuda_bf16.h>
 
+#include "backends/cuda/mma_layout.hpp"
+
 namespace tessera::mma {
 
 using bf16 = __nv_bfloat16;
