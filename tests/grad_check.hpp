@@ -69,7 +69,7 @@ inline void check_gradients(Graph& g, ValueId out, const std::vector<std::pair<V
       data[i] = saved;
       double numeric = (plus - minus) / (2 * options.h);
       double diff = std::abs(analytic[static_cast<std::size_t>(i)] - numeric);
-      if (diff > options.atol + options.rtol * std::abs(numeric)) {
+      if (!(diff <= options.atol + options.rtol * std::abs(numeric))) {  // a NaN on either side fails
         FAIL_CHECK("gradient of '" << g.value(id).name << "' element " << i << ": autodiff "
                                    << analytic[static_cast<std::size_t>(i)] << ", finite difference "
                                    << numeric);

@@ -45,13 +45,15 @@ inline Tensor zeros(const Shape& shape, DType dtype = DType::f32) {
 }
 
 // Checks |actual - expected| <= atol + rtol * |expected| elementwise, reporting
-// the first offending index.
+// the first offending index. Equal values pass (infinities of one sign too); a
+// NaN fails, on either side: its difference compares false with any bound.
 inline void check_close(const std::vector<float>& actual, const std::vector<float>& expected,
                         double rtol = 1e-5, double atol = 1e-6) {
   REQUIRE(actual.size() == expected.size());
   for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (actual[i] == expected[i]) continue;
     double diff = std::abs(static_cast<double>(actual[i]) - expected[i]);
-    if (diff > atol + rtol * std::abs(static_cast<double>(expected[i]))) {
+    if (!(diff <= atol + rtol * std::abs(static_cast<double>(expected[i])))) {
       FAIL_CHECK("element " << i << ": got " << actual[i] << ", expected " << expected[i]
                             << " (diff " << diff << ")");
       return;
