@@ -154,18 +154,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int K, typename In, typename Out>
-void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-            float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
-  auto kernel = flash_attention_kernel<K, In, Out>;
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shared<K>::bytes),
-             "cudaFuncSetAttribute(flash_attention_kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-  const std::int64_t blocks = s.batches * s.heads * ((s.queries + kTileQueries - 1) / kTileQueries);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Shared<K>::bytes, stream>>>(q, k, v, out, logsumexp, s);
-  cuda_check(cudaGetLastError(), "flash_attention_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__,
-             __LINE__);
-}
-
 }  // namespace
 
 bool flash_attention_supported(std::int64_t width, int shared_limit, FlashKernel kernel) {
@@ -180,8 +168,9 @@ void cuda_flash_attention(const FlashOperand& q, const FlashOperand& k, const Fl
   if (kernel == FlashKernel::mma) return cuda_flash_attention_mma(q, k, v, out, shape, stream, logsumexp);
   // q, k and v share a dtype (Backend::fused_attention checks it).
   for_kernel(q.f32, out.f32, shape.width, [&](auto width, auto in, auto out_elements) {
-    launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
-        q, k, v, out, logsumexp, shape, stream);
+    constexpr int K = decltype(width)::value;
+    launch_forward(flash_attention_kernel<K, typename decltype(in)::type, typename decltype(out_elements)::type>, Shared<K>::bytes,
+                   kTileQueries, q, k, v, out, logsumexp, shape, stream);
   });
 }
 

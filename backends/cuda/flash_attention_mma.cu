@@ -239,18 +239,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <int K, typename In, typename Out>
-void launch(const FlashOperand& q, const FlashOperand& k, const FlashOperand& v, const FlashOperand& out,
-            float* logsumexp, const FlashAttentionShape& s, cudaStream_t stream) {
-  auto kernel = flash_attention_mma_kernel<K, In, Out>;
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Registers<K>::bytes),
-             "cudaFuncSetAttribute(flash_attention_mma_kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-  const std::int64_t blocks = s.batches * s.heads * ((s.queries + Registers<K>::queries - 1) / Registers<K>::queries);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Registers<K>::bytes, stream>>>(q, k, v, out, logsumexp, s);
-  cuda_check(cudaGetLastError(), "flash_attention_mma_kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__,
-             __LINE__);
-}
-
 }  // namespace
 
 bool flash_attention_mma_supported(std::int64_t width, int shared_limit) {
@@ -262,8 +250,9 @@ void cuda_flash_attention_mma(const FlashOperand& q, const FlashOperand& k, cons
                               float* logsumexp) {
   if (shape.batches * shape.heads == 0 || shape.queries == 0) return;
   for_kernel(q.f32, out.f32, shape.width, [&](auto width, auto in, auto out_elements) {
-    launch<decltype(width)::value, typename decltype(in)::type, typename decltype(out_elements)::type>(
-        q, k, v, out, logsumexp, shape, stream);
+    constexpr int K = decltype(width)::value;
+    launch_forward(flash_attention_mma_kernel<K, typename decltype(in)::type, typename decltype(out_elements)::type>, Registers<K>::bytes,
+                   Registers<K>::queries, q, k, v, out, logsumexp, shape, stream);
   });
 }
 

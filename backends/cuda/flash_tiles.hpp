@@ -128,6 +128,20 @@ __device__ inline int key_tiles_seen(const FlashAttentionShape& s, std::int64_t 
   return end > 0 ? static_cast<int>((end + tile_keys - 1) / tile_keys) : 0;
 }
 
+// A forward kernel with `bytes` of shared memory, a block per `tile_queries`
+// queries of each head.
+template <typename Kernel>
+void launch_forward(Kernel kernel, int bytes, int tile_queries, const FlashOperand& q, const FlashOperand& k,
+                    const FlashOperand& v, const FlashOperand& out, float* logsumexp, const FlashAttentionShape& s,
+                    cudaStream_t stream) {
+  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+             "cudaFuncSetAttribute(flash forward kernel, MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+  const std::int64_t blocks = s.batches * s.heads * ((s.queries + tile_queries - 1) / tile_queries);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(q, k, v, out, logsumexp, s);
+  cuda_check(cudaGetLastError(), "flash forward kernel<<<heads * query tiles, 128, shared, stream>>>", __FILE__,
+             __LINE__);
+}
+
 // A backward pass's two kernels, each with `bytes` of shared memory: dq over
 // tiles of 64 queries, then (it reads the delta dq wrote) dk and dv over tiles of 64 keys.
 template <typename Dq, typename Dkv>
