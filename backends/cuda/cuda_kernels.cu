@@ -3,6 +3,8 @@
 // the tessera target do not reach nvcc.
 #include "backends/cuda/cuda_kernels.hpp"
 
+#include <type_traits>
+
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/epilogue.hpp"
 #include "backends/cuda/launch.hpp"
@@ -57,10 +59,37 @@ __global__ void matmul_epilogue_kernel(Out* out, const Bias* bias, std::int64_t 
   }
 }
 
+// f32 output and bias (or none) four elements a thread, where the rows are
+// whole quads (cols % 4 == 0, so a quad never straddles two rows) and both
+// arrays are aligned for them: the same element function.
+template <typename Index>
+__global__ void matmul_epilogue_quads_kernel(float* out, const float* bias, std::int64_t rows,
+                                             std::int64_t cols, Activation act) {
+  const std::int64_t quads = rows * cols / 4, row_quads = cols / 4;
+  for (std::int64_t q = first_index(); q < quads; q += grid_stride()) {
+    Floats4 y = load_quad(out, q);
+    const Floats4 b = bias != nullptr
+                          ? load_quad(bias, static_cast<std::int64_t>(static_cast<Index>(q) % static_cast<Index>(row_quads)))
+                          : Floats4{};
+    for (int k = 0; k < 4; ++k) y.v[k] = matmul_epilogue(y.v[k], b.v[k], act);
+    store_quad(out, q, y);
+  }
+}
+
 template <typename Out, typename Bias>
 void launch_epilogue(void* out, const void* bias, std::int64_t rows, std::int64_t cols,
                      Activation act, cudaStream_t stream) {
   const bool narrow = rows * cols < (std::int64_t{1} << 32);  // so is cols: never a divisor of 0
+  if constexpr (std::is_same_v<Out, float> && std::is_same_v<Bias, float>) {
+    if (cols % 4 == 0 && aligned_for_quads(static_cast<const float*>(out), static_cast<const float*>(bias))) {
+      (narrow ? matmul_epilogue_quads_kernel<std::uint32_t> : matmul_epilogue_quads_kernel<std::int64_t>)
+          <<<blocks_for(rows * cols / 4), kThreads, 0, stream>>>(static_cast<float*>(out),
+                                                                 static_cast<const float*>(bias), rows, cols, act);
+      cuda_check(cudaGetLastError(), "matmul_epilogue_quads_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
+                 __LINE__);
+      return;
+    }
+  }
   (narrow ? matmul_epilogue_kernel<Out, Bias, std::uint32_t> : matmul_epilogue_kernel<Out, Bias, std::int64_t>)
       <<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<Out*>(out), static_cast<const Bias*>(bias),
                                                         rows, cols, act);

@@ -1,5 +1,5 @@
 // Elementwise unary, unary-backward and broadcasting binary kernels: grid-stride
-// loops (launch.hpp) around the host/device element functions of
+// loops (launch.hpp), four elements a thread where they can, around the host/device element functions of
 // elementwise.hpp and broadcast_index.hpp, which tests check on the host.
 // The op is a kernel argument switched on per element: it is the same for
 // every thread (no divergence) and the kernels are memory-bound.
@@ -12,14 +12,32 @@
 namespace tessera {
 namespace {
 
+// kQuads: four elements a thread in 16-byte accesses (launch.hpp), where
+// every pointer is aligned for them; the element functions are the same.
+template <bool kQuads>
 __global__ void unary_kernel(UnaryOp op, const float* x, float* y, std::int64_t count) {
-  for (std::int64_t i = first_index(); i < count; i += grid_stride()) y[i] = unary_forward(op, x[i]);
+  for_each_element<kQuads>(
+      count,
+      [&](std::int64_t q) {
+        Floats4 v = load_quad(x, q);
+        for (float& e : v.v) e = unary_forward(op, e);
+        store_quad(y, q, v);
+      },
+      [&](std::int64_t i) { y[i] = unary_forward(op, x[i]); });
 }
 
+template <bool kQuads>
 __global__ void unary_backward_kernel(UnaryOp op, const float* x, const float* dy, float* dx,
                                       std::int64_t count) {
-  for (std::int64_t i = first_index(); i < count; i += grid_stride())
-    dx[i] = unary_backward(op, x[i], dy[i]);
+  for_each_element<kQuads>(
+      count,
+      [&](std::int64_t q) {
+        const Floats4 xs = load_quad(x, q);
+        Floats4 d = load_quad(dy, q);
+        for (int k = 0; k < 4; ++k) d.v[k] = unary_backward(op, xs.v[k], d.v[k]);
+        store_quad(dx, q, d);
+      },
+      [&](std::int64_t i) { dx[i] = unary_backward(op, x[i], dy[i]); });
 }
 
 template <typename Index>
@@ -33,25 +51,37 @@ __global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float
 
 // Operands of the output's shape (the index merged them into one contiguous
 // axis): no index arithmetic, whose 64-bit divisions cost as much as the loads.
+template <bool kQuads>
 __global__ void binary_same_shape_kernel(BinaryOp op, const float* a, const float* b, float* out,
                                          std::int64_t count) {
-  for (std::int64_t i = first_index(); i < count; i += grid_stride()) out[i] = binary_apply(op, a[i], b[i]);
+  for_each_element<kQuads>(
+      count,
+      [&](std::int64_t q) {
+        Floats4 x = load_quad(a, q);
+        const Floats4 y = load_quad(b, q);
+        for (int k = 0; k < 4; ++k) x.v[k] = binary_apply(op, x.v[k], y.v[k]);
+        store_quad(out, q, x);
+      },
+      [&](std::int64_t i) { out[i] = binary_apply(op, a[i], b[i]); });
 }
 
 }  // namespace
 
 void cuda_unary(UnaryOp op, const float* x, float* y, std::int64_t count, cudaStream_t stream) {
-  const LaunchConfig cfg = launch_config(count);
+  const bool quads = aligned_for_quads(x, y);
+  const LaunchConfig cfg = quads ? quad_launch_config(count) : launch_config(count);
   if (cfg.blocks == 0) return;
-  unary_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, y, count);
+  (quads ? unary_kernel<true> : unary_kernel<false>)<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, y, count);
   cuda_check(cudaGetLastError(), "unary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
 }
 
 void cuda_unary_backward(UnaryOp op, const float* x, const float* dy, float* dx,
                          std::int64_t count, cudaStream_t stream) {
-  const LaunchConfig cfg = launch_config(count);
+  const bool quads = aligned_for_quads(x, dy, dx);
+  const LaunchConfig cfg = quads ? quad_launch_config(count) : launch_config(count);
   if (cfg.blocks == 0) return;
-  unary_backward_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, dy, dx, count);
+  (quads ? unary_backward_kernel<true> : unary_backward_kernel<false>)<<<cfg.blocks, cfg.threads, 0, stream>>>(
+      op, x, dy, dx, count);
   cuda_check(cudaGetLastError(), "unary_backward_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
              __LINE__);
 }
@@ -60,8 +90,11 @@ void cuda_binary(BinaryOp op, const float* a, const float* b, float* out,
                  const BroadcastIndex& index, std::int64_t count, cudaStream_t stream) {
   const LaunchConfig cfg = launch_config(count);
   if (cfg.blocks == 0) return;
-  if (index.rank == 1 && index.a_stride[0] == 1 && index.b_stride[0] == 1)
-    binary_same_shape_kernel<<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, count);
+  const bool same_shape = index.rank == 1 && index.a_stride[0] == 1 && index.b_stride[0] == 1;
+  if (same_shape && aligned_for_quads(a, b, out))
+    binary_same_shape_kernel<true><<<quad_launch_config(count).blocks, cfg.threads, 0, stream>>>(op, a, b, out, count);
+  else if (same_shape)
+    binary_same_shape_kernel<false><<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, count);
   else if (index.narrow(count))
     binary_kernel<std::uint32_t><<<cfg.blocks, cfg.threads, 0, stream>>>(op, a, b, out, index, count);
   else

@@ -31,6 +31,19 @@ inline LaunchConfig launch_config(std::int64_t elements, int max_blocks = kLaunc
   return {static_cast<int>(blocks), kLaunchThreads};
 }
 
+// Memory-bound kernels load and store four floats at a time (one 16-byte
+// access instead of four) where every pointer they touch is 16-byte aligned:
+// the arena's buffers are, a view that starts mid-buffer may not be.
+template <typename... Pointers>
+bool aligned_for_quads(const Pointers*... pointers) {
+  return ((reinterpret_cast<std::uintptr_t>(pointers) % 16 == 0) && ...);
+}
+
+// The grid of a kernel that takes four elements a thread (for_each_quad).
+inline LaunchConfig quad_launch_config(std::int64_t elements) {
+  return launch_config(elements / 4 + (elements % 4 != 0 ? 1 : 0));
+}
+
 #if defined(__CUDACC__)
 // The start and the step of the grid-stride loop, in 64-bit indices.
 __device__ inline std::int64_t first_index() {
@@ -38,6 +51,39 @@ __device__ inline std::int64_t first_index() {
 }
 __device__ inline std::int64_t grid_stride() {
   return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+}
+
+// quad(q) for the count / 4 whole quads (elements 4q .. 4q + 3), grid-stride,
+// then single(i) for the count % 4 elements after them, one thread each.
+template <typename Quad, typename Single>
+__device__ inline void for_each_quad(std::int64_t count, Quad quad, Single single) {
+  const std::int64_t quads = count / 4;
+  for (std::int64_t q = first_index(); q < quads; q += grid_stride()) quad(q);
+  const std::int64_t i = quads * 4 + first_index();
+  if (i < count) single(i);
+}
+
+// for_each_quad where the kernel's pointers are aligned for it (kQuads), else
+// single(i) for every element.
+template <bool kQuads, typename Quad, typename Single>
+__device__ inline void for_each_element(std::int64_t count, Quad quad, Single single) {
+  if constexpr (kQuads) {
+    for_each_quad(count, quad, single);
+  } else {
+    for (std::int64_t i = first_index(); i < count; i += grid_stride()) single(i);
+  }
+}
+
+// Quad q of an aligned float array as four floats in registers, and back.
+struct Floats4 {
+  float v[4];
+};
+__device__ inline Floats4 load_quad(const float* p, std::int64_t q) {
+  const float4 f = reinterpret_cast<const float4*>(p)[q];
+  return {{f.x, f.y, f.z, f.w}};
+}
+__device__ inline void store_quad(float* p, std::int64_t q, const Floats4& f) {
+  reinterpret_cast<float4*>(p)[q] = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
 }
 #endif
 

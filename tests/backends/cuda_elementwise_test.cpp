@@ -348,6 +348,34 @@ TEST_CASE("launch config of 2^31 + 3 elements: capped grid, 64-bit indices cover
   CHECK(static_cast<std::int64_t>(uncapped.blocks) * uncapped.threads >= count);
 }
 
+// for_each_quad (launch.hpp) on the host: thread t of the grid takes quads t,
+// t + stride, ... and then element 4 * (count / 4) + t if there is one.
+std::vector<int> simulate_quads(const LaunchConfig& cfg, std::int64_t count) {
+  std::vector<int> visits(static_cast<std::size_t>(count), 0);
+  const std::int64_t stride = static_cast<std::int64_t>(cfg.blocks) * cfg.threads, quads = count / 4;
+  for (std::int64_t t = 0; t < stride; ++t) {
+    for (std::int64_t q = t; q < quads; q += stride)
+      for (std::int64_t k = 0; k < 4; ++k) ++visits[static_cast<std::size_t>(4 * q + k)];
+    if (quads * 4 + t < count) ++visits[static_cast<std::size_t>(quads * 4 + t)];
+  }
+  return visits;
+}
+
+TEST_CASE("quad launches cover the whole quads and the tail once, from aligned pointers only") {
+  for (std::int64_t count : {1, 3, 4, 7, 1024, 1027, 65537}) {
+    CAPTURE(count);
+    const LaunchConfig cfg = quad_launch_config(count);
+    CHECK(cfg.blocks == (count + 1023) / 1024);  // a thread for every quad and part quad
+    const std::vector<int> visits = simulate_quads(cfg, count);
+    CHECK(std::count(visits.begin(), visits.end(), 1) == count);
+  }
+  CHECK(quad_launch_config(0).blocks == 0);
+  alignas(16) float buffer[8] = {};
+  CHECK(aligned_for_quads(buffer, buffer + 4, static_cast<const float*>(nullptr)));
+  CHECK_FALSE(aligned_for_quads(buffer, buffer + 1));
+  CHECK_FALSE(aligned_for_quads(buffer + 2));
+}
+
 // --- the kernels on a GPU --------------------------------------------------------
 
 #if TESSERA_HAVE_CUDA
@@ -392,6 +420,31 @@ TEST_CASE("cuda unary kernels match the CPU backend for 1, 7 and 65537 elements"
       check_matches(to_host(gdx).to_vector<float>(), dx.to_vector<float>(), xs, "backward", 2e-5, kCpuAtol);
     }
   }
+}
+
+// Views that start one float into their buffers: the kernels' element loops
+// (the four-a-thread ones need 16-byte aligned pointers).
+TEST_CASE("cuda unary and binary kernels on views that are not 16-byte aligned match the CPU backend" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const std::int64_t n = 65537;
+  Tensor x = random_tensor(Shape{n}, 23, -6.0f, 6.0f), dy = random_tensor(Shape{n}, 24);
+  Tensor gx = to_gpu(x), gdy = to_gpu(dy);
+  Tensor gy = Tensor::empty(x.shape(), DType::f32, Device::cuda(0));
+  const Tensor xv = x.rows(1, n - 1), dyv = dy.rows(1, n - 1);
+  const Tensor gxv = gx.rows(1, n - 1), gdyv = gdy.rows(1, n - 1), gyv = gy.rows(1, n - 1);
+  Tensor y = Tensor::empty(xv.shape(), DType::f32);
+  cpu().unary(UnaryOp::gelu_erf, xv, y);
+  gpu().unary(UnaryOp::gelu_erf, gxv, gyv);
+  check_matches(to_host(gyv).to_vector<float>(), y.to_vector<float>(), xv.to_vector<float>(), "forward", 2e-5,
+                kCpuAtol);
+  cpu().unary_backward(UnaryOp::gelu_erf, xv, dyv, y);
+  gpu().unary_backward(UnaryOp::gelu_erf, gxv, gdyv, gyv);
+  check_matches(to_host(gyv).to_vector<float>(), y.to_vector<float>(), xv.to_vector<float>(), "backward", 2e-5,
+                kCpuAtol);
+  cpu().binary(BinaryOp::add, xv, dyv, y);
+  gpu().binary(BinaryOp::add, gxv, gdyv, gyv);
+  const std::vector<float> got = to_host(gyv).to_vector<float>();
+  check_matches(got, y.to_vector<float>(), got, "add", 0.0, 0.0);
 }
 
 TEST_CASE("cuda binary kernels match the CPU backend for 1, 7 and 65537 elements, broadcast too" *
