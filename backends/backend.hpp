@@ -16,12 +16,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backends/op_args.hpp"
 #include "backends/op_kinds.hpp"
+#include "backends/op_timer.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/tensor.hpp"
 
@@ -43,6 +45,9 @@ class Backend {
   virtual bool supports(OpKind kind, DType dtype) const = 0;
   // Waits until every kernel issued so far has finished (a no-op on the CPU).
   virtual void synchronize() {}
+  // Times ops for a profile (op_timer.hpp): by the host's clock unless the
+  // device queues its work and times it itself.
+  virtual std::unique_ptr<OpTimer> make_op_timer() { return make_host_op_timer(); }
 
   // dst = src. Either side may be on the host when this backend's device is not.
   void copy(const Tensor& src, const Tensor& dst);

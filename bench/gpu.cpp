@@ -184,12 +184,14 @@ bench::StepSummary time_tessera(bench::ZooCase& c, bool train, int warmup, int s
   return bench::summarize_steps(bench::time_steps_ms([&] { c.step(train); }, warmup, steps));
 }
 
-// `steps` more steps, each op waited for (ZooCase::profile): the heaviest `rows` op kinds.
+// `steps` more steps op by op (ZooCase::profile; on the GPU's clock, CUDA
+// events around each op): the heaviest `rows` op kinds. What the ops' total
+// leaves of the step's time is the GPU waiting for the host between ops.
 void print_profile(bench::ZooCase& c, bool train, int steps, std::size_t rows) {
   const auto ops = c.profile(train, steps);
   double total = 0;
   for (const auto& op : ops) total += op.ms_per_step;
-  fmt::print("    profile, each op waited for: {:.2f} ms a step\n", total);
+  fmt::print("    profile, each op's GPU time (CUDA events): {:.2f} ms a step\n", total);
   for (std::size_t i = 0; i < std::min(rows, ops.size()); ++i)
     fmt::print("    {:<52} {:>9.3f} ms {:>6.1f}% {:>6.0f} calls\n", ops[i].op, ops[i].ms_per_step,
                100 * ops[i].ms_per_step / total, ops[i].calls_per_step);
@@ -218,7 +220,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps per row")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--python", python, "the Python with PyTorch (CUDA) for the peer");
-  app.add_flag("--profile", profile, "after each Tessera row, its steps op by op (each op waited for)");
+  app.add_flag("--profile", profile, "after each Tessera row, its steps op by op (each op's GPU time, by CUDA events)");
   app.add_option("--attention-shapes", attention_shapes,
                  "B x T x H x K of attention alone, causal bf16 (default gpt_125m's 8x1024x12x64; 'none': skip)")
       ->delimiter(',');

@@ -66,7 +66,7 @@ struct ZooCase {
   }
 
   // Per op kind over `steps` more steps with the executor's profiling on
-  // (each op waited for, a clock read around it: run after the timed steps),
+  // (each op on its device's clock, Backend::make_op_timer: run after the timed steps),
   // heaviest first.
   struct OpTime {
     std::string op;

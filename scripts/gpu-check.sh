@@ -24,8 +24,8 @@
 #   TESSERA_CUDA_FLASH_BACKWARD=mma  # a GPU, of the forward or backward pass (backends/cuda/flash_attention.hpp)
 #   TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt   # or with cuBLASLt's bias epilogue (backends/cuda/lt_matmul.hpp)
 #   TESSERA_GPU_CHECK_PROFILE="gpt_125m:bf16 ..."   # also check 8: those models' training
-#                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each kernel
-#                                    # waited for (CUDA_LAUNCH_BLOCKING=1), so each op's time is its own
+#                                    # (scripts/gpu-check/MODEL.yaml) op by op on cuda:0, each op's
+#                                    # GPU time read from CUDA events recorded around it
 #
 # The checks, in order (each passes, fails or is skipped, saying why):
 #   1. devices      the devices the kit's tessera sees, and which libraries it loaded
@@ -410,7 +410,7 @@ else
   for case in $TESSERA_GPU_CHECK_PROFILE; do
     IFS=: read -r model precision <<<"$case"
     echo "--- $model in ${precision:=f32} on $device"
-    if CUDA_LAUNCH_BLOCKING=1 limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "scripts/gpu-check/$model.yaml" \
+    if limited "${TESSERA_GPU_CHECK_RUN_LIMIT:-300}" "$tessera" train "scripts/gpu-check/$model.yaml" \
       --device "$device" --set training.precision="$precision" --set training.checkpoint.dir="$fallback/profile" --profile; then
       pass "op profile of $model in $precision"
     else

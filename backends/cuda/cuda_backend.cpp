@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/cuda_op_timer.hpp"
 #include "backends/cuda/lt_matmul.hpp"
 #include "backends/registry.hpp"
 
@@ -169,6 +170,8 @@ void CudaBackend::synchronize() {
   CudaDeviceGuard guard(gpu_);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
+
+std::unique_ptr<OpTimer> CudaBackend::make_op_timer() { return std::make_unique<CudaOpTimer>(gpu_, stream_); }
 
 void CudaBackend::run_copy(const Tensor& src, const Tensor& dst) {
   const std::size_t bytes = src.nbytes();

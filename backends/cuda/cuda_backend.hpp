@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   // forward and backward kernels (flash_attention.cu, flash_attention_backward.cu).
   bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
   void synchronize() override;  // cudaStreamSynchronize on this backend's stream
+  std::unique_ptr<OpTimer> make_op_timer() override;  // events on the stream (cuda_op_timer.hpp)
 
   int gpu() const { return gpu_; }  // the CUDA ordinal this device runs on
   CUstream_st* stream() const { return stream_; }

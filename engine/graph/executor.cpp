@@ -1,7 +1,6 @@
 #include "engine/graph/executor.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 
 #include "backends/registry.hpp"
@@ -104,35 +103,43 @@ void Executor::run() {
   if (profile_ == nullptr) {
     for (NodeId n : plan_.schedule) run_node(n);
   } else {
-    // Each op waited for: a device that queues its kernels (CUDA) would
-    // otherwise charge them to whichever later op waits first.
-    backend_.synchronize();
+    // Timed on the device's clock (Backend::make_op_timer): a device that
+    // queues its kernels (CUDA) records its own timestamps, read at the end.
+    if (!op_timer_) op_timer_ = backend_.make_op_timer();
+    op_timer_->seconds();  // forgets the ops of a run that threw
     for (NodeId n : plan_.schedule) {
-      const Node& node = graph_.node(n);
-      auto start = std::chrono::steady_clock::now();
+      op_timer_->start();
       run_node(n);
-      backend_.synchronize();
-      std::string key(plan_.attentions.contains(n) ? "attention (fused)" : name(node.kind));
-      // A matmul by its operands' dtype and shapes, a cast by the dtype it
-      // makes and its shape, a reduction by its operand's shape: where their
-      // time goes differs by size far more than by op.
-      const auto shape_of = [&](ValueId v) { return graph_.shape(v).str(); };
-      if (node.kind == OpKind::matmul) {
-        const MatmulArgs& m = node.attrs.matmul;
-        key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0]))) + " " + shape_of(node.inputs[0]) +
-               (m.transpose_a ? "^T" : "") + " x " + shape_of(node.inputs[1]) + (m.transpose_b ? "^T" : "");
-      }
-      if (node.kind == OpKind::cast)
-        key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);
-      if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
-      if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
-      if (node.kind == OpKind::reduce) key += " " + std::string(name(node.attrs.reduce)) + " " + shape_of(node.inputs[0]);
-      OpTime& t = (*profile_)[key];
-      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      op_timer_->stop();
+    }
+    const std::vector<double> seconds = op_timer_->seconds();
+    for (std::size_t i = 0; i < seconds.size(); ++i) {
+      OpTime& t = (*profile_)[profile_key(plan_.schedule[i])];
+      t.seconds += seconds[i];
       ++t.calls;
     }
   }
   ++runs_;
+}
+
+std::string Executor::profile_key(NodeId n) const {
+  const Node& node = graph_.node(n);
+  std::string key(plan_.attentions.contains(n) ? "attention (fused)" : name(node.kind));
+  // A matmul by its operands' dtype and shapes, a cast by the dtype it
+  // makes and its shape, a reduction by its operand's shape: where their
+  // time goes differs by size far more than by op.
+  const auto shape_of = [&](ValueId v) { return graph_.shape(v).str(); };
+  if (node.kind == OpKind::matmul) {
+    const MatmulArgs& m = node.attrs.matmul;
+    key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0]))) + " " + shape_of(node.inputs[0]) +
+           (m.transpose_a ? "^T" : "") + " x " + shape_of(node.inputs[1]) + (m.transpose_b ? "^T" : "");
+  }
+  if (node.kind == OpKind::cast)
+    key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);
+  if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
+  if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
+  if (node.kind == OpKind::reduce) key += " " + std::string(name(node.attrs.reduce)) + " " + shape_of(node.inputs[0]);
+  return key;
 }
 
 void Executor::bind_rows(ValueId leaf, const Tensor& rows, std::int64_t first_row) {

@@ -67,6 +67,7 @@ class Executor final : public StepRunner {
   // fix_variables: takes the kept copies of the variables' current values.
   void prepare_fixed_variables();
   void run_node(NodeId n);  // the op's run rule (engine/graph/op_rules.hpp)
+  std::string profile_key(NodeId n) const;  // the profile's entry for node n's op
   // The fused bias and activation of a matmul or conv2d node, if the plan has one.
   const Epilogue* epilogue(NodeId n) const {
     auto e = plan_.epilogues.find(n);
@@ -81,6 +82,7 @@ class Executor final : public StepRunner {
   std::shared_ptr<Buffer> arena_;
   std::int64_t runs_ = 0;
   std::map<std::string, OpTime>* profile_ = nullptr;
+  std::unique_ptr<OpTimer> op_timer_;  // made on the first profiled run
   const CollectiveContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate

@@ -30,8 +30,9 @@ class StepRunner {
   // the next run on (a schedule, a step count shared by several runners).
   virtual void set_update_step(std::int64_t step, float learning_rate) = 0;
 
-  // Per-op timing: when enabled, every run adds each node's wall time to the
-  // entry of its op ("matmul", "unary gelu_erf", ...). For finding hot spots.
+  // Per-op timing: when enabled, every run adds each node's time, on its
+  // device's clock (Backend::make_op_timer), to the entry of its op
+  // ("matmul", "unary gelu_erf", ...). For finding hot spots.
   struct OpTime {
     double seconds = 0;
     std::int64_t calls = 0;

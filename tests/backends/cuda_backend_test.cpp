@@ -323,6 +323,37 @@ TEST_CASE("cuda matmul with an empty contraction gives zeros plus bias" * doctes
   CHECK(out == std::vector<float>{1, 0, 3, 0, 1, 0, 3, 0, 1, 0, 3, 0});
 }
 
+// The profile's timer (cuda_op_timer.hpp): events on the stream, read after
+// one wait; its event pool is reused from round to round.
+TEST_CASE("cuda op timer times each op on the GPU: a 2048^3 matmul longer than a fill" * doctest::test_suite("gpu") *
+          skip_without_gpu()) {
+  std::unique_ptr<OpTimer> timer = gpu().make_op_timer();
+  Tensor a = to_gpu(random_tensor({2048, 2048}, 3));
+  Tensor c = Tensor::empty({2048, 2048}, DType::f32, Device::cuda(0));
+  Tensor small = Tensor::empty({16}, DType::f32, Device::cuda(0));
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    timer->start();
+    gpu().fill(small, 1.0);
+    timer->stop();
+    timer->start();
+    gpu().matmul(a, a, nullptr, c);
+    timer->stop();
+    timer->start();  // an op that threw: its start alone is dropped
+    timer->start();
+    gpu().fill(small, 2.0);
+    timer->stop();
+    const std::vector<double> s = timer->seconds();
+    REQUIRE(s.size() == 3);
+    CHECK(s[0] > 0.0);
+    CHECK(s[2] > 0.0);
+    CHECK(s[1] > s[0]);
+    CHECK(s[1] > s[2]);
+    CHECK(s[1] < 1.0);
+    CHECK(timer->seconds().empty());
+  }
+}
+
 TEST_CASE("cuda matmul checks its operands" * doctest::test_suite("gpu") * skip_without_gpu()) {
   Tensor host = random_tensor({4, 4}, 1);
   Tensor d = to_gpu(host);

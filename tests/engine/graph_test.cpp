@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "backends/registry.hpp"
 #include "engine/graph/autodiff.hpp"
@@ -86,6 +88,47 @@ TEST_CASE("executor checks bindings") {
   std::vector<float> expected;
   for (float v : xv.to_vector<float>()) expected.push_back(std::exp(v));
   check_close(exec.output(y), expected);
+}
+
+TEST_CASE("a profiled run times each op once under its key and computes what an unprofiled run does") {
+  Graph g;
+  ValueId x = g.input("x", {64, 32});
+  ValueId w = g.variable("w", {32, 16});
+  ValueId y = g.reduce(ReduceOp::sum, g.unary(UnaryOp::exp, g.matmul(x, w)), {1});
+  const Tensor xv = random_tensor({64, 32}, 2, -0.5f, 0.5f), wv = random_tensor({32, 16}, 3, -0.5f, 0.5f);
+  Executor plain(g, {y}), profiled(g, {y});
+  std::map<std::string, StepRunner::OpTime> sink;
+  profiled.enable_profiling(&sink);
+  for (Executor* e : {&plain, &profiled}) {
+    e->bind(x, xv);
+    e->bind(w, wv);
+  }
+  plain.run();
+  profiled.run();
+  profiled.run();
+  check_close(profiled.output(y), plain.output(y).to_vector<float>(), 0.0, 0.0);
+  for (const char* key : {"matmul f32 [64, 32] x [32, 16]", "unary exp", "reduce sum [64, 16]"}) {
+    CAPTURE(key);
+    REQUIRE(sink.contains(key));
+    CHECK(sink[key].calls == 2);
+    CHECK(sink[key].seconds >= 0.0);
+  }
+}
+
+TEST_CASE("the host op timer gives a time per start-stop pair, in order, and forgets them when read") {
+  std::unique_ptr<OpTimer> timer = make_host_op_timer();
+  CHECK(timer->seconds().empty());
+  timer->start();  // an op that threw: no stop, no entry
+  timer->start();
+  timer->stop();
+  timer->start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  timer->stop();
+  const std::vector<double> s = timer->seconds();
+  REQUIRE(s.size() == 2);
+  CHECK(s[0] >= 0.0);
+  CHECK(s[1] >= 0.019);
+  CHECK(timer->seconds().empty());
 }
 
 namespace {
