@@ -12,8 +12,8 @@
 // the default config's speed before the CPU kernels flushed them).
 //
 // This VM's speed moves by tens of percent from minute to minute, so the
-// sides take turns: after each Tessera epoch (timed by the fit itself), 15
-// probe steps give the step rate, then PyTorch runs one epoch (torch_fit.py
+// sides take turns: after each Tessera epoch (timed by the fit itself), 3
+// seconds of probe steps (at least 15) give the step rate, then PyTorch runs one epoch (torch_fit.py
 // --paced, waiting on its standard input). Every row's three figures come
 // from the same minute; each side's whole fit is its own seconds only.
 //
@@ -72,10 +72,19 @@ struct SideBySide {
   std::int64_t batch = 0;
 };
 
-// Median seconds of `steps` train_step calls on one batch.
-double median_step_seconds(Trainer& trainer, const Tensor& inputs, const Tensor& targets, int steps) {
+// The step-rate probe's length: 15 steps (0.3 to 0.7 s) gave rates 0.8x to
+// 1.3x of the epochs around them on a noisy VM (the CNN, 2026-11-28), where
+// the epochs themselves, 20 s each, moved by 8%.
+constexpr int kProbeMinSteps = 15;
+constexpr double kProbeSeconds = 3.0;
+
+// Median seconds of train_step calls on one batch: at least `steps` of them,
+// and more until `seconds` have passed.
+double median_step_seconds(Trainer& trainer, const Tensor& inputs, const Tensor& targets, int steps,
+                           double seconds = 0.0) {
   std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
+  const auto start_all = Clock::now();
+  for (int i = 0; i < steps || seconds_since(start_all) < seconds; ++i) {
     auto start = Clock::now();
     trainer.train_step(inputs, targets);
     times.push_back(seconds_since(start));
@@ -128,7 +137,7 @@ SideBySide fit_side_by_side(const std::filesystem::path& config, const std::stri
     auto start = Clock::now();
     r.tessera.epoch_seconds.push_back(log.seconds);
     r.tessera.final_loss = log.train.loss;
-    r.step_rate.push_back(static_cast<double>(r.batch) / median_step_seconds(probe, inputs, targets, 15));
+    r.step_rate.push_back(static_cast<double>(r.batch) / median_step_seconds(probe, inputs, targets, kProbeMinSteps, kProbeSeconds));
     if (child && r.torch.error.empty()) {
       child->write_line("epoch");
       nlohmann::json e = next_with(*child, "epoch");
@@ -230,6 +239,18 @@ int main(int argc, char** argv) {
                    100 * share, peer_cell, ieee_cell);
       }
       fmt::print("  every epoch within 10% of the step rate measured after it: {}\n", mark(epochs_within));
+      // Whether the fit loses speed against steps at all, or the machine's
+      // speed moved between an epoch and its probe: the means of both.
+      if (!run.step_rate.empty()) {
+        double epochs = 0, probes = 0;
+        for (std::size_t e = 0; e < std::min(run.step_rate.size(), tessera.epoch_seconds.size()); ++e) {
+          epochs += tessera.rate(e);
+          probes += run.step_rate[e];
+        }
+        const auto [low, high] = std::minmax_element(run.step_rate.begin(), run.step_rate.end());
+        fmt::print("  the epochs' mean rate over the step rates' mean: {:.0f}% (step rates {:.0f} to {:.0f})\n",
+                   100 * epochs / probes, *low, *high);
+      }
       fmt::print("  whole fit: Tessera {:.1f} s", tessera.fit_seconds);
       if (torch.valid()) {
         double ratio = tessera.fit_seconds / torch.fit_seconds;
@@ -253,9 +274,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   fmt::print("\n  samples/s: an epoch's samples over its seconds (train steps, their loss and accuracy, the\n"
-             "  shuffling; no validation). step rate: Tessera's train_step on one fixed batch, 15 steps right\n"
-             "  after the epoch; of step: the epoch's rate over it. The sides take turns epoch by epoch\n"
-             "  (Tessera, its step rate, PyTorch), so each row saw the same minute of the machine; whole fit:\n"
-             "  the fit's own seconds, without the other side's turns.\n");
+             "  shuffling; no validation). step rate: Tessera's train_step on one fixed batch, the median of\n"
+             "  3 s of steps (at least 15) right after the epoch; of step: the epoch's rate over it. The sides\n"
+             "  take turns epoch by epoch (Tessera, its step rate, PyTorch), so each row saw the same minute of\n"
+             "  the machine; whole fit: the fit's own seconds, without the other side's turns.\n");
   return status;
 }
