@@ -165,7 +165,8 @@ void Backend::pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& d
 
 void Backend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
   Check c(*this, "unary", tessera::name(op));
-  c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
+  c.on_device({{"x", &x}, {"y", &y}}).floating("x", x);
+  if (!(x.dtype() == DType::f32 && y.dtype() == DType::bf16)) c.same_dtype({{"x", &x}, {"y", &y}});
   c.shape("y", y, x.shape());
   run_unary(op, x, y);
 }
@@ -343,7 +344,8 @@ void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& bet
                          const Tensor& mean, const Tensor& rstd, float epsilon) {
   Check c(*this, "layer_norm");
   c.on_device({{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
-  c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
+  c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"mean", &mean}, {"rstd", &rstd}});
+  if (y.dtype() != DType::bf16) c.dtype(DType::f32, {{"y", &y}, {"x", &x}});
   if (x.rank() < 1) throw ShapeError("layer_norm: x must have rank >= 1, got " + x.shape().str());
   Shape features{x.shape()[x.rank() - 1]};
   Shape rows{x.shape().rows()};

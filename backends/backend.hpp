@@ -80,7 +80,8 @@ class Backend {
   void pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args);
   void pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Pool2dArgs& args);
 
-  // y = f(x) elementwise, and dx = dy * f'(x).
+  // y = f(x) elementwise, and dx = dy * f'(x). A bf16 y of an f32 x gets f(x)
+  // rounded as a cast rounds it (mixed precision's cast fused into the op).
   void unary(UnaryOp op, const Tensor& x, const Tensor& y);
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
@@ -147,7 +148,8 @@ class Backend {
   virtual bool prefers_attention_op(DType operands, DType out, std::int64_t width) const;
 
   // Layer normalisation over the last axis: y = (x - mean) * rstd * gamma + beta.
-  // mean and rstd ([rows]) are saved for the backward pass.
+  // mean and rstd ([rows]) are saved for the backward pass. Everything is
+  // f32, but y may be bf16: y rounded as a cast rounds it.
   void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd, float epsilon);
   void layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

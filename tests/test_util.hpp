@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ inline void check_close(const std::vector<float>& actual, const std::vector<floa
 inline void check_close(const Tensor& actual, const std::vector<float>& expected,
                         double rtol = 1e-5, double atol = 1e-6) {
   check_close(actual.to_vector<float>(), expected, rtol, atol);
+}
+
+// The raw bits of a host bf16 tensor's elements: compares bf16 results exactly.
+inline std::vector<std::uint16_t> bf16_bits(const Tensor& t) {
+  std::vector<std::uint16_t> out;
+  for (bf16 x : t.to_vector<bf16>()) out.push_back(x.bits);
+  return out;
 }
 
 }  // namespace tessera::test

@@ -24,6 +24,11 @@ bool gelu_erf_in_house() {
 }
 
 void CpuBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
+  if (y.dtype() != x.dtype()) {  // f32 x, bf16 y: f(x) in f32, then rounded (a cast fused into the op)
+    Tensor wide = scratch_tensor("unary f32 out", y.shape(), DType::f32);
+    run_unary(op, x, wide);
+    return run_cast(wide, y);
+  }
   if (in_house(op, {&x, &y})) {
     KernelScope scope(threads());
     return gelu_erf(x.data<float>(), y.data<float>(), x.numel());

@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/epilogue.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/quad_access.hpp"
 #include "engine/core/error.hpp"
 
 namespace tessera {

@@ -14,6 +14,8 @@ namespace tessera {
 void CudaBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
   require_f32(x, "unary " + std::string(tessera::name(op)), device());
   CudaDeviceGuard guard(gpu_);
+  if (y.dtype() == DType::bf16)  // rounded as it is written: a cast fused into the op (Backend::unary)
+    return cuda_unary_to_bf16(op, x.data<float>(), static_cast<std::uint16_t*>(y.raw_data()), x.numel(), stream_);
   cuda_unary(op, x.data<float>(), y.data<float>(), x.numel(), stream_);
 }
 

@@ -8,14 +8,16 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/elementwise.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/quad_access.hpp"
 
 namespace tessera {
 namespace {
 
 // kQuads: four elements a thread in 16-byte accesses (launch.hpp), where
 // every pointer is aligned for them; the element functions are the same.
-template <bool kQuads>
-__global__ void unary_kernel(UnaryOp op, const float* x, float* y, std::int64_t count) {
+// Out: float, or std::uint16_t for bf16 bits (the result rounded as it is stored).
+template <bool kQuads, typename Out>
+__global__ void unary_kernel(UnaryOp op, const float* x, Out* y, std::int64_t count) {
   for_each_element<kQuads>(
       count,
       [&](std::int64_t q) {
@@ -23,7 +25,17 @@ __global__ void unary_kernel(UnaryOp op, const float* x, float* y, std::int64_t 
         for (float& e : v.v) e = unary_forward(op, e);
         store_quad(y, q, v);
       },
-      [&](std::int64_t i) { y[i] = unary_forward(op, x[i]); });
+      [&](std::int64_t i) { store_element(y, i, unary_forward(op, x[i])); });
+}
+
+template <typename Out>
+void launch_unary(UnaryOp op, const float* x, Out* y, std::int64_t count, cudaStream_t stream) {
+  const bool quads = aligned_for_quads(x, y);
+  const LaunchConfig cfg = quads ? quad_launch_config(count) : launch_config(count);
+  if (cfg.blocks == 0) return;
+  (quads ? unary_kernel<true, Out> : unary_kernel<false, Out>)<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, y,
+                                                                                                       count);
+  cuda_check(cudaGetLastError(), "unary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
 }
 
 template <bool kQuads>
@@ -68,11 +80,11 @@ __global__ void binary_same_shape_kernel(BinaryOp op, const float* a, const floa
 }  // namespace
 
 void cuda_unary(UnaryOp op, const float* x, float* y, std::int64_t count, cudaStream_t stream) {
-  const bool quads = aligned_for_quads(x, y);
-  const LaunchConfig cfg = quads ? quad_launch_config(count) : launch_config(count);
-  if (cfg.blocks == 0) return;
-  (quads ? unary_kernel<true> : unary_kernel<false>)<<<cfg.blocks, cfg.threads, 0, stream>>>(op, x, y, count);
-  cuda_check(cudaGetLastError(), "unary_kernel<<<blocks, 256, 0, stream>>>", __FILE__, __LINE__);
+  launch_unary(op, x, y, count, stream);
+}
+
+void cuda_unary_to_bf16(UnaryOp op, const float* x, std::uint16_t* y, std::int64_t count, cudaStream_t stream) {
+  launch_unary(op, x, y, count, stream);
 }
 
 void cuda_unary_backward(UnaryOp op, const float* x, const float* dy, float* dx,

@@ -73,18 +73,6 @@ __device__ inline void for_each_element(std::int64_t count, Quad quad, Single si
     for (std::int64_t i = first_index(); i < count; i += grid_stride()) single(i);
   }
 }
-
-// Quad q of an aligned float array as four floats in registers, and back.
-struct Floats4 {
-  float v[4];
-};
-__device__ inline Floats4 load_quad(const float* p, std::int64_t q) {
-  const float4 f = reinterpret_cast<const float4*>(p)[q];
-  return {{f.x, f.y, f.z, f.w}};
-}
-__device__ inline void store_quad(float* p, std::int64_t q, const Floats4& f) {
-  reinterpret_cast<float4*>(p)[q] = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
-}
 #endif
 
 }  // namespace tessera

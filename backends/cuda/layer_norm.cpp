@@ -1,5 +1,5 @@
 // Layer normalisation over the last axis on the CUDA backend (layer_norm.cu).
-// Backend::layer_norm has checked that every operand is f32.
+// Backend::layer_norm has checked that every operand is f32 (y may be bf16).
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/layer_norm_kernels.hpp"
@@ -13,6 +13,10 @@ void CudaBackend::run_layer_norm(const Tensor& x, const Tensor& gamma, const Ten
   const std::int64_t features = x.shape()[x.rank() - 1];
   const std::int64_t rows = features == 0 ? 0 : x.numel() / features;
   CudaDeviceGuard guard(gpu_);
+  if (y.dtype() == DType::bf16)  // rounded as it is written: a cast fused into the op (Backend::layer_norm)
+    return cuda_layer_norm(x.data<float>(), gamma.data<float>(), beta.data<float>(),
+                           static_cast<std::uint16_t*>(y.raw_data()), mean.data<float>(), rstd.data<float>(), rows,
+                           features, epsilon, stream_);
   cuda_layer_norm(x.data<float>(), gamma.data<float>(), beta.data<float>(), y.data<float>(),
                   mean.data<float>(), rstd.data<float>(), rows, features, epsilon, stream_);
 }

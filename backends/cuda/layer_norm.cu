@@ -23,7 +23,9 @@ static_assert(kLaunchThreads % kWarp == 0, "whole warps per block");
 constexpr int kParamFeatures = kWarp;
 constexpr int kParamRowLanes = 16;
 
-__global__ void layer_norm_kernel(const float* x, const float* gamma, const float* beta, float* y,
+// Out: float, or std::uint16_t for y rounded to bf16 (a cast fused into the op).
+template <typename Out>
+__global__ void layer_norm_kernel(const float* x, const float* gamma, const float* beta, Out* y,
                                   float* mean, float* rstd, std::int64_t rows,
                                   std::int64_t features, float epsilon) {
   for (std::int64_t r = first_index(); r < rows; r += grid_stride())
@@ -32,8 +34,9 @@ __global__ void layer_norm_kernel(const float* x, const float* gamma, const floa
 
 // Warp w of the grid takes rows w, w + warps, ...: the bound is the same for
 // the whole warp, so every lane reaches each shuffle.
+template <typename Out>
 __global__ void layer_norm_warp_kernel(const float* x, const float* gamma, const float* beta,
-                                       float* y, float* mean, float* rstd, std::int64_t rows,
+                                       Out* y, float* mean, float* rstd, std::int64_t rows,
                                        std::int64_t features, float epsilon) {
   const std::int64_t lane = threadIdx.x % kWarp, warps = grid_stride() / kWarp;
   for (std::int64_t r = first_index() / kWarp; r < rows; r += warps) {
@@ -130,11 +133,10 @@ __global__ void layer_norm_param_chunk_totals(const float* partial_dgamma, const
   }
 }
 
-}  // namespace
-
-void cuda_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                     float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
-                     cudaStream_t stream) {
+template <typename Out>
+void launch_layer_norm(const float* x, const float* gamma, const float* beta, Out* y, float* mean,
+                       float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
+                       cudaStream_t stream) {
   if (features == 0 || rows <= 0) return;
   if (layer_norm_warp_per_row(features)) {
     const LaunchConfig cfg = launch_config(rows * kWarp);
@@ -149,6 +151,20 @@ void cuda_layer_norm(const float* x, const float* gamma, const float* beta, floa
     cuda_check(cudaGetLastError(), "layer_norm_kernel<<<blocks, 256, 0, stream>>>", __FILE__,
                __LINE__);
   }
+}
+
+}  // namespace
+
+void cuda_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                     float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
+                     cudaStream_t stream) {
+  launch_layer_norm(x, gamma, beta, y, mean, rstd, rows, features, epsilon, stream);
+}
+
+void cuda_layer_norm(const float* x, const float* gamma, const float* beta, std::uint16_t* y, float* mean,
+                     float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
+                     cudaStream_t stream) {
+  launch_layer_norm(x, gamma, beta, y, mean, rstd, rows, features, epsilon, stream);
 }
 
 void cuda_layer_norm_backward(const float* x, const float* gamma, const float* mean,

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/quad_access.hpp"
 #include "backends/host_device.hpp"
 
 namespace tessera {
@@ -58,19 +59,22 @@ TESSERA_HOST_DEVICE inline float layer_norm_rstd(float squares, std::int64_t fea
 }
 
 // y = (x - mu) * r * gamma + beta over this lane's features of row `row`.
+// Out: float, or std::uint16_t for y rounded to bf16 bits as cast rounds.
+template <typename Out>
 TESSERA_HOST_DEVICE inline void layer_norm_write(const float* x, const float* gamma,
-                                                 const float* beta, float* y, std::int64_t features,
+                                                 const float* beta, Out* y, std::int64_t features,
                                                  std::int64_t row, float mu, float r,
                                                  std::int64_t lane, std::int64_t lanes) {
   const float* xr = x + row * features;
-  float* yr = y + row * features;
-  for (std::int64_t f = lane; f < features; f += lanes) yr[f] = (xr[f] - mu) * r * gamma[f] + beta[f];
+  Out* yr = y + row * features;
+  for (std::int64_t f = lane; f < features; f += lanes) store_element(yr, f, (xr[f] - mu) * r * gamma[f] + beta[f]);
 }
 
 // y = (x - mean) * rstd * gamma + beta for row `row`; writes mean[row], rstd[row].
 // One lane, features ascending.
+template <typename Out>
 TESSERA_HOST_DEVICE inline void layer_norm_row(const float* x, const float* gamma,
-                                               const float* beta, float* y, float* mean,
+                                               const float* beta, Out* y, float* mean,
                                                float* rstd, std::int64_t features,
                                                float epsilon, std::int64_t row) {
   const float mu = layer_norm_mean(layer_norm_partial_sum(x, features, row, 0, 1), features);

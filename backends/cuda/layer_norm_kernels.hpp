@@ -16,6 +16,10 @@ namespace tessera {
 void cuda_layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                      float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
                      cudaStream_t stream);
+// The same with y rounded to bf16 (bits) as cast rounds: a cast fused into the op.
+void cuda_layer_norm(const float* x, const float* gamma, const float* beta, std::uint16_t* y, float* mean,
+                     float* rstd, std::int64_t rows, std::int64_t features, float epsilon,
+                     cudaStream_t stream);
 
 // dx of every row, split the same way (layer_norm_backward_row where a thread
 // takes the row), then dgamma and dbeta of every feature: in each chunk of

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/launch.hpp"
+#include "backends/cuda/quad_access.hpp"
 
 namespace tessera {
 namespace {

@@ -116,6 +116,19 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     for (NodeId a : replaced) absorbed[a] = true;
     fused.emplace(n, std::move(e));
   }
+  // Mixed precision's casts of matmul operands into the layer norm or unary
+  // op that computes them: it rounds its f32 result as it writes it.
+  for (NodeId n : schedule) {
+    const Node& node = graph.node(n);
+    if (absorbed[n] || (node.kind != OpKind::layer_norm && node.kind != OpKind::unary) ||
+        graph.dtype(node.inputs[0]) != DType::f32 || graph.dtype(node.outputs[0]) != DType::f32)
+      continue;
+    if (const Node* cast = sole_reader(node.outputs[0]);
+        cast != nullptr && cast->kind == OpKind::cast && graph.dtype(cast->outputs[0]) == DType::bf16) {
+      absorbed[readers[node.outputs[0]][0]] = true;
+      fused.emplace(n, Epilogue{.out = cast->outputs[0]});
+    }
+  }
   std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
   return fused;
 }

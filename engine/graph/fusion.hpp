@@ -13,6 +13,11 @@
 // and the pool already reads x, so the separate pass over x and dx goes
 // (where x <= 0 the fused pass writes 0 even if the pooled gradient was inf).
 //
+// Mixed precision's cast of a matmul operand to bf16 is fused into the layer
+// norm or unary op (a GELU) that computes the operand in f32, where nothing
+// else reads the f32 value: the op writes its result rounded to bf16 (as the
+// cast rounds it), and the f32 tensor is never written nor read again.
+//
 // A convolution's bias gradient is not fused into its weight gradient: with
 // diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's
 // training step 6-10% slower (five alternating pairs, AMD EPYC Zen 5,
@@ -42,13 +47,14 @@ namespace tessera {
 struct Epilogue {
   ValueId bias = -1;                        // added over the last axis, or -1
   Activation activation = Activation::none; // pool2d_grad: the gradient of this activation after it
-  ValueId out = -1;                         // the value the fused call writes
+  ValueId out = -1;                         // the value the fused call writes (instead of its outputs[0])
 };
 
-// Finds the chains producer -> add(bias) -> activation, and max pool2d_grad ->
-// relu's unary_grad, in `schedule` whose intermediate values nothing else reads
-// (and that are not in `outputs`), returns them by producer node, and removes
-// the absorbed nodes from `schedule`.
+// Finds the chains producer -> add(bias) -> activation, max pool2d_grad ->
+// relu's unary_grad, and f32 layer_norm or unary -> cast to bf16, in
+// `schedule` whose intermediate values nothing else reads (and that are not in
+// `outputs`), returns them by producer node, and removes the absorbed nodes
+// from `schedule`.
 std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
                                                     const std::vector<ValueId>& outputs);
 

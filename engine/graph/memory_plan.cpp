@@ -91,7 +91,11 @@ std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
 }
 
 std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
-  if (auto e = epilogues.find(n); e != epilogues.end()) return {e->second.out};
+  if (auto e = epilogues.find(n); e != epilogues.end()) {  // the fused call writes e.out instead of outputs[0]
+    std::vector<ValueId> out = graph.node(n).outputs;
+    out[0] = e->second.out;
+    return out;
+  }
   if (auto a = attentions.find(n); a != attentions.end()) return {a->second.out};
   return graph.node(n).outputs;
 }

@@ -29,7 +29,7 @@ struct NodeRun {
   const Node& node;
   Backend& backend;
   std::vector<Tensor>& values;             // every value's tensor, by ValueId
-  const Epilogue* epilogue;                // the fused bias and activation (matmul, conv2d, pool2d_grad), if any
+  const Epilogue* epilogue;                // the fused bias and activation (matmul, conv2d, pool2d_grad) or cast, if any
   const CollectiveContext* collectives;    // null unless the graph is partitioned
   std::int64_t update_step;                // the optimizer step (1-based); 0: the attributes' step + runs
   std::int64_t runs;                       // earlier runs of this executor
@@ -44,7 +44,8 @@ struct NodeRun {
   const CollectiveContext& spmd() const;
   // What a matmul or conv2d writes: with a fused epilogue its bias (else
   // null), its activation (else none) and the value after them (else out(0)).
-  // For a pool2d_grad, relu is the ReLU's gradient taken after it.
+  // For a pool2d_grad, relu is the ReLU's gradient taken after it. For a
+  // layer_norm or unary op, fused_out is the bf16 cast of its f32 output.
   const Tensor* fused_bias() const;
   Activation fused_activation() const;
   const Tensor& fused_out() const;

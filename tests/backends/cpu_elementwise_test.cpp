@@ -178,12 +178,6 @@ float f32_from_bits(std::uint32_t u) {
   return f;
 }
 
-std::vector<std::uint16_t> bits_of(const Tensor& t) {
-  std::vector<std::uint16_t> out;
-  for (bf16 x : t.to_vector<bf16>()) out.push_back(x.bits);
-  return out;
-}
-
 // Permutes row-major x of `shape` so out.shape[i] = shape[perm[i]].
 template <typename T>
 std::vector<T> transpose_ref(const std::vector<T>& x, const Shape& shape, const std::vector<int>& perm) {
@@ -443,7 +437,7 @@ TEST_CASE("broadcast_to repeats extent-1 and missing leading axes") {
     Tensor h = to_bf16_tensor(random_tensor({4}, 62));
     Tensor hout = Tensor::empty({3, 4}, DType::bf16);
     cpu().broadcast_to(h, hout);
-    auto hv = bits_of(h), ov = bits_of(hout);
+    auto hv = bf16_bits(h), ov = bf16_bits(hout);
     for (std::size_t i = 0; i < ov.size(); ++i) CHECK(ov[i] == hv[i % 4]);
   }
 }
@@ -477,7 +471,7 @@ TEST_CASE("transpose permutes axes for f32, i64 and bf16") {
     Tensor x = to_bf16_tensor(random_tensor({3, 2, 5, 4}, 73));
     Tensor out = Tensor::empty({3, 5, 2, 4}, DType::bf16);
     cpu().transpose(x, out, {0, 2, 1, 3});
-    CHECK(bits_of(out) == transpose_ref(bits_of(x), x.shape(), {0, 2, 1, 3}));
+    CHECK(bf16_bits(out) == transpose_ref(bf16_bits(x), x.shape(), {0, 2, 1, 3}));
   }
   SUBCASE("rank 3, large enough for several threads") {
     Tensor x = random_tensor({40, 30, 20}, 74);
@@ -504,7 +498,7 @@ TEST_CASE("cast f32 -> bf16 rounds to nearest, ties to even") {
   Tensor x = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
   Tensor out = Tensor::empty(x.shape(), DType::bf16);
   cpu().cast(x, out);
-  auto got = bits_of(out);
+  auto got = bf16_bits(out);
   CHECK(got[0] == 0x3f80);
   CHECK(got[1] == 0x3f82);
   CHECK(got[2] == 0x3f81);
@@ -604,7 +598,7 @@ TEST_CASE("cast between floating and integer dtypes") {
     Tensor o32 = Tensor::empty(x32.shape(), DType::bf16), o64 = Tensor::empty(x64.shape(), DType::bf16);
     cpu().cast(x32, o32);
     cpu().cast(x64, o64);
-    auto g32 = bits_of(o32), g64 = bits_of(o64);
+    auto g32 = bf16_bits(o32), g64 = bf16_bits(o64);
     for (std::size_t i = 0; i < v32.size(); ++i) {
       CAPTURE(v32[i]);
       CHECK(g32[i] == bf16_bits_of(v32[i]));
@@ -655,7 +649,7 @@ TEST_CASE("fill writes the value in every dtype") {
     for (double value : {0.1, -3.0, 1e-3, 1.0 + 1.0 / 256 + 1.0 / (1 << 30), 12345.678}) {
       CAPTURE(value);
       cpu().fill(t, value);
-      auto bits = bits_of(t);
+      auto bits = bf16_bits(t);
       std::uint16_t want = bf16_bits_of(static_cast<long double>(value));
       CHECK(bits.front() == want);
       CHECK(std::count(bits.begin(), bits.end(), want) == shape.numel());
@@ -692,7 +686,7 @@ TEST_CASE("copy duplicates the elements of every dtype") {
 
   Tensor h = to_bf16_tensor(random_tensor({5}, 92)), h2 = Tensor::empty({5}, DType::bf16);
   cpu().copy(h, h2);
-  CHECK(bits_of(h2) == bits_of(h));
+  CHECK(bf16_bits(h2) == bf16_bits(h));
 
   Tensor i = Tensor::from_vector<std::int32_t>({3, 1, 4}, {3}), i2 = Tensor::empty({3}, DType::i32);
   cpu().copy(i, i2);

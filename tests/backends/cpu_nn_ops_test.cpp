@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backends/cpu/conv2d_weights_gemm.hpp"
@@ -604,6 +605,37 @@ TEST_CASE("layer norm forward (y, mean, rstd) and backward (dx, dgamma, dbeta)")
     check_close(dx1, ref1.dx, 1e-3, 1e-5);
     check_close(dgamma, ref1.dgamma, 1e-4, 1e-5);
   }
+}
+
+// Mixed precision's cast fused into the op that computes a matmul operand
+// (fusion.hpp): a bf16 y is the f32 result rounded, bit for bit, as the
+// separate cast rounds it.
+TEST_CASE("layer norm and unary ops into a bf16 y give the f32 result cast to bf16, bit for bit") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  const Tensor x = random_tensor({5, 3, 40}, 91, -3.0f, 3.0f);
+  const Tensor gamma = random_tensor({40}, 92, 0.5f, 1.5f), beta = random_tensor({40}, 93);
+  const auto cast_of = [&](const Tensor& f32) {
+    Tensor b = Tensor::empty(f32.shape(), DType::bf16);
+    cpu.cast(f32, b);
+    return bf16_bits(b);
+  };
+  Tensor y = Tensor::empty(x.shape(), DType::f32), y16 = Tensor::empty(x.shape(), DType::bf16);
+  Tensor mean = Tensor::empty({15}, DType::f32), rstd = Tensor::empty({15}, DType::f32);
+  Tensor mean16 = Tensor::empty({15}, DType::f32), rstd16 = Tensor::empty({15}, DType::f32);
+  cpu.layer_norm(x, gamma, beta, y, mean, rstd, 1e-5f);
+  cpu.layer_norm(x, gamma, beta, y16, mean16, rstd16, 1e-5f);
+  CHECK(bf16_bits(y16) == cast_of(y));
+  CHECK(mean16.to_vector<float>() == mean.to_vector<float>());
+  CHECK(rstd16.to_vector<float>() == rstd.to_vector<float>());
+  for (UnaryOp op : {UnaryOp::gelu_erf, UnaryOp::gelu_tanh, UnaryOp::relu, UnaryOp::exp}) {
+    CAPTURE(name(op));
+    cpu.unary(op, x, y);
+    cpu.unary(op, x, y16);
+    CHECK(bf16_bits(y16) == cast_of(y));
+  }
+  // The other way (a bf16 x into an f32 y) is no fused cast: an error as before.
+  CHECK_THROWS_AS(cpu.unary(UnaryOp::relu, y16, y), DTypeError);
+  CHECK_THROWS_AS(cpu.layer_norm(y16, gamma, beta, y, mean, rstd, 1e-5f), DTypeError);
 }
 
 TEST_CASE("network kernels called twice with the same shapes create no primitive and allocate nothing") {

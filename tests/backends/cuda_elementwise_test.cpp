@@ -422,6 +422,28 @@ TEST_CASE("cuda unary kernels match the CPU backend for 1, 7 and 65537 elements"
   }
 }
 
+// A bf16 y (mixed precision's cast fused into the op): within one bf16
+// rounding of the CPU's, whose f32 result differs from the GPU's by float noise.
+TEST_CASE("cuda unary kernels into a bf16 y match the CPU's for 1, 7 and 65537 elements" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const auto widened = [](const Tensor& t) {
+    Tensor f = Tensor::empty(t.shape(), DType::f32);
+    cpu().cast(t, f);
+    return f.to_vector<float>();
+  };
+  for (std::int64_t n : kOddSizes)
+    for (UnaryOp op : {UnaryOp::gelu_erf, UnaryOp::gelu_tanh, UnaryOp::relu, UnaryOp::tanh}) {
+      CAPTURE(n);
+      CAPTURE(name(op));
+      const Tensor x = random_tensor(Shape{n}, 25, -6.0f, 6.0f);
+      Tensor y = Tensor::empty(x.shape(), DType::bf16);
+      cpu().unary(op, x, y);
+      Tensor gy = Tensor::empty(x.shape(), DType::bf16, Device::cuda(0));
+      gpu().unary(op, to_gpu(x), gy);
+      check_close(widened(to_host(gy)), widened(y), 1.0 / 128, kCpuAtol);
+    }
+}
+
 // Views that start one float into their buffers: the kernels' element loops
 // (the four-a-thread ones need 16-byte aligned pointers).
 TEST_CASE("cuda unary and binary kernels on views that are not 16-byte aligned match the CPU backend" *

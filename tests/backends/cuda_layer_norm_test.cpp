@@ -208,6 +208,26 @@ TEST_CASE("cuda layer norm's dgamma and dbeta split rows into chunks when featur
   }
 }
 
+TEST_CASE("cuda layer norm rows into bf16 are the f32 rows rounded as cast rounds") {
+  const Shape shape{6, 40};
+  const Tensor x = random_tensor(shape, 61, -3.0f, 5.0f);
+  const Tensor gamma = random_tensor(Shape{40}, 63, 0.5f, 1.5f), beta = random_tensor(Shape{40}, 64);
+  Result f32 = allocate(shape), rounded = allocate(shape);
+  std::vector<std::uint16_t> y16(static_cast<std::size_t>(shape.numel()));
+  for (std::int64_t r = 0; r < 6; ++r) {
+    layer_norm_row(x.data<float>(), gamma.data<float>(), beta.data<float>(), f32.y.data<float>(),
+                   f32.mean.data<float>(), f32.rstd.data<float>(), 40, kEpsilon, r);
+    layer_norm_row(x.data<float>(), gamma.data<float>(), beta.data<float>(), y16.data(), rounded.mean.data<float>(),
+                   rounded.rstd.data<float>(), 40, kEpsilon, r);
+  }
+  const std::vector<float> y = f32.y.to_vector<float>();
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    CAPTURE(i);
+    CHECK(y16[i] == to_bf16(y[i]).bits);
+  }
+  CHECK(rounded.mean.to_vector<float>() == f32.mean.to_vector<float>());
+}
+
 TEST_CASE("cuda layer norm takes a warp per row from 32 features") {
   CHECK(layer_norm_warp_per_row(768));
   CHECK(layer_norm_warp_per_row(32));
@@ -245,6 +265,33 @@ TEST_CASE("cuda layer norm kernels match the CPU backend" * doctest::test_suite(
     compare(to_host(got.dx), want.dx, "dx", 1e-4);
     compare(to_host(got.dgamma), want.dgamma, "dgamma", 1e-6 * rows + 1e-5);
     compare(to_host(got.dbeta), want.dbeta, "dbeta", 1e-6 * rows + 1e-5);
+  }
+}
+
+// A bf16 y (mixed precision's cast fused into the op): within one bf16
+// rounding of the CPU's, whose f32 y differs from the GPU's by float noise.
+TEST_CASE("cuda layer norm into a bf16 y matches the CPU's, thread and warp kernels" * doctest::test_suite("gpu") *
+          skip_without_gpu()) {
+  for (const Shape& shape : {Shape{7, 5}, Shape{300, 768}, Shape{3, 37, 33}}) {
+    CAPTURE(shape.str());
+    const std::int64_t features = shape[shape.rank() - 1], rows = shape.numel() / features;
+    const Tensor x = random_tensor(shape, 65, -3.0f, 5.0f);
+    const Tensor gamma = random_tensor(Shape{features}, 67, 0.5f, 1.5f), beta = random_tensor(Shape{features}, 68);
+    Tensor y = Tensor::empty(shape, DType::bf16), mean = Tensor::empty({rows}, DType::f32);
+    Tensor rstd = Tensor::empty({rows}, DType::f32);
+    cpu().layer_norm(x, gamma, beta, y, mean, rstd, kEpsilon);
+    Tensor gy = Tensor::empty(shape, DType::bf16, Device::cuda(0));
+    Tensor gmean = Tensor::empty({rows}, DType::f32, Device::cuda(0));
+    Tensor grstd = Tensor::empty({rows}, DType::f32, Device::cuda(0));
+    gpu().layer_norm(to_gpu(x), to_gpu(gamma), to_gpu(beta), gy, gmean, grstd, kEpsilon);
+    const auto widened = [](const Tensor& t) {
+      Tensor f = Tensor::empty(t.shape(), DType::f32);
+      cpu().cast(t, f);
+      return f.to_vector<float>();
+    };
+    check_close(widened(to_host(gy)), widened(y), 1.0 / 128, 2e-5);
+    compare(to_host(gmean), mean, "mean");
+    compare(to_host(grstd), rstd, "rstd");
   }
 }
 

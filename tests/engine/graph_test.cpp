@@ -361,6 +361,55 @@ TEST_CASE("a bias add and activation after a matmul or convolution run as its ep
   CHECK(updated.epilogues.empty());
 }
 
+TEST_CASE("mixed precision: a layer norm or GELU writes its matmul operand in bf16 itself, bit for bit as the cast") {
+  Graph g;
+  g.set_matmul_dtype(DType::bf16);
+  ValueId x = g.input("x", {8, 16});
+  ValueId gamma = g.variable("ln/gamma", {16}), beta = g.variable("ln/beta", {16});
+  ValueId w1 = g.variable("fc1/kernel", {16, 32}), b1 = g.variable("fc1/bias", {32});
+  ValueId w2 = g.variable("fc2/kernel", {32, 4});
+  ValueId ln = g.layer_norm(x, gamma, beta)[0];
+  ValueId pre = g.add(g.matmul(ln, w1), b1);
+  ValueId act = g.unary(UnaryOp::gelu_erf, pre);
+  ValueId y = g.matmul(act, w2);
+  // pre is an output, so the GELU is an op of its own (not the matmul's
+  // epilogue), as in training where its gradient reads pre.
+  const std::vector<ValueId> outputs{y, pre};
+  MemoryPlan plan = plan_memory(g, outputs);
+  const NodeId ln_node = g.value(ln).producer, act_node = g.value(act).producer;
+  REQUIRE(plan.epilogues.contains(ln_node));
+  REQUIRE(plan.epilogues.contains(act_node));
+  CHECK(g.dtype(plan.epilogues.at(ln_node).out) == DType::bf16);
+  CHECK(g.dtype(plan.epilogues.at(act_node).out) == DType::bf16);
+  for (NodeId n : plan.schedule) {
+    const Node& node = g.node(n);
+    if (node.kind == OpKind::cast) CHECK((node.inputs[0] != ln && node.inputs[0] != act));
+  }
+  // The f32 values are never written: they take no bytes of the arena.
+  CHECK(plan.offset[static_cast<std::size_t>(ln)] == MemoryPlan::kExternal);
+  CHECK(plan.offset[static_cast<std::size_t>(act)] == MemoryPlan::kExternal);
+
+  // Where the f32 values are read elsewhere (here: outputs), the casts stay.
+  const std::vector<ValueId> unfused_outputs{y, pre, ln, act};
+  MemoryPlan unfused_plan = plan_memory(g, unfused_outputs);
+  CHECK_FALSE(unfused_plan.epilogues.contains(ln_node));
+  CHECK_FALSE(unfused_plan.epilogues.contains(act_node));
+  CHECK(unfused_plan.offset[static_cast<std::size_t>(act)] != MemoryPlan::kExternal);
+
+  std::map<ValueId, Tensor> bound{{x, random_tensor({8, 16}, 1, -2.0f, 2.0f)}, {gamma, random_tensor({16}, 2, 0.5f, 1.5f)},
+                                  {beta, random_tensor({16}, 3)}, {w1, random_tensor({16, 32}, 4)},
+                                  {b1, random_tensor({32}, 5)}, {w2, random_tensor({32, 4}, 6)}};
+  Executor fused(g, outputs), unfused(g, unfused_outputs);
+  for (auto& [id, t] : bound) {
+    fused.bind(id, t);
+    unfused.bind(id, t);
+  }
+  fused.run();
+  unfused.run();
+  check_close(fused.output(y), unfused.output(y).to_vector<float>(), 0.0, 0.0);
+  check_close(fused.output(pre), unfused.output(pre).to_vector<float>(), 0.0, 0.0);
+}
+
 TEST_CASE("a step whose workspace does not fit is an OutOfMemoryError naming the workspace and its bytes") {
   Graph g;
   ValueId x = g.input("x", {1});

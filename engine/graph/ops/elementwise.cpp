@@ -137,7 +137,7 @@ ShardingRule dropout_sharding(const Graph& g, const Node& node) {
 }  // namespace
 
 void ops::add_elementwise_rules(OpRuleTable& t) {
-  entry(t, OpKind::unary) = {unary_grads, [](NodeRun& r) { r.backend.unary(r.node.attrs.unary, r.in(0), r.out(0)); },
+  entry(t, OpKind::unary) = {unary_grads, [](NodeRun& r) { r.backend.unary(r.node.attrs.unary, r.in(0), r.fused_out()); },
                              [](const Graph& g, const Node& n) { return elementwise_rule(g, n, {n.attrs.unary == UnaryOp::neg}); }};
   entry(t, OpKind::unary_grad) = {
       nullptr, [](NodeRun& r) { r.backend.unary_backward(r.node.attrs.unary, r.in(0), r.in(1), r.out(0)); },

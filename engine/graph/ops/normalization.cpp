@@ -122,7 +122,7 @@ void ops::add_normalization_rules(OpRuleTable& t) {
       softmax_sharding};
   entry(t, OpKind::layer_norm) = {layer_norm_grads,
                                   [](NodeRun& r) {
-                                    r.backend.layer_norm(r.in(0), r.in(1), r.in(2), r.out(0), r.out(1), r.out(2),
+                                    r.backend.layer_norm(r.in(0), r.in(1), r.in(2), r.fused_out(), r.out(1), r.out(2),
                                                          r.node.attrs.epsilon);
                                   },
                                   layer_norm_sharding};
