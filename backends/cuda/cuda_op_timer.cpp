@@ -5,8 +5,14 @@
 namespace tessera {
 
 CudaOpTimer::~CudaOpTimer() {
-  CudaDeviceGuard guard(gpu_);
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);  // no throwing from a destructor
+  // Errors are dropped (no CudaDeviceGuard, which throws): this may run while
+  // an error unwinds, or at exit.
+  int previous = -1;
+  const bool switched =
+      cudaGetDevice(&previous) == cudaSuccess && previous != gpu_ && cudaSetDevice(gpu_) == cudaSuccess;
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  cudaGetLastError();
+  if (switched) cudaSetDevice(previous);
 }
 
 void CudaOpTimer::start() {
