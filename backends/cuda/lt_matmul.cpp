@@ -1,6 +1,8 @@
 // cuBLASLt products with their epilogue (lt_matmul.hpp).
 #include "backends/cuda/lt_matmul.hpp"
 
+#include <functional>
+
 #include "backends/cuda/cuda_check.hpp"
 
 namespace tessera {
@@ -67,14 +69,16 @@ struct Preference {
 
 }  // namespace
 
+std::size_t LtPlanKeyHash::operator()(const LtPlanKey& key) const noexcept {
+  std::size_t h = 0;
+  for (std::int64_t f : key.fields) h = h * 1000003u ^ std::hash<std::int64_t>{}(f);
+  return h;
+}
+
 LtPlans::Plan* LtPlans::plan_for(const LtProduct& p) {
   const ColumnMajorGemm& g = p.gemm;
-  const std::string key = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " +
-                          std::to_string(g.transa) + std::to_string(g.transb) + " ld " + std::to_string(g.lda) +
-                          "," + std::to_string(g.ldb) + "," + std::to_string(g.ldc) + " " + std::to_string(p.in) +
-                          "," + std::to_string(p.out) + " e" + std::to_string(p.epilogue) + " aligned " +
-                          std::to_string(alignment(p.a)) + "," + std::to_string(alignment(p.b)) + "," +
-                          std::to_string(alignment(p.c)) + "," + std::to_string(alignment(p.bias));
+  const LtPlanKey key{{g.m, g.n, g.k, g.transa, g.transb, g.lda, g.ldb, g.ldc, p.in, p.out, p.epilogue,
+                       alignment(p.a), alignment(p.b), alignment(p.c), alignment(p.bias)}};
   auto& slot = plans_[key];
   if (slot) return slot.get();
   auto plan = std::make_unique<Plan>();

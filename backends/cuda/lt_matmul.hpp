@@ -19,10 +19,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <unordered_map>
 
 #include "backends/cuda/gemm_mapping.hpp"
@@ -38,6 +38,16 @@ struct LtProduct {
   void* c;
   const void* bias;      // null for CUBLASLT_EPILOGUE_RELU
   float alpha;
+};
+
+// What a plan depends on: the GEMM's sizes, transposes and leading
+// dimensions, the dtypes, the epilogue and each operand's alignment.
+struct LtPlanKey {
+  std::array<std::int64_t, 15> fields{};
+  bool operator==(const LtPlanKey&) const = default;
+};
+struct LtPlanKeyHash {
+  std::size_t operator()(const LtPlanKey& key) const noexcept;
 };
 
 class LtPlans {
@@ -61,7 +71,7 @@ class LtPlans {
   cublasLtHandle_t handle_;
   void* workspace_;
   std::size_t workspace_bytes_;
-  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;  // by shape, dtypes, epilogue and alignment
+  std::unordered_map<LtPlanKey, std::unique_ptr<Plan>, LtPlanKeyHash> plans_;
   std::int64_t products_ = 0;
 };
 
