@@ -113,6 +113,9 @@ void Executor::run() {
       op_timer_->stop();
     }
     const std::vector<double> seconds = op_timer_->seconds();
+    if (seconds.size() != plan_.schedule.size())  // keys and times would part company
+      throw Error("profile: the " + backend_.name() + " op timer gave " + std::to_string(seconds.size()) +
+                  " times for the " + std::to_string(plan_.schedule.size()) + " ops of the run");
     for (std::size_t i = 0; i < seconds.size(); ++i) {
       OpTime& t = (*profile_)[profile_key(plan_.schedule[i])];
       t.seconds += seconds[i];
