@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -521,6 +522,37 @@ TEST_CASE("cast f32 -> bf16 rounds to nearest, ties to even") {
       CHECK(u == static_cast<std::uint32_t>(got[i]) << 16);
     }
   }
+}
+
+TEST_CASE("cast f32 <-> bf16 of a long tensor: every bit pattern class as to_bf16 and to_f32 give it") {
+  // Long enough for the threaded, vectorized loops and their remainders; NaNs
+  // (quiet, signalling, negative) stay NaN and quiet, subnormals round as
+  // numbers, infinities stay.
+  const std::vector<std::uint32_t> special = {0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x7f800000u, 0xff800000u,
+                                              0x00000001u, 0x00400000u, 0x807fffffu, 0x00008000u, 0x00018000u,
+                                              0x7f7fffffu, 0x3f808000u, 0x80000000u, 0x00000000u};
+  const std::int64_t n = 3 * 65536 + 7;
+  std::vector<float> v = random_tensor({n}, 82, -3.0f, 3.0f).to_vector<float>();
+  for (std::size_t i = 0; i < v.size(); i += 997) v[i] = f32_from_bits(special[(i / 997) % special.size()]);
+  for (std::size_t i = 0; i < special.size(); ++i) v[v.size() - 1 - i] = f32_from_bits(special[i]);
+  const Tensor x = Tensor::from_vector(v, {n});
+  Tensor narrow = Tensor::empty({n}, DType::bf16), wide = Tensor::empty({n}, DType::f32);
+  cpu().cast(x, narrow);
+  cpu().cast(narrow, wide);
+  const auto got = bf16_bits(narrow);
+  const auto back = wide.to_vector<float>();
+  std::int64_t wrong = 0, wrong_back = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::size_t at = static_cast<std::size_t>(i);
+    wrong += got[at] != to_bf16(v[at]).bits;
+    wrong_back += std::bit_cast<std::uint32_t>(back[at]) != std::bit_cast<std::uint32_t>(to_f32(bf16{got[at]}));
+  }
+  CHECK(wrong == 0);
+  CHECK(wrong_back == 0);
+  CHECK(got[v.size() - 1] == 0x7fc0);  // quiet NaN
+  CHECK(got[v.size() - 2] == 0x7fc0);  // signalling NaN made quiet
+  CHECK(got[v.size() - 3] == 0xffff);  // negative NaN: payload kept, quiet bit set
+  CHECK(got[v.size() - 6] == 0x0000);  // the least subnormal rounds to zero
 }
 
 TEST_CASE("cast between floating and integer dtypes") {
