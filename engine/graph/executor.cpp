@@ -71,6 +71,32 @@ void Executor::prepare_fixed_variables() {
     }
     against_transposed_b_[n] = b;
   }
+  // Casts of a variable, or of a reshape of one (attention's kernels): the
+  // kept copy stands for the cast's output, which nothing writes but the cast.
+  // Those of an earlier preparation write their arena bytes again, unless kept anew.
+  for (NodeId n : plan_.schedule)
+    if (!kept_cast_.empty() && kept_cast_[n]) {
+      const ValueId out = graph_.node(n).outputs[0];
+      tensors_[out] = arena_view(out);
+    }
+  kept_cast_.assign(static_cast<std::size_t>(graph_.node_count()), false);
+  for (NodeId n : plan_.schedule) {
+    const Node& node = graph_.node(n);
+    const ValueId out = node.outputs.empty() ? -1 : node.outputs[0];
+    if (node.kind != OpKind::cast || plan_.storage_of[out] != out || plan_.offset[out] == MemoryPlan::kExternal ||
+        std::find(outputs_.begin(), outputs_.end(), out) != outputs_.end())
+      continue;
+    ValueId leaf = node.inputs[0];
+    while (graph_.node(graph_.value(leaf).producer).kind == OpKind::reshape)
+      leaf = graph_.node(graph_.value(leaf).producer).inputs[0];
+    if (graph_.node(graph_.value(leaf).producer).kind != OpKind::variable || written.contains(leaf)) continue;
+    try {
+      tensors_[out] = kept_->cast(tensors_[leaf].reshape(graph_.shape(node.inputs[0])), graph_.dtype(out), backend_);
+    } catch (const OutOfMemoryError&) {
+      continue;  // as above: this cast runs on every run
+    }
+    kept_cast_[n] = true;
+  }
   prepared_version_ = version;
   prepared_ = true;
 }
@@ -84,9 +110,11 @@ void Executor::allocate_arena() {
   }
   for (NodeId n : plan_.schedule)
     for (ValueId v : plan_.writes(graph_, n))
-      if (plan_.storage_of[v] == v && plan_.offset[v] != MemoryPlan::kExternal)
-        tensors_[v] = Tensor::view(arena_, static_cast<std::size_t>(plan_.offset[v]),
-                                   graph_.value(v).shape, graph_.value(v).dtype);
+      if (plan_.storage_of[v] == v && plan_.offset[v] != MemoryPlan::kExternal) tensors_[v] = arena_view(v);
+}
+
+Tensor Executor::arena_view(ValueId v) const {
+  return Tensor::view(arena_, static_cast<std::size_t>(plan_.offset[v]), graph_.value(v).shape, graph_.value(v).dtype);
 }
 
 void Executor::run() {
@@ -100,24 +128,30 @@ void Executor::run() {
   }
   if (!arena_) allocate_arena();
   if (kept_ && (!prepared_ || kept_->version() != prepared_version_)) prepare_fixed_variables();
+  // The schedule less the casts whose outputs are kept copies (fix_variables).
+  const auto runs = [this](NodeId n) { return kept_cast_.empty() || !kept_cast_[n]; };
   if (profile_ == nullptr) {
-    for (NodeId n : plan_.schedule) run_node(n);
+    for (NodeId n : plan_.schedule)
+      if (runs(n)) run_node(n);
   } else {
     // Timed on the device's clock (Backend::make_op_timer): a device that
     // queues its kernels (CUDA) records its own timestamps, read at the end.
     if (!op_timer_) op_timer_ = backend_.make_op_timer();
     op_timer_->seconds();  // forgets the ops of a run that threw
+    std::vector<NodeId> timed;
     for (NodeId n : plan_.schedule) {
+      if (!runs(n)) continue;
       op_timer_->start();
       run_node(n);
       op_timer_->stop();
+      timed.push_back(n);
     }
     const std::vector<double> seconds = op_timer_->seconds();
-    if (seconds.size() != plan_.schedule.size())  // keys and times would part company
+    if (seconds.size() != timed.size())  // keys and times would part company
       throw Error("profile: the " + backend_.name() + " op timer gave " + std::to_string(seconds.size()) +
-                  " times for the " + std::to_string(plan_.schedule.size()) + " ops of the run");
+                  " times for the " + std::to_string(timed.size()) + " ops of the run");
     for (std::size_t i = 0; i < seconds.size(); ++i) {
-      OpTime& t = (*profile_)[profile_key(plan_.schedule[i])];
+      OpTime& t = (*profile_)[profile_key(timed[i])];
       t.seconds += seconds[i];
       ++t.calls;
     }

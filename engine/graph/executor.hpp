@@ -50,9 +50,11 @@ class Executor final : public StepRunner {
   // to run, until one is bound again or `copies` is told they changed. Matmuls
   // whose weight the backend multiplies faster transposed
   // (Backend::prefers_transposed_constant_b) then run against copies from
-  // `copies`, asked for on the first run after a change. Variables the graph
-  // writes itself (a KV cache) are never copied; a copy that does not fit in
-  // memory is done without.
+  // `copies`, asked for on the first run after a change, and so do the
+  // products of mixed precision: a cast of a variable (or of a reshape of
+  // one) is made once into `copies` and left out of the runs. Variables the
+  // graph writes itself (a KV cache) are never copied; a copy that does not
+  // fit in memory is done without.
   void fix_variables(std::shared_ptr<KeptCopies> copies);
 
   // For a partitioned graph: the communicator and rank its collective ops use
@@ -64,6 +66,7 @@ class Executor final : public StepRunner {
 
  private:
   void allocate_arena();
+  Tensor arena_view(ValueId v) const;  // v's bytes of the arena
   // fix_variables: takes the kept copies of the variables' current values.
   void prepare_fixed_variables();
   void run_node(NodeId n);  // the op's run rule (engine/graph/op_rules.hpp)
@@ -93,6 +96,7 @@ class Executor final : public StepRunner {
   bool prepared_ = false;
   std::map<ValueId, Tensor> transposed_b_;
   std::map<NodeId, ValueId> against_transposed_b_;
+  std::vector<bool> kept_cast_;  // by node: a cast whose output is a kept copy, not run
 };
 
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // KeptCopies: copies of fixed variables (inference weights) in the layout a
-// backend multiplies fastest, made once and shared by every executor of a
-// host, so that a weight read by several programs (batch sizes, prefill
-// windows) is copied once. Executor::fix_variables says which executors may
+// backend multiplies fastest, or in the dtype mixed precision multiplies them
+// in, made once and shared by every executor of a host, so that a weight read
+// by several programs (batch sizes, prefill windows) is copied once. Executor::fix_variables says which executors may
 // use them; the host calls changed() whenever the variables get new values
 // (a load), and the executors ask again on their next run.
 //
@@ -28,6 +28,10 @@ class KeptCopies {
   // Copies are found by b's storage: one of a tensor no longer bound stays
   // until changed() (hosts bind each variable's one tensor for good).
   Tensor transposed(const Tensor& b, Backend& backend);
+  // x converted to `dtype` on `backend` (Backend::cast), made now unless kept
+  // since the last change; found by x's storage, element count and `dtype`,
+  // and returned in x's shape. Throws OutOfMemoryError where it does not fit.
+  Tensor cast(const Tensor& x, DType dtype, Backend& backend);
   // The variables have new values: every copy is dropped, the count moves on.
   void changed();
   // Counts changed() calls: an executor whose copies date from an earlier
@@ -41,6 +45,8 @@ class KeptCopies {
   std::uint64_t version_ = 0;
   // By the variable's storage and shape.
   std::map<std::tuple<const void*, std::int64_t, std::int64_t>, Tensor> transposed_;
+  // By the variable's storage, element count and the dtype cast to.
+  std::map<std::tuple<const void*, std::int64_t, DType>, Tensor> cast_;
 };
 
 }  // namespace tessera

@@ -7,11 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
 
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
+#include "engine/graph/kept_copies.hpp"
 #include "engine/run/trainer.hpp"
 #include "tests/classifier.hpp"
 #include "tests/test_util.hpp"
@@ -132,6 +136,76 @@ TEST_CASE("mixed precision: a computed value read by three products is cast once
   const auto [apart, apart_casts] = x_gradient(false);
   CHECK(shared_casts == apart_casts - 2);
   test::check_close(shared, apart, 1e-6, 1e-6);
+}
+
+TEST_CASE("mixed precision: fixed weights are cast to bf16 once into kept copies, and follow new values") {
+  Graph g;
+  g.set_matmul_dtype(DType::bf16);
+  ValueId x = g.input("x", {4, 8});
+  ValueId w = g.variable("w", {2, 4, 3}), v = g.variable("v", {3, 5});  // w seen as [8, 3], as attention's kernels
+  ValueId y = g.matmul(g.matmul(x, g.reshape(w, {8, 3})), v);
+  std::map<ValueId, Tensor> bound{{x, test::random_tensor({4, 8}, 51)},
+                                  {w, test::random_tensor({2, 4, 3}, 52)},
+                                  {v, test::random_tensor({3, 5}, 53)}};
+  auto kept = std::make_shared<KeptCopies>();
+  Executor plain(g, {y}), fixed(g, {y});
+  fixed.fix_variables(kept);
+  std::map<std::string, StepRunner::OpTime> plain_ops, fixed_ops;
+  plain.enable_profiling(&plain_ops);
+  fixed.enable_profiling(&fixed_ops);
+  for (auto& [id, t] : bound) {
+    plain.bind(id, t);
+    fixed.bind(id, t);
+  }
+  auto casts = [](const std::map<std::string, StepRunner::OpTime>& ops) {
+    std::int64_t calls = 0;
+    for (const auto& [key, time] : ops) calls += key.starts_with("cast") ? time.calls : 0;
+    return calls;
+  };
+  auto check_same = [&] {  // the same casts of the same values: the same bits
+    plain.run();
+    fixed.run();
+    CHECK(fixed.output(y).to_vector<float>() == plain.output(y).to_vector<float>());
+  };
+  check_same();
+  check_same();
+  CHECK(casts(plain_ops) == 2 * 4);  // x, w, the first product and v, on each run
+  CHECK(casts(fixed_ops) == 2 * 2);  // x and the first product: the weights' casts are kept
+  CHECK(kept->bytes() == (8 * 3 + 3 * 5) * 2);
+
+  // New values in place, announced: the copies follow.
+  const Tensor fresh = test::random_tensor({2, 4, 3}, 54);
+  std::memcpy(bound[w].raw_data(), fresh.raw_data(), fresh.nbytes());
+  kept->changed();
+  check_same();
+  // Another tensor bound: so do they.
+  bound[v] = test::random_tensor({3, 5}, 55);
+  plain.bind(v, bound[v]);
+  fixed.bind(v, bound[v]);
+  check_same();
+  CHECK(kept->bytes() == (8 * 3 + 3 * 5 + 3 * 5) * 2);  // v's old copy stays until a change (kept_copies.hpp)
+  kept->changed();
+  CHECK(kept->bytes() == 0);
+  check_same();
+  CHECK(kept->bytes() == (8 * 3 + 3 * 5) * 2);
+
+  // A variable the graph writes itself (an update) is cast on every run.
+  Graph t;
+  t.set_matmul_dtype(DType::bf16);
+  ValueId tx = t.input("x", {4, 8}), tw = t.variable("w", {8, 3}), velocity = t.variable("w/velocity", {8, 3});
+  ValueId loss = t.reduce(ReduceOp::sum, t.matmul(tx, tw), {0, 1});
+  t.sgd_update(tw, append_gradients(t, loss, {tw}).at(tw), velocity, {.learning_rate = 0.01f});
+  auto own = std::make_shared<KeptCopies>();
+  Executor updating(t, {loss});
+  updating.fix_variables(own);
+  updating.bind(tx, bound[x]);
+  updating.bind(tw, test::random_tensor({8, 3}, 56));
+  updating.bind(velocity, test::zeros({8, 3}));
+  updating.run();
+  const float before = updating.output(loss).to_vector<float>()[0];
+  updating.run();
+  CHECK(updating.output(loss).to_vector<float>()[0] != before);  // the update was seen
+  CHECK(own->bytes() == 0);
 }
 
 TEST_CASE("mixed precision: a bf16 value read by a mixed product and a bf16 one gets one bf16 gradient") {
