@@ -101,11 +101,13 @@ void Backend::matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const
   Check c(*this, "matmul");
   c.on_device({{"a", &a}, {"b", &b}, {"bias", bias}, {"out", &out}});
   c.same_dtype({{"a", &a}, {"b", &b}}).floating("a", a);
-  // out is a's dtype, or f32 accumulating bf16 operands; a bias is in out's dtype.
+  // out is a's dtype, or f32 accumulating bf16 operands; a bias is in out's
+  // dtype, or f32 for bf16 operands (then added to the f32 product).
   if (out.dtype() != a.dtype() && !(a.dtype() == DType::bf16 && out.dtype() == DType::f32))
     throw DTypeError("matmul: out is " + out.describe() + " for operands " + a.describe() + " (it takes " +
                      std::string(dtype_name(a.dtype())) + (a.dtype() == DType::bf16 ? " or f32)" : ")"));
-  if (bias != nullptr) c.same_dtype({{"bias", bias}, {"out", &out}});
+  if (bias != nullptr && !(a.dtype() == DType::bf16 && bias->dtype() == DType::f32))
+    c.same_dtype({{"bias", bias}, {"out", &out}});
   c.shape("out", out, matmul_output_shape(a.shape(), b.shape(), args));
   if (bias != nullptr) c.shape("bias", *bias, Shape{out.shape()[out.rank() - 1]});
   run_matmul(a, b, bias, out, args);

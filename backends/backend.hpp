@@ -55,6 +55,9 @@ class Backend {
   void fill(const Tensor& out, double value);
 
   // out = act(alpha * op(a) @ op(b) + bias); bias is [N] or null. See MatmulArgs.
+  // bf16 operands: out is bf16 or f32, a bias out's dtype or f32, and a bf16
+  // out is the f32 result (sums, bias, activation) rounded once, as mixed
+  // precision's cast after an f32 product rounds it (fused: fusion.hpp).
   void matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
               const MatmulArgs& args = {});
   // Whether matmul(a, b, ..., args) runs faster against a kept transposed

@@ -150,6 +150,14 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     std::int64_t k = a.shape()[a.rank() - 1], n = out.shape()[out.rank() - 1], rows = a.shape().rows();
     return run_matmul(a.reshape({rows, k}), b, bias, out.reshape({rows, n}), args);
   }
+  // A bf16 out after a bias or activation: the f32 result rounded once, as a
+  // cast after an f32 product rounds it (fusion.hpp), the cast's bits.
+  if (out.dtype() == DType::bf16 && a.dtype() == DType::bf16 &&
+      (bias != nullptr || args.activation != Activation::none)) {
+    Tensor product = scratch_tensor("matmul f32 product", out.shape(), DType::f32);
+    run_matmul(a, b, bias, product, args);
+    return run_cast(product, out);
+  }
   if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
   if (args.activation == Activation::gelu_erf && out.dtype() == DType::f32 && gelu_erf_in_house()) {
     // The product, then GELU in place: faster than oneDNN's post-op on AVX2 (gelu.hpp).

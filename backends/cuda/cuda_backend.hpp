@@ -140,6 +140,7 @@ class CudaBackend final : public Backend {
   void ensure_cublas_workspace();  // first matmul: cuBLAS's workspace from allocator_
   float* partials_scratch();        // kReduceScratchFloats for partial sums: reduce, layer norm (reduce.cpp)
   float* attention_rows_scratch(std::int64_t floats);  // one float per query row: attention backward's delta
+  Tensor product_scratch(const Shape& shape);  // f32 sums of a matmul whose bf16 out comes after an epilogue
   // matmul.cpp: false where the product's epilogue stays a pass of its own
   bool run_lt_epilogue(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                        const MatmulArgs& args, const ColumnMajorGemm& g);
@@ -154,6 +155,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Buffer> cublas_workspace_;  // freed after the handles (member order)
   std::shared_ptr<Buffer> partials_scratch_;
   std::shared_ptr<Buffer> attention_rows_scratch_;
+  std::shared_ptr<Buffer> product_scratch_;
   int shared_limit_ = 0;  // a block's opt-in shared memory (bytes): which flash kernels fit
   // The flash attention kernels of each pass (flash_attention.hpp): the wmma ones, or,
   // where TESSERA_CUDA_FLASH_FORWARD=mma (_BACKWARD=mma) asks, the mma ones, until a

@@ -15,11 +15,11 @@ namespace tessera {
 void cuda_fill(void* data, std::int64_t count, int element_size, std::uint64_t bits,
                cudaStream_t stream);
 
-// In place on a row-major out[rows, cols] (f32, or bf16 when out_bf16):
-// out[r, c] = act(out[r, c] + bias[c]) (matmul_epilogue of epilogue.hpp).
-// `bias` is null (nothing added) or [cols] f32, or bf16 when bias_bf16.
-void cuda_matmul_epilogue(void* out, bool out_bf16, const void* bias, bool bias_bf16,
-                          std::int64_t rows, std::int64_t cols, Activation act,
-                          cudaStream_t stream);
+// out[r, c] = act(product[r, c] + bias[c]) (matmul_epilogue of epilogue.hpp)
+// over a row-major f32 product[rows, cols]: out is f32 (product itself, in
+// place, or another array), or bf16 when out_bf16, rounded once. `bias` is
+// null (nothing added) or [cols] f32, or bf16 when bias_bf16.
+void cuda_matmul_epilogue(const float* product, void* out, bool out_bf16, const void* bias, bool bias_bf16,
+                          std::int64_t rows, std::int64_t cols, Activation act, cudaStream_t stream);
 
 }  // namespace tessera

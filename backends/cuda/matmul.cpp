@@ -1,10 +1,13 @@
 // Matmul on cuBLAS: cublasGemmStridedBatchedEx with the row-major → column-major
 // arguments of gemm_mapping.hpp (one call per entry of its `calls`), f32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32, results as exact as the CPU's),
-// alpha folded into the GEMM; a bias and activation run as one in-place
-// epilogue pass over the output (cuda_kernels.cu) after it, or, where the
+// alpha folded into the GEMM; a bias and activation run as one epilogue pass
+// over the output (cuda_kernels.cu) after it (in place, or from f32 sums in
+// scratch into a bf16 out, so that it is rounded once), or, where the
 // backend was asked to (lt_matmul.hpp) and cuBLASLt can, a bias and ReLU as
 // cuBLASLt's epilogue of the GEMM itself.
+#include <algorithm>
+
 #include <cublas_v2.h>
 
 #include "backends/cuda/cuda_backend.hpp"
@@ -62,9 +65,13 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
   if (g.calls.empty()) return;  // empty output
   CudaDeviceGuard guard(gpu_);
   if (run_lt_epilogue(a, b, bias, out, args, g)) return;
+  // A bf16 out after a bias or activation: the GEMM's f32 sums into scratch,
+  // then the epilogue pass rounds act(sums + bias) once into out.
+  const bool epilogue = bias != nullptr || args.activation != Activation::none;
+  const Tensor product = out.dtype() == DType::bf16 && epilogue ? product_scratch(out.shape()) : out;
   if (g.zero_k()) {
     // Nothing to contract: op(a) @ op(b) is all zeros (then bias and activation).
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream_));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(product.raw_data(), 0, product.nbytes(), stream_));
   } else {
     ensure_cublas_workspace();
     const float alpha = args.alpha, beta = 0.0f;
@@ -76,29 +83,36 @@ void CudaBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bia
           cublas_, op(g.transa), op(g.transb), g.m, g.n, g.k, &alpha,
           byte_pointer(cublas_a, call.offset_a), cuda_data_type(in), g.lda, g.stride_a,
           byte_pointer(cublas_b, call.offset_b), cuda_data_type(in), g.ldb, g.stride_b, &beta,
-          const_cast<char*>(byte_pointer(out, call.offset_c)), cuda_data_type(out.dtype()), g.ldc,
+          const_cast<char*>(byte_pointer(product, call.offset_c)), cuda_data_type(product.dtype()), g.ldc,
           g.stride_c, g.batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
-  if (bias != nullptr || args.activation != Activation::none) {
+  if (epilogue) {
     const std::int64_t cols = out.shape()[out.rank() - 1];
-    cuda_matmul_epilogue(out.raw_data(), out.dtype() == DType::bf16,
+    cuda_matmul_epilogue(static_cast<const float*>(product.raw_data()), out.raw_data(), out.dtype() == DType::bf16,
                          bias != nullptr ? bias->raw_data() : nullptr,
                          bias != nullptr && bias->dtype() == DType::bf16, out.numel() / cols, cols,
                          args.activation, stream_);
   }
 }
 
+// Kernels on this backend's one stream run in order, so one scratch serves every call.
+Tensor CudaBackend::product_scratch(const Shape& shape) {
+  const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(shape.numel(), 1)) * sizeof(float);
+  if (!product_scratch_ || product_scratch_->bytes() < bytes) product_scratch_ = std::make_shared<Buffer>(allocator_, bytes);
+  return Tensor::view(product_scratch_, 0, shape, DType::f32);
+}
+
 std::int64_t CudaBackend::lt_epilogue_products() const { return lt_plans_ ? lt_plans_->products() : 0; }
 
 // cuBLASLt's epilogue where asked (TESSERA_CUDA_MATMUL_EPILOGUE=cublaslt):
-// a bias (in the output's dtype: Backend::matmul checked it), ReLU or neither
-// after it, one unbatched GEMM.
+// a bias in the output's dtype (cuBLASLt's rule; an f32 bias of a bf16 out
+// takes the pass), ReLU or neither after it, one unbatched GEMM.
 bool CudaBackend::run_lt_epilogue(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                                   const MatmulArgs& args, const ColumnMajorGemm& g) {
   const bool relu = args.activation == Activation::relu;
   if (!lt_epilogue_ || (bias == nullptr && !relu) || (args.activation != Activation::none && !relu) ||
-      g.batch_count != 1 || g.calls.size() != 1 || g.zero_k())
+      (bias != nullptr && bias->dtype() != out.dtype()) || g.batch_count != 1 || g.calls.size() != 1 || g.zero_k())
     return false;
   ensure_cublas_workspace();
   if (!lt_plans_) lt_plans_ = std::make_unique<LtPlans>(cublas_lt_, cublas_workspace_->data(), cublas_workspace_->bytes());

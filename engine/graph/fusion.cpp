@@ -112,6 +112,24 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
           e.out = act->outputs[0];
           replaced.push_back(act_node);
         }
+    // Mixed precision: a product of bf16 operands kept in f32 that is only
+    // cast to bf16, as it is or through reshapes (attention's heads): the
+    // call writes the cast's value, rounding once after the bias and activation.
+    if (node.kind == OpKind::matmul && dtype == DType::f32 && graph.dtype(node.inputs[0]) == DType::bf16) {
+      std::vector<NodeId> chain;
+      ValueId seen = e.out;
+      NodeId next = schedule_readers.sole_reader(seen);
+      while (next >= 0 && graph.node(next).kind == OpKind::reshape) {
+        chain.push_back(next);
+        seen = graph.node(next).outputs[0];
+        next = schedule_readers.sole_reader(seen);
+      }
+      if (next >= 0 && graph.node(next).kind == OpKind::cast && graph.dtype(graph.node(next).outputs[0]) == DType::bf16) {
+        chain.push_back(next);
+        e.out = graph.node(next).outputs[0];
+        replaced.insert(replaced.end(), chain.begin(), chain.end());
+      }
+    }
     if (replaced.empty()) continue;
     for (NodeId a : replaced) absorbed[a] = true;
     fused.emplace(n, std::move(e));

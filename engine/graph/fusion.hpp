@@ -16,7 +16,11 @@
 // Mixed precision's cast of a matmul operand to bf16 is fused into the layer
 // norm or unary op (a GELU) that computes the operand in f32, where nothing
 // else reads the f32 value: the op writes its result rounded to bf16 (as the
-// cast rounds it), and the f32 tensor is never written nor read again.
+// cast rounds it), and the f32 tensor is never written nor read again. So it
+// is into a product of bf16 operands kept in f32 (after its bias and
+// activation, if fused), also where reshapes come between (attention's q, k
+// and v split into heads, the gradient of its output joined from them): the
+// matmul writes the cast's value (Epilogue::out, of the reshapes' shape).
 //
 // A convolution's bias gradient is not fused into its weight gradient: with
 // diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's
@@ -47,11 +51,13 @@ namespace tessera {
 struct Epilogue {
   ValueId bias = -1;                        // added over the last axis, or -1
   Activation activation = Activation::none; // pool2d_grad: the gradient of this activation after it
-  ValueId out = -1;                         // the value the fused call writes (instead of its outputs[0])
+  ValueId out = -1;                         // the value the fused call writes (instead of its outputs[0]);
+                                            // a matmul's bf16 cast may have another shape of as many elements
 };
 
-// Finds the chains producer -> add(bias) -> activation, max pool2d_grad ->
-// relu's unary_grad, and f32 layer_norm or unary -> cast to bf16, in
+// Finds the chains producer -> add(bias) -> activation (-> reshapes -> cast
+// to bf16, for a matmul of bf16 operands), max pool2d_grad -> relu's
+// unary_grad, and f32 layer_norm or unary -> cast to bf16, in
 // `schedule` whose intermediate values nothing else reads (and that are not in
 // `outputs`), returns them by producer node, and removes the absorbed nodes
 // from `schedule`.

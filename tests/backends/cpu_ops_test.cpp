@@ -184,6 +184,38 @@ TEST_CASE("bf16 matmul accumulates in f32 and matches the f32 result of the roun
   check_close(widen(out16), expected, 1e-2, 1e-2);  // one bf16 rounding of the result
 }
 
+TEST_CASE("bf16 matmul into bf16 after an f32 bias and an activation: the f32 result cast, bit for bit") {
+  // Mixed precision's cast fused into a product (fusion.hpp) computes what
+  // the f32 product and the cast compute. Other dtypes of bias stay refused.
+  Backend& cpu = backend_for(Device::cpu(0));
+  Tensor a16 = Tensor::empty({2, 24, 40}, DType::bf16), b16 = Tensor::empty({40, 36}, DType::bf16);
+  cpu.cast(random_tensor({2, 24, 40}, 13, -2.0f, 2.0f), a16);
+  cpu.cast(random_tensor({40, 36}, 14, -2.0f, 2.0f), b16);
+  const Tensor bias = random_tensor({36}, 15, -1.0f, 1.0f);
+  for (Activation act : {Activation::none, Activation::relu, Activation::gelu_erf})
+    for (bool with_bias : {true, false}) {
+      CAPTURE(std::string(name(act)));
+      CAPTURE(with_bias);
+      const MatmulArgs args{.activation = act, .alpha = 0.75f};
+      Tensor product = Tensor::empty({2, 24, 36}, DType::f32), cast = Tensor::empty({2, 24, 36}, DType::bf16);
+      cpu.matmul(a16, b16, with_bias ? &bias : nullptr, product, args);
+      cpu.cast(product, cast);
+      Tensor fused = Tensor::empty({2, 24, 36}, DType::bf16);
+      cpu.matmul(a16, b16, with_bias ? &bias : nullptr, fused, args);
+      if (with_bias || act != Activation::none) {
+        CHECK(bf16_bits(fused) == bf16_bits(cast));
+      } else {  // no pass: oneDNN rounds its own sums
+        Tensor wide = Tensor::empty({2, 24, 36}, DType::f32);
+        cpu.cast(fused, wide);
+        check_close(wide, product.to_vector<float>(), 1e-2, 1e-2);
+      }
+    }
+  Tensor out = Tensor::empty({2, 24, 36}, DType::bf16), f32_a = random_tensor({2, 24, 40}, 16);
+  CHECK_THROWS_AS(cpu.matmul(f32_a, random_tensor({40, 36}, 17), &bias, out), DTypeError);  // f32 operands, bf16 out
+  Tensor i32_bias = Tensor::empty({36}, DType::i32);
+  CHECK_THROWS_AS(cpu.matmul(a16, b16, &i32_bias, out), DTypeError);
+}
+
 TEST_CASE("each thread share has primitives of its own, reused when the share comes back") {
   auto& cpu = static_cast<CpuBackend&>(backend_for(Device::cpu(0)));
   Tensor a = random_tensor({16, 16}, 1), b = random_tensor({16, 16}, 2);

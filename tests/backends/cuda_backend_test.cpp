@@ -297,6 +297,44 @@ TEST_CASE("cuda bf16 matmul with a bias, and ReLU, into f32 and bf16 matches the
     }
 }
 
+// Mixed precision's cast fused into a product (fusion.hpp): bf16 operands,
+// an f32 bias, an activation, a bf16 out: the f32 result rounded once, as
+// the CPU's f32 product then cast, within one rounding where the two GEMMs'
+// sums differ in their last bits. cuBLASLt takes no f32 bias of a bf16 out.
+TEST_CASE("cuda bf16 matmul into bf16 after an f32 bias and an activation is the f32 result rounded once" *
+          doctest::test_suite("gpu") * skip_without_gpu()) {
+  const auto& cuda = dynamic_cast<const CudaBackend&>(gpu());
+  Backend& cpu = backend_for(Device::cpu(0));
+  const auto [a16, a] = bf16_rounded(random_tensor({2, 64, 96}, 44, -2.0f, 2.0f));
+  const auto [b16, b] = bf16_rounded(random_tensor({96, 40}, 45, -2.0f, 2.0f));
+  const Tensor bias = random_tensor({40}, 46, -1.0f, 1.0f);
+  for (Activation act : {Activation::none, Activation::relu, Activation::gelu_erf})
+    for (bool with_bias : {true, false}) {
+      CAPTURE(std::string(name(act)));
+      CAPTURE(with_bias);
+      if (!with_bias && act == Activation::none) continue;  // no pass: cuBLAS rounds its own sums
+      const MatmulArgs args{.activation = act};
+      Tensor product = Tensor::empty({2, 64, 40}, DType::f32), expected = Tensor::empty({2, 64, 40}, DType::bf16);
+      cpu.matmul(a16, b16, with_bias ? &bias : nullptr, product, args);
+      cpu.cast(product, expected);
+      const std::int64_t before = cuda.lt_epilogue_products();
+      const Tensor got = gpu_matmul(a16, b16, with_bias ? &bias : nullptr, args, DType::bf16);
+      CHECK(cuda.lt_epilogue_products() == before);
+      const auto want = bf16_bits(expected), have = bf16_bits(got);
+      const auto ordered = [](std::uint16_t u) {  // bf16 bits as integers in the order of their values
+        return (u & 0x8000u) != 0 ? -static_cast<int>(u & 0x7fffu) : static_cast<int>(u);
+      };
+      std::int64_t apart = 0, same = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const int ulps = std::abs(ordered(want[i]) - ordered(have[i]));
+        apart += ulps > 1;
+        same += ulps == 0;
+      }
+      CHECK(apart == 0);
+      CHECK(same > static_cast<std::int64_t>(want.size()) * 9 / 10);
+    }
+}
+
 TEST_CASE("cuda bf16 matmul accumulates in f32" * doctest::test_suite("gpu") * skip_without_gpu()) {
   // bf16 operands (rounded from f32), against an f32 matmul of the rounded values.
   Tensor a32 = random_tensor({9, 40}, 31), b32 = random_tensor({40, 11}, 32);
