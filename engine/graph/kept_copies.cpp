@@ -2,34 +2,32 @@
 
 namespace tessera {
 
+template <typename Key, typename Make>
+Tensor KeptCopies::find_or_make(std::map<Key, Kept>& copies, const Key& key, const Tensor& source, Make make) {
+  std::erase_if(copies, [](const auto& entry) { return entry.second.source.expired(); });
+  if (auto it = copies.find(key); it != copies.end() && it->second.source.lock() == source.buffer())
+    return it->second.copy;
+  Tensor copy = make();  // a throw keeps nothing
+  copies[key] = Kept{source.buffer(), copy};
+  return copy;
+}
+
 Tensor KeptCopies::transposed(const Tensor& b, Backend& backend) {
   std::lock_guard lock(mutex_);
-  auto [it, added] = transposed_.try_emplace({b.raw_data(), b.shape()[0], b.shape()[1]});
-  if (added) {
-    try {
-      it->second = Tensor::empty({b.shape()[1], b.shape()[0]}, b.dtype(), backend.device());
-      backend.transpose(b, it->second, {1, 0});
-    } catch (...) {
-      transposed_.erase(it);
-      throw;
-    }
-  }
-  return it->second;
+  return find_or_make(transposed_, {b.raw_data(), b.shape()[0], b.shape()[1]}, b, [&] {
+    Tensor copy = Tensor::empty({b.shape()[1], b.shape()[0]}, b.dtype(), backend.device());
+    backend.transpose(b, copy, {1, 0});
+    return copy;
+  });
 }
 
 Tensor KeptCopies::cast(const Tensor& x, DType dtype, Backend& backend) {
   std::lock_guard lock(mutex_);
-  auto [it, added] = cast_.try_emplace({x.raw_data(), x.numel(), dtype});
-  if (added) {
-    try {
-      it->second = Tensor::empty(x.shape(), dtype, backend.device());
-      backend.cast(x, it->second);
-    } catch (...) {
-      cast_.erase(it);
-      throw;
-    }
-  }
-  return it->second.reshape(x.shape());
+  return find_or_make(cast_, {x.raw_data(), x.numel(), dtype}, x, [&] {
+    Tensor copy = Tensor::empty(x.shape(), dtype, backend.device());
+    backend.cast(x, copy);
+    return copy;
+  }).reshape(x.shape());
 }
 
 void KeptCopies::changed() {
@@ -47,8 +45,8 @@ std::uint64_t KeptCopies::version() const {
 std::size_t KeptCopies::bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t bytes = 0;
-  for (const auto& [key, copy] : transposed_) bytes += copy.nbytes();
-  for (const auto& [key, copy] : cast_) bytes += copy.nbytes();
+  for (const auto& [key, kept] : transposed_) bytes += kept.copy.nbytes();
+  for (const auto& [key, kept] : cast_) bytes += kept.copy.nbytes();
   return bytes;
 }
 

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -25,12 +26,13 @@ class KeptCopies {
  public:
   // b [K, N] transposed into [N, K] on `backend`, made now unless it was kept
   // since the last change. Throws OutOfMemoryError where the copy does not fit.
-  // Copies are found by b's storage: one of a tensor no longer bound stays
-  // until changed() (hosts bind each variable's one tensor for good).
+  // Copies are found by their source's bytes (address and extent) and Buffer:
+  // a copy goes once its source's Buffer is freed, so a tensor that a later
+  // allocation puts at the same address gets copies of its own.
   Tensor transposed(const Tensor& b, Backend& backend);
   // x converted to `dtype` on `backend` (Backend::cast), made now unless kept
-  // since the last change; found by x's storage, element count and `dtype`,
-  // and returned in x's shape. Throws OutOfMemoryError where it does not fit.
+  // since the last change, found as above (and by `dtype`), and returned in
+  // x's shape. Throws OutOfMemoryError where it does not fit.
   Tensor cast(const Tensor& x, DType dtype, Backend& backend);
   // The variables have new values: every copy is dropped, the count moves on.
   void changed();
@@ -43,10 +45,18 @@ class KeptCopies {
  private:
   mutable std::mutex mutex_;
   std::uint64_t version_ = 0;
+  struct Kept {
+    std::weak_ptr<Buffer> source;  // the copy's source: expired, the copy is stale
+    Tensor copy;
+  };
+  // The copy under `key` of `source`, made by `make` unless kept; drops the
+  // copies of freed sources first.
+  template <typename Key, typename Make>
+  static Tensor find_or_make(std::map<Key, Kept>& copies, const Key& key, const Tensor& source, Make make);
   // By the variable's storage and shape.
-  std::map<std::tuple<const void*, std::int64_t, std::int64_t>, Tensor> transposed_;
+  std::map<std::tuple<const void*, std::int64_t, std::int64_t>, Kept> transposed_;
   // By the variable's storage, element count and the dtype cast to.
-  std::map<std::tuple<const void*, std::int64_t, DType>, Tensor> cast_;
+  std::map<std::tuple<const void*, std::int64_t, DType>, Kept> cast_;
 };
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "backends/registry.hpp"
 #include "engine/config/config.hpp"
 #include "engine/graph/autodiff.hpp"
 #include "engine/graph/executor.hpp"
@@ -218,7 +219,15 @@ TEST_CASE("mixed precision: fixed weights are cast to bf16 once into kept copies
   plain.bind(v, bound[v]);
   fixed.bind(v, bound[v]);
   check_same();
-  CHECK(kept->bytes() == (8 * 3 + 3 * 5 + 3 * 5) * 2);  // v's old copy stays until a change (kept_copies.hpp)
+  CHECK(kept->bytes() == (8 * 3 + 3 * 5) * 2);  // v's old copy went with its tensor's memory
+  {  // A copy is found by its source's bytes and Buffer: one whose Buffer is gone is not handed out.
+    const Tensor first = test::random_tensor({3, 5}, 57);
+    const Tensor copy = kept->cast(first, DType::bf16, backend_for(Device::cpu(0)));
+    CHECK(kept->cast(first, DType::bf16, backend_for(Device::cpu(0))).raw_data() == copy.raw_data());
+    CHECK(kept->bytes() == (8 * 3 + 3 * 5 + 3 * 5) * 2);
+  }
+  CHECK(kept->cast(bound[v], DType::bf16, backend_for(Device::cpu(0))).defined());
+  CHECK(kept->bytes() == (8 * 3 + 3 * 5) * 2);  // `first`'s copy went with it
   kept->changed();
   CHECK(kept->bytes() == 0);
   check_same();
