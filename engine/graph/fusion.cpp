@@ -49,6 +49,35 @@ struct ScheduleReaders {
   std::vector<int> position;
 };
 
+// The cast to bf16 that alone reads f32 `value`, directly or through
+// reshapes: the cast's output, and the reshapes and the cast (a fused call
+// that writes the cast's value does them).
+struct CastChain {
+  ValueId value;
+  std::vector<NodeId> nodes;
+};
+std::optional<CastChain> cast_to_bf16(const Graph& graph, const ScheduleReaders& readers, ValueId value) {
+  CastChain chain;
+  NodeId next = readers.sole_reader(value);
+  while (next >= 0 && graph.node(next).kind == OpKind::reshape) {
+    chain.nodes.push_back(next);
+    next = readers.sole_reader(graph.node(next).outputs[0]);
+  }
+  if (next < 0 || graph.node(next).kind != OpKind::cast || graph.dtype(graph.node(next).outputs[0]) != DType::bf16)
+    return std::nullopt;
+  chain.nodes.push_back(next);
+  chain.value = graph.node(next).outputs[0];
+  return chain;
+}
+
+// Whether `v` is attention's weights (a softmax, or its cast): the product
+// that reads them is left to fuse_attention.
+bool attention_weights(const Graph& graph, ValueId v) {
+  NodeId p = graph.value(v).producer;
+  if (p >= 0 && graph.node(p).kind == OpKind::cast) p = graph.value(graph.node(p).inputs[0]).producer;
+  return p >= 0 && graph.node(p).kind == OpKind::softmax;
+}
+
 }  // namespace
 
 std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vector<NodeId>& schedule,
@@ -115,21 +144,12 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
     // Mixed precision: a product of bf16 operands kept in f32 that is only
     // cast to bf16, as it is or through reshapes (attention's heads): the
     // call writes the cast's value, rounding once after the bias and activation.
-    if (node.kind == OpKind::matmul && dtype == DType::f32 && graph.dtype(node.inputs[0]) == DType::bf16) {
-      std::vector<NodeId> chain;
-      ValueId seen = e.out;
-      NodeId next = schedule_readers.sole_reader(seen);
-      while (next >= 0 && graph.node(next).kind == OpKind::reshape) {
-        chain.push_back(next);
-        seen = graph.node(next).outputs[0];
-        next = schedule_readers.sole_reader(seen);
+    if (node.kind == OpKind::matmul && dtype == DType::f32 && graph.dtype(node.inputs[0]) == DType::bf16 &&
+        !attention_weights(graph, node.inputs[0]))
+      if (const auto cast = cast_to_bf16(graph, schedule_readers, e.out)) {
+        e.out = cast->value;
+        replaced.insert(replaced.end(), cast->nodes.begin(), cast->nodes.end());
       }
-      if (next >= 0 && graph.node(next).kind == OpKind::cast && graph.dtype(graph.node(next).outputs[0]) == DType::bf16) {
-        chain.push_back(next);
-        e.out = graph.node(next).outputs[0];
-        replaced.insert(replaced.end(), chain.begin(), chain.end());
-      }
-    }
     if (replaced.empty()) continue;
     for (NodeId a : replaced) absorbed[a] = true;
     fused.emplace(n, std::move(e));
@@ -218,7 +238,7 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
     const ValueId v = attended.inputs[1];
     if (graph.shape(v) != ks || graph.dtype(v) != graph.dtype(q) || graph.dtype(weights) != graph.dtype(q)) continue;
 
-    FusedAttention f{.q = q, .k = k, .v = v, .out = attended.outputs[0],
+    FusedAttention f{.q = q, .k = k, .v = v, .out = attended.outputs[0], .out_shape = graph.shape(attended.outputs[0]),
                      .args = {.scale = qk.alpha, .causal = softmax.attrs.causal, .multiply = graph.dtype(q)}};
     // The head transposes and casts around it, where the call can do them as it reads and writes.
     const auto pq = projected(q, n), pk = projected(k, n), pv = projected(v, next);
@@ -236,6 +256,12 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
       f.out = graph.node(back).outputs[0];
       f.args.out_tokens_first = true;
       replaced.push_back(back);
+    }
+    f.out_shape = graph.shape(f.out);
+    if (const auto cast = cast_to_bf16(graph, readers, f.out);
+        cast && graph.dtype(f.out) == DType::f32 && supported(stored, f.args.multiply, DType::bf16, qs[qs.rank() - 1])) {
+      f.out = cast->value;
+      replaced.insert(replaced.end(), cast->nodes.begin(), cast->nodes.end());
     }
     if (!supported(stored, f.args.multiply, graph.dtype(f.out), qs[qs.rank() - 1])) continue;
     // Not through what an earlier fused call took over: a value it no longer

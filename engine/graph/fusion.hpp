@@ -36,7 +36,9 @@
 // are each a head transpose of an f32 [B, T, H, K] value cast to bf16, and
 // nothing else reads the transposes and casts, the call reads those values
 // instead (rounding them as the casts would); where the product's only reader
-// transposes it back to [B, T, H, K], the call writes that.
+// transposes it back to [B, T, H, K], the call writes that; and where mixed
+// precision only casts that (or the product) to bf16, through reshapes or
+// not (the output projection's operand), the call writes the cast's value.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +69,9 @@ std::unordered_map<NodeId, Epilogue> fuse_epilogues(const Graph& graph, std::vec
 struct FusedAttention {
   ValueId q = -1, k = -1, v = -1;  // what the call reads: the matmuls' operands, or the values before
                                    // their transposes and casts (args.*_tokens_first)
-  ValueId out = -1;                // what it writes: the second matmul's output, or its transpose's
+  ValueId out = -1;                // what it writes: the second matmul's output, or its transpose's,
+                                   // or their cast to bf16 (through reshapes)
+  Shape out_shape;                 // out as the call sees it: the product's (or its transpose's) shape
   FusedAttentionArgs args;         // scale: the first matmul's alpha
 };
 

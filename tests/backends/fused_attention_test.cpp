@@ -109,6 +109,24 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     const int at = static_cast<int>(std::find(plan.schedule.begin(), plan.schedule.end(), node) - plan.schedule.begin());
     for (ValueId read : {f.q, f.k, f.v}) CHECK(plan.last_use[static_cast<std::size_t>(plan.storage_of[read])] >= at);
   }
+  SUBCASE("mixed precision: a product only cast to bf16, through a reshape, is written in bf16 by the call") {
+    AttentionGraph a({2, 3, 5, 8}, 7, /*causal=*/true, DType::bf16);
+    const ValueId operand = a.g.cast(a.g.reshape(a.out, {2, 3, 40}), DType::bf16);  // the next product's
+    MemoryPlan plan = plan_memory(a.g, {operand}, yes);
+    REQUIRE(plan.attentions.size() == 1);  // not taken by the product's own cast fusion (fuse_epilogues)
+    const FusedAttention& f = plan.attentions.begin()->second;
+    CHECK(f.out == operand);
+    CHECK(f.out_shape == a.g.shape(a.out));
+    CHECK(plan.epilogues.empty());
+    CHECK(count(a.g, plan, OpKind::cast) == 3);  // q's, k's and v's
+    CHECK(std::get<2>(asked.back()) == DType::bf16);
+    // Where the backend writes no bf16 out, the cast stays.
+    auto f32_out_only = [](DType, DType, DType out, std::int64_t) { return out == DType::f32; };
+    MemoryPlan apart = plan_memory(a.g, {operand}, f32_out_only);
+    REQUIRE(apart.attentions.size() == 1);
+    CHECK(apart.attentions.begin()->second.out == a.out);
+    CHECK(count(a.g, apart, OpKind::cast) == 4);
+  }
   SUBCASE("f32, not causal") {
     AttentionGraph a({4, 6, 16}, 6, /*causal=*/false, DType::f32);
     MemoryPlan plan = plan_memory(a.g, {a.out}, yes);
@@ -225,6 +243,21 @@ TEST_CASE("fused attention: the zoo GPT's bf16 inference fuses each block's atte
   }
   CHECK(count(g, plan, OpKind::softmax) == 0);
   CHECK(count(g, plan, OpKind::transpose) == 0);
+  // Each call writes the output projection's bf16 operand itself, and so does
+  // the feed-forward product its GELU's (fuse_epilogues): the casts left are
+  // the weights'.
+  for (const auto& [node, f] : plan.attentions) {
+    CHECK(g.dtype(f.out) == DType::bf16);
+    CHECK(f.out_shape.rank() == 4);
+    CHECK(f.out_shape.numel() == g.shape(f.out).numel());
+  }
+  for (NodeId n : plan.schedule)
+    if (g.node(n).kind == OpKind::cast) {
+      ValueId read = g.node(n).inputs[0];
+      while (g.node(g.value(read).producer).kind == OpKind::reshape) read = g.node(g.value(read).producer).inputs[0];
+      CAPTURE(g.value(read).name);
+      CHECK(g.node(g.value(read).producer).kind == OpKind::variable);
+    }
   // Training keeps the unfused ops: its backward reads the weights.
   Graph t;
   t.set_matmul_dtype(DType::bf16);
