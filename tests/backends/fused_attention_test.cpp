@@ -446,6 +446,24 @@ TEST_CASE("cuda fused attention: an inference graph in bf16 runs it and gives th
   projected_gpu.run();
   check_close(to_host(projected_gpu.output(p.out)).to_vector<float>(), projected_cpu.output(p.out).to_vector<float>(),
               2e-2, 8e-3);
+
+  // The output projection's bf16 operand (heads joined by a reshape, cast): the call writes it.
+  const ValueId operand = p.g.cast(p.g.reshape(p.out, {2, 96, 256}), DType::bf16);
+  Executor operand_cpu(p.g, {operand}), operand_gpu(p.g, {operand}, Device::cuda(0));
+  REQUIRE(operand_gpu.plan().attentions.size() == 1);
+  CHECK(operand_gpu.plan().attentions.begin()->second.out == operand);
+  for (auto [leaf, value] : {std::pair{p.q, pq}, std::pair{p.k, pk}, std::pair{p.v, pv}}) {
+    operand_cpu.bind(leaf, value);
+    operand_gpu.bind(leaf, to_gpu(value));
+  }
+  operand_cpu.run();
+  operand_gpu.run();
+  auto widened = [](const Tensor& t) {
+    Tensor wide = Tensor::empty(t.shape(), DType::f32);
+    backend_for(Device::cpu(0)).cast(t, wide);
+    return wide.to_vector<float>();
+  };
+  check_close(widened(to_host(operand_gpu.output(operand))), widened(operand_cpu.output(operand)), 2e-2, 1.2e-2);
 }
 
 #endif
