@@ -220,7 +220,7 @@ TEST_CASE("mixed precision: fixed weights are cast to bf16 once into kept copies
   fixed.bind(v, bound[v]);
   check_same();
   CHECK(kept->bytes() == (8 * 3 + 3 * 5) * 2);  // v's old copy went with its tensor's memory
-  {  // A copy is found by its source's bytes and Buffer: one whose Buffer is gone is not handed out.
+  {  // A copy is found by its source's bytes and Buffer, and dropped once that Buffer is freed.
     const Tensor first = test::random_tensor({3, 5}, 57);
     const Tensor copy = kept->cast(first, DType::bf16, backend_for(Device::cpu(0)));
     CHECK(kept->cast(first, DType::bf16, backend_for(Device::cpu(0))).raw_data() == copy.raw_data());
