@@ -77,6 +77,14 @@ class CpuBackend final : public Backend {
     scratch_buffer(key, static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
     return Tensor::view(scratch_buffers_[key], 0, shape, dtype);
   }
+  // out = compute's f32 result (written into scratch under `key`) rounded to
+  // out's dtype: an op with mixed precision's cast fused into it, the cast's bits.
+  template <typename Compute>
+  void rounded_from_f32(const std::string& key, const Tensor& out, Compute compute) {
+    const Tensor wide = scratch_tensor(key, out.shape(), DType::f32);
+    compute(wide);
+    run_cast(wide, out);
+  }
 
  protected:
   void run_copy(const Tensor& src, const Tensor& dst) override;

@@ -35,11 +35,9 @@ void CpuBackend::run_layer_norm(const Tensor& x, const Tensor& gamma, const Tens
                                 const Tensor& y, const Tensor& mean, const Tensor& rstd,
                                 float epsilon) {
   if (x.numel() == 0) return;
-  if (y.dtype() != x.dtype()) {  // bf16 y: y in f32, then rounded (a cast fused into the op)
-    Tensor wide = scratch_tensor("layer_norm f32 y", y.shape(), DType::f32);
-    run_layer_norm(x, gamma, beta, wide, mean, rstd, epsilon);
-    return run_cast(wide, y);
-  }
+  if (y.dtype() != x.dtype())  // bf16 y
+    return rounded_from_f32("layer_norm f32 y", y,
+                            [&](const Tensor& wide) { run_layer_norm(x, gamma, beta, wide, mean, rstd, epsilon); });
   Shape view = rows_view(x);
   auto x_md = plain_desc(view, x.dtype());
   auto stat_md = plain_desc(Shape{view[0]}, DType::f32);

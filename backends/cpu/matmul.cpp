@@ -136,10 +136,12 @@ void CpuBackend::matmul_widened(const Tensor& a, const Tensor& b, const Tensor* 
     run_cast(t, wide);
     return wide;
   };
-  Tensor wide_bias = bias != nullptr ? widened(*bias, "bias") : Tensor();
-  Tensor wide_out = out.dtype() == DType::f32 ? out : scratch_tensor("matmul f32 out", out.shape(), DType::f32);
-  run_matmul(widened(a, "a"), widened(b, "b"), bias != nullptr ? &wide_bias : nullptr, wide_out, args);
-  if (out.dtype() != DType::f32) run_cast(wide_out, out);
+  const Tensor wide_bias = bias != nullptr ? widened(*bias, "bias") : Tensor();
+  const auto product = [&](const Tensor& into) {
+    run_matmul(widened(a, "a"), widened(b, "b"), bias != nullptr ? &wide_bias : nullptr, into, args);
+  };
+  if (out.dtype() == DType::f32) return product(out);
+  rounded_from_f32("matmul f32 out", out, product);
 }
 
 void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
@@ -152,12 +154,9 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   }
   // A bf16 out after a bias or activation: the f32 result rounded once, as a
   // cast after an f32 product rounds it (fusion.hpp), the cast's bits.
-  if (out.dtype() == DType::bf16 && a.dtype() == DType::bf16 &&
-      (bias != nullptr || args.activation != Activation::none)) {
-    Tensor product = scratch_tensor("matmul f32 product", out.shape(), DType::f32);
-    run_matmul(a, b, bias, product, args);
-    return run_cast(product, out);
-  }
+  if (out.dtype() == DType::bf16 && a.dtype() == DType::bf16 && (bias != nullptr || args.activation != Activation::none))
+    return rounded_from_f32("matmul f32 product", out,
+                            [&](const Tensor& product) { run_matmul(a, b, bias, product, args); });
   if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
   if (args.activation == Activation::gelu_erf && out.dtype() == DType::f32 && gelu_erf_in_house()) {
     // The product, then GELU in place: faster than oneDNN's post-op on AVX2 (gelu.hpp).

@@ -24,11 +24,8 @@ bool gelu_erf_in_house() {
 }
 
 void CpuBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
-  if (y.dtype() != x.dtype()) {  // f32 x, bf16 y: f(x) in f32, then rounded (a cast fused into the op)
-    Tensor wide = scratch_tensor("unary f32 out", y.shape(), DType::f32);
-    run_unary(op, x, wide);
-    return run_cast(wide, y);
-  }
+  if (y.dtype() != x.dtype())  // f32 x, bf16 y
+    return rounded_from_f32("unary f32 out", y, [&](const Tensor& wide) { run_unary(op, x, wide); });
   if (in_house(op, {&x, &y})) {
     KernelScope scope(threads());
     return gelu_erf(x.data<float>(), y.data<float>(), x.numel());
