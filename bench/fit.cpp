@@ -13,8 +13,8 @@
 //
 // This VM's speed moves by tens of percent from minute to minute, so the
 // sides take turns: after each Tessera epoch (timed by the fit itself), 3
-// seconds of probe steps (at least 15) give the step rate, then PyTorch runs one epoch (torch_fit.py
-// --paced, waiting on its standard input). Every row's three figures come
+// seconds of probe steps (at least 15) give the step rate, then PyTorch runs
+// one epoch (torch_fit.py --paced, waiting on its standard input). Every row's three figures come
 // from the same minute; each side's whole fit is its own seconds only.
 //
 // Neither side runs a validation pass. The peer is found and set up by

@@ -204,7 +204,10 @@ void Executor::run_node(NodeId n) {
   const Node& node = graph_.node(n);
   if (auto a = plan_.attentions.find(n); a != plan_.attentions.end()) {
     const FusedAttention& f = a->second;
-    backend_.fused_attention(tensors_[f.q], tensors_[f.k], tensors_[f.v], tensors_[f.out].reshape(f.out_shape), f.args);
+    const Tensor& out = tensors_[f.out];
+    Tensor reshaped;  // where the call writes a cast's value of another shape (fusion.hpp)
+    backend_.fused_attention(tensors_[f.q], tensors_[f.k], tensors_[f.v],
+                             out.shape() == f.out_shape ? out : (reshaped = out.reshape(f.out_shape)), f.args);
     return;
   }
   NodeRun run{.graph = graph_,

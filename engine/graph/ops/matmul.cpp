@@ -69,8 +69,11 @@ std::vector<ValueId> matmul_grads(Graph& g, const Node& n, const std::vector<Val
 void run_matmul(NodeRun& r) {
   MatmulArgs args = r.node.attrs.matmul;
   if (r.epilogue != nullptr) args.activation = r.fused_activation();
-  // A fused cast's value may lie in another shape (fusion.hpp): the product's bytes all the same.
-  const Tensor out = r.fused_out().reshape(r.graph.shape(r.node.outputs[0]));
+  // A fused cast's value may lie in another shape (fusion.hpp): the product's
+  // bytes all the same (viewed anew only then: no copy of a Shape per call).
+  const Shape& product = r.graph.shape(r.node.outputs[0]);
+  Tensor reshaped;
+  const Tensor& out = r.fused_out().shape() == product ? r.fused_out() : (reshaped = r.fused_out().reshape(product));
   if (r.transposed_b != nullptr) {  // b's copy [N, K] (Executor::fix_variables)
     args.transpose_b = !args.transpose_b;
     return r.backend.matmul(r.in(0), *r.transposed_b, r.fused_bias(), out, args);
