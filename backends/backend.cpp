@@ -347,7 +347,7 @@ void Backend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& bet
   Check c(*this, "layer_norm");
   c.on_device({{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
   c.dtype(DType::f32, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"mean", &mean}, {"rstd", &rstd}});
-  if (y.dtype() != DType::bf16) c.dtype(DType::f32, {{"y", &y}, {"x", &x}});
+  if (y.dtype() != DType::bf16) c.dtype(DType::f32, {{"y", &y}});  // bf16: the f32 result rounded (a fused cast)
   if (x.rank() < 1) throw ShapeError("layer_norm: x must have rank >= 1, got " + x.shape().str());
   Shape features{x.shape()[x.rank() - 1]};
   Shape rows{x.shape().rows()};
