@@ -165,9 +165,12 @@ dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
 // Whether oneDNN runs its AVX2 kernels here (a CPU without AVX-512), where
 // some of them are slower than another way to the same result.
 bool onednn_runs_avx2();
-// Whether GELU's erf form (an op, its gradient, a matmul's activation) runs on
-// backends/cpu/gelu.hpp's kernels rather than oneDNN's: where oneDNN runs AVX2.
-bool gelu_erf_in_house();
+// Whether a matmul's GELU (erf form) runs as the product, then
+// backends/cpu/gelu.hpp's kernel over it, rather than as oneDNN's post-op:
+// where oneDNN runs AVX2. On AVX-512 its post-op is as fast as that pass
+// (gelu.hpp). The GELU op and its gradient run on gelu.hpp's kernels on any
+// CPU with AVX2.
+bool matmul_gelu_in_house();
 // Key fragment "f32[2, 3]" for primitive caches.
 std::string cache_key(const Tensor& t);
 

@@ -1,10 +1,10 @@
 #include "backends/cpu/gelu.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 namespace tessera {
@@ -22,83 +22,153 @@ constexpr float kExpLowest = -87.0f;  // e^-87 > 2^-126: 2^n stays a normal floa
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;  // ln 2 = high + low, high exact in few bits
 constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
+// Added and subtracted, rounds a float of magnitude below 2^22 to the nearest
+// integer (ties to even), as the rounding instructions do.
+constexpr float kRoundShifter = 12582912.0f;  // 1.5 * 2^23
 
 // Elements per task of the OpenMP loops: 16 KiB of floats.
 constexpr std::int64_t kBlock = 4096;
 
+// The kernels are written once over GCC's vector extensions, and compiled for
+// 8 lanes (AVX2 with FMA) and 16 (AVX-512) by the target functions at the end.
+// The file is built with -ffp-contract=fast (backends/CMakeLists.txt), so
+// a * b + c is one FMA, as the fits assume.
+using F8 = float __attribute__((vector_size(32)));
+using F16 = float __attribute__((vector_size(64)));
+
+template <class V>
+[[gnu::always_inline]] inline V splat(float c) {
+  return V{} + c;
+}
+
+template <class V>
+[[gnu::always_inline]] inline V clamp(V x, float lo, float hi) {
+  x = x < lo ? splat<V>(lo) : x;
+  return x > hi ? splat<V>(hi) : x;
+}
+
 // c[0] + c[1] t + ... + c[N - 1] t^(N - 1), unrolled.
-template <std::size_t N, std::size_t... I>
-[[gnu::target("avx2,fma")]] inline __m256 horner(const float (&c)[N], __m256 t, std::index_sequence<I...>) {
-  __m256 acc = _mm256_set1_ps(c[N - 1]);
-  ((acc = _mm256_fmadd_ps(acc, t, _mm256_set1_ps(c[N - 2 - I]))), ...);
+template <class V, std::size_t N, std::size_t... I>
+[[gnu::always_inline]] inline V horner(const float (&c)[N], V t, std::index_sequence<I...>) {
+  V acc = splat<V>(c[N - 1]);
+  ((acc = acc * t + c[N - 2 - I]), ...);
   return acc;
 }
 
-template <std::size_t N>
-[[gnu::target("avx2,fma")]] inline __m256 horner(const float (&c)[N], __m256 t) {
+template <class V, std::size_t N>
+[[gnu::always_inline]] inline V horner(const float (&c)[N], V t) {
   return horner(c, t, std::make_index_sequence<N - 1>());
 }
 
-[[gnu::target("avx2,fma")]] inline __m256 erf8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-kErfLimit)), _mm256_set1_ps(kErfLimit));
-  const __m256 t = _mm256_mul_ps(x, x);
-  return _mm256_div_ps(_mm256_mul_ps(x, horner(kErfP, t)), horner(kErfQ, t));
+template <class V>
+[[gnu::always_inline]] inline V erf_fit(V x) {
+  x = clamp(x, -kErfLimit, kErfLimit);
+  const V t = x * x;
+  return x * horner(kErfP, t) / horner(kErfQ, t);
 }
 
 // e^a for a <= 0 (0 below kExpLowest).
-[[gnu::target("avx2,fma")]] inline __m256 exp8(__m256 a) {
-  const __m256 in_range = _mm256_cmp_ps(a, _mm256_set1_ps(kExpLowest), _CMP_GE_OQ);
-  a = _mm256_max_ps(a, _mm256_set1_ps(kExpLowest));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2High), a);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Low), r);
-  const __m256 e_r = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(r, r), horner(kExpC, r), r), _mm256_set1_ps(1.0f));
-  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(e_r, _mm256_castsi256_ps(two_n)), in_range);
+template <class V>
+[[gnu::always_inline]] inline V exp_fit(V a) {
+  using Int = decltype(a < a);  // the same lanes as 32-bit integers
+  const Int in_range = a >= kExpLowest;
+  a = a < kExpLowest ? splat<V>(kExpLowest) : a;
+  const V n = (a * kLog2e + kRoundShifter) - kRoundShifter;
+  V r = a - n * kLn2High;
+  r = r - n * kLn2Low;
+  const V e_r = r * r * horner(kExpC, r) + r + 1.0f;
+  const Int two_n = (__builtin_convertvector(n, Int) + 127) << 23;
+  return std::bit_cast<V>(std::bit_cast<Int>(e_r * std::bit_cast<V>(two_n)) & in_range);
 }
 
 // Φ(x) = 0.5 (1 + erf(x / √2)).
-[[gnu::target("avx2,fma")]] inline __m256 cdf8(__m256 x) {
-  const __m256 half = _mm256_set1_ps(0.5f);
-  return _mm256_fmadd_ps(half, erf8(_mm256_mul_ps(x, _mm256_set1_ps(kInvSqrt2))), half);
-}
-
-// Lanes [0, count) of a vector, for the last elements of an array.
-[[gnu::target("avx2,fma")]] inline __m256i first_lanes(std::int64_t count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// The last n % 8 elements go through masked loads and stores, so every
-// element is computed alike wherever it lies (a sharded tensor's rows equal
-// the whole one's).
-[[gnu::target("avx2,fma")]] void gelu_block_avx2(const float* x, float* y, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(v, cdf8(v)));
-  }
-  if (i < n) {
-    const __m256i mask = first_lanes(n - i);
-    const __m256 v = _mm256_maskload_ps(x + i, mask);
-    _mm256_maskstore_ps(y + i, mask, _mm256_mul_ps(v, cdf8(v)));
-  }
+template <class V>
+[[gnu::always_inline]] inline V cdf(V x) {
+  return 0.5f * erf_fit(x * kInvSqrt2) + 0.5f;
 }
 
 // gelu'(x) = Φ(x) + x φ(x), φ(x) = e^(-x²/2) / √(2π).
-[[gnu::target("avx2,fma")]] inline __m256 gelu_derivative8(__m256 x) {
-  const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(kInvSqrt2Pi), exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));
-  return _mm256_fmadd_ps(x, pdf, cdf8(x));
+template <class V>
+[[gnu::always_inline]] inline V gelu_derivative(V x) {
+  return x * (kInvSqrt2Pi * exp_fit(-0.5f * (x * x))) + cdf(x);
+}
+
+template <class V>
+[[gnu::always_inline]] inline V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class V>
+[[gnu::always_inline]] inline void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// The first `bytes` of p in a vector, the rest of it zero.
+template <class V>
+[[gnu::always_inline]] inline V load_first(const float* p, std::size_t bytes) {
+  V v{};
+  std::memcpy(&v, p, bytes);
+  return v;
+}
+
+// out = f(the same vectors of the inputs), vector by vector over [0, n). The
+// last n % lanes elements go through a padded vector, so every element is
+// computed alike wherever it lies (a sharded tensor's rows equal the whole
+// one's). out may be any of the inputs.
+template <class V, class F, class... In>
+[[gnu::always_inline]] inline void for_vectors(std::int64_t n, F f, float* out, const In*... in) {
+  constexpr std::int64_t lanes = sizeof(V) / sizeof(float);
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) store(out + i, f(load<V>(in + i)...));
+  if (i == n) return;
+  const auto rest = static_cast<std::size_t>(n - i) * sizeof(float);
+  const V v = f(load_first<V>(in + i, rest)...);
+  std::memcpy(out + i, &v, rest);
+}
+
+// The functions for_vectors applies; functors rather than lambdas, so that
+// they inline into the target functions below.
+struct Gelu {
+  template <class V>
+  [[gnu::always_inline]] V operator()(V x) const {
+    return x * cdf(x);
+  }
+};
+
+struct GeluBackward {
+  template <class V>
+  [[gnu::always_inline]] V operator()(V x, V dy) const {
+    return dy * gelu_derivative(x);
+  }
+};
+
+template <class V>
+[[gnu::always_inline]] inline void gelu_block(const float* x, float* y, std::int64_t n) {
+  for_vectors<V>(n, Gelu{}, y, x);
+}
+
+template <class V>
+[[gnu::always_inline]] inline void gelu_backward_block(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for_vectors<V>(n, GeluBackward{}, dx, x, dy);
+}
+
+[[gnu::target("avx2,fma")]] void gelu_block_avx2(const float* x, float* y, std::int64_t n) {
+  gelu_block<F8>(x, y, n);
 }
 
 [[gnu::target("avx2,fma")]] void gelu_backward_block_avx2(const float* x, const float* dy, float* dx, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_derivative8(_mm256_loadu_ps(x + i))));
-  if (i < n) {
-    const __m256i mask = first_lanes(n - i);
-    const __m256 d = gelu_derivative8(_mm256_maskload_ps(x + i, mask));
-    _mm256_maskstore_ps(dx + i, mask, _mm256_mul_ps(_mm256_maskload_ps(dy + i, mask), d));
-  }
+  gelu_backward_block<F8>(x, dy, dx, n);
+}
+
+[[gnu::target("avx512f,fma")]] void gelu_block_avx512(const float* x, float* y, std::int64_t n) {
+  gelu_block<F16>(x, y, n);
+}
+
+[[gnu::target("avx512f,fma")]] void gelu_backward_block_avx512(const float* x, const float* dy, float* dx,
+                                                               std::int64_t n) {
+  gelu_backward_block<F16>(x, dy, dx, n);
 }
 
 void gelu_block_scalar(const float* x, float* y, std::int64_t n) {
@@ -124,23 +194,34 @@ void over_blocks(std::int64_t n, Body body) {
 
 }  // namespace
 
-bool gelu_vectorized() {
-  static const bool vectorized = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return vectorized;
+bool gelu_kernel_runs(GeluKernel kernel) {
+  switch (kernel) {
+    case GeluKernel::scalar: return true;
+    case GeluKernel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case GeluKernel::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  }
+  return false;
 }
 
-void gelu_erf(const float* x, float* y, std::int64_t n) {
-  const bool vectorized = gelu_vectorized();
-  over_blocks(n, [&](std::int64_t first, std::int64_t count) {
-    (vectorized ? gelu_block_avx2 : gelu_block_scalar)(x + first, y + first, count);
-  });
+GeluKernel gelu_kernel() {
+  static const GeluKernel widest = gelu_kernel_runs(GeluKernel::avx512) ? GeluKernel::avx512
+                                   : gelu_kernel_runs(GeluKernel::avx2) ? GeluKernel::avx2
+                                                                         : GeluKernel::scalar;
+  return widest;
 }
 
-void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
-  const bool vectorized = gelu_vectorized();
-  over_blocks(n, [&](std::int64_t first, std::int64_t count) {
-    (vectorized ? gelu_backward_block_avx2 : gelu_backward_block_scalar)(x + first, dy + first, dx + first, count);
-  });
+void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel) {
+  const auto block = kernel == GeluKernel::avx512 ? gelu_block_avx512
+                     : kernel == GeluKernel::avx2 ? gelu_block_avx2
+                                                  : gelu_block_scalar;
+  over_blocks(n, [&](std::int64_t first, std::int64_t count) { block(x + first, y + first, count); });
+}
+
+void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n, GeluKernel kernel) {
+  const auto block = kernel == GeluKernel::avx512 ? gelu_backward_block_avx512
+                     : kernel == GeluKernel::avx2 ? gelu_backward_block_avx2
+                                                  : gelu_backward_block_scalar;
+  over_blocks(n, [&](std::int64_t first, std::int64_t count) { block(x + first, dy + first, dx + first, count); });
 }
 
 }  // namespace tessera

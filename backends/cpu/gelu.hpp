@@ -6,25 +6,37 @@
 // elements: oneDNN 2.6's 0.159 ms forward and 0.197 backward, these 0.088 and
 // 0.171; its post-op added 0.166 ms to a 0.897 ms product (64x256 by
 // 256x1024, a transformer's first feed-forward layer), this pass 0.09.
+// With AVX-512 (a Zen 5, 2026-11-28), on the zoo GPT's training step (four
+// of each a step, 1M elements each, one thread): oneDNN's forward 1.74-1.85
+// ms a step and backward 3.45-4.16, these 0.85-0.88 and 1.68-1.71. Its
+// matmul post-op there is as fast as the product then this pass (inference
+// steps within 2%), so matmuls keep it (matmul_gelu_in_house).
 //
 // erf is a rational fit x P(x²) / Q(x²) on |x| <= 4 (erf(4) rounds to 1 in
 // f32), made by scripts/erf_fit.py: within 4e-7 of erf, relative, evaluated
 // in f32. exp (for φ) is 2^n e^r, |r| <= ln2 / 2, with a degree-6 fit of e^r:
-// within 1.2e-7, relative. Without AVX2 and FMA, both use the C library's.
+// within 1.2e-7, relative. One body in GCC's vector extensions is compiled
+// for AVX2 with FMA (8 lanes) and AVX-512 (16). Without AVX2 and FMA, both use
+// the C library's.
 #pragma once
 
 #include <cstdint>
 
 namespace tessera {
 
-// Whether the kernels below run their AVX2 code on this CPU.
-bool gelu_vectorized();
+// The kernels' instruction sets: the widest this CPU runs is the default;
+// tests run each one the CPU has.
+enum class GeluKernel { scalar, avx2, avx512 };
+
+bool gelu_kernel_runs(GeluKernel kernel);
+GeluKernel gelu_kernel();  // the widest of them this CPU runs
 
 // y[i] = gelu(x[i]) for i < n; y may be x. Spreads over the calling
 // thread's OpenMP team (a KernelScope's threads).
-void gelu_erf(const float* x, float* y, std::int64_t n);
+void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel = gelu_kernel());
 
 // dx[i] = dy[i] gelu'(x[i]) for i < n; dx may be dy.
-void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n);
+void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n,
+                       GeluKernel kernel = gelu_kernel());
 
 }  // namespace tessera

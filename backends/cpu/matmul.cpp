@@ -158,7 +158,7 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     return rounded_from_f32("matmul f32 product", out,
                             [&](const Tensor& product) { run_matmul(a, b, bias, product, args); });
   if (any_bf16(a, b, bias, out) && !bf16_matmul_native(engine())) return matmul_widened(a, b, bias, out, args);
-  if (args.activation == Activation::gelu_erf && out.dtype() == DType::f32 && gelu_erf_in_house()) {
+  if (args.activation == Activation::gelu_erf && out.dtype() == DType::f32 && matmul_gelu_in_house()) {
     // The product, then GELU in place: faster than oneDNN's post-op on AVX2 (gelu.hpp).
     MatmulArgs product = args;
     product.activation = Activation::none;

@@ -26,7 +26,7 @@ double gelu_derivative_ref(double x) {
 }
 
 // x from -10 to 10 in steps of 1/1024 (every element of the fits' ranges and
-// past them) and far out, n not a multiple of 8 so the masked last vector is used.
+// past them) and far out, n not a multiple of 8 or 16 so the padded last vector is used.
 std::vector<float> grid() {
   std::vector<float> x;
   for (int i = -10 * 1024; i <= 10 * 1024; ++i) x.push_back(static_cast<float>(i) / 1024.0f);
@@ -37,57 +37,85 @@ std::vector<float> grid() {
   return x;
 }
 
+// The kernels this CPU runs: every test below checks each.
+std::vector<GeluKernel> kernels() {
+  std::vector<GeluKernel> runs;
+  for (GeluKernel k : {GeluKernel::scalar, GeluKernel::avx2, GeluKernel::avx512})
+    if (gelu_kernel_runs(k)) runs.push_back(k);
+  return runs;
+}
+
 }  // namespace
+
+TEST_CASE("the widest GELU kernel this CPU runs is the default") {
+  const auto runs = kernels();
+  CHECK(gelu_kernel() == runs.back());
+  MESSAGE("GELU kernels here: " << runs.size() << " (scalar, AVX2, AVX-512 in that order)");
+}
 
 TEST_CASE("gelu_erf is within 4e-7 |x| + 1e-7 of the formula") {
   // An erf within 4e-7 of erf's value (gelu.hpp) moves 0.5 x (1 + erf) by
   // 2e-7 |x|; the rest is f32 rounding.
-  std::vector<float> x = grid(), y(x.size());
-  gelu_erf(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double want = gelu_ref(x[i]), error = std::fabs(y[i] - want);
-    CAPTURE(x[i]);
-    CHECK(error <= 4e-7 * std::fabs(x[i]) + 1e-7);
-    worst = std::max(worst, error / (std::fabs(x[i]) + 1.0));
+  for (GeluKernel kernel : kernels()) {
+    CAPTURE(static_cast<int>(kernel));
+    std::vector<float> x = grid(), y(x.size());
+    gelu_erf(x.data(), y.data(), static_cast<std::int64_t>(x.size()), kernel);
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = gelu_ref(x[i]), error = std::fabs(y[i] - want);
+      CAPTURE(x[i]);
+      CHECK(error <= 4e-7 * std::fabs(x[i]) + 1e-7);
+      worst = std::max(worst, error / (std::fabs(x[i]) + 1.0));
+    }
+    MESSAGE("kernel " << static_cast<int>(kernel) << ": largest error over (|x| + 1): " << worst);
   }
-  MESSAGE("largest error over (|x| + 1): " << worst);
 }
 
 TEST_CASE("gelu_erf_backward is within 8e-7 (1 + |x|) |dy| of dy times the derivative") {
-  std::vector<float> x = grid(), dy(x.size()), dx(x.size());
-  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = (i % 2 != 0 ? -1.0f : 1.0f) * (0.5f + static_cast<float>(i % 7) / 4.0f);
-  gelu_erf_backward(x.data(), dy.data(), dx.data(), static_cast<std::int64_t>(x.size()));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    CAPTURE(x[i]);
-    CHECK(std::fabs(dx[i] - dy[i] * gelu_derivative_ref(x[i])) <= 8e-7 * (1.0 + std::fabs(x[i])) * std::fabs(dy[i]));
+  for (GeluKernel kernel : kernels()) {
+    CAPTURE(static_cast<int>(kernel));
+    std::vector<float> x = grid(), dy(x.size()), dx(x.size());
+    for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = (i % 2 != 0 ? -1.0f : 1.0f) * (0.5f + static_cast<float>(i % 7) / 4.0f);
+    gelu_erf_backward(x.data(), dy.data(), dx.data(), static_cast<std::int64_t>(x.size()), kernel);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(x[i]);
+      CHECK(std::fabs(dx[i] - dy[i] * gelu_derivative_ref(x[i])) <= 8e-7 * (1.0 + std::fabs(x[i])) * std::fabs(dy[i]));
+    }
   }
 }
 
 TEST_CASE("gelu_erf: in place, any length, the same value wherever an element lies") {
-  std::vector<float> base = grid();
-  std::vector<float> whole(base.size());
-  gelu_erf(base.data(), whole.data(), static_cast<std::int64_t>(base.size()));
-  for (std::int64_t n : {1, 7, 8, 9, 17, 4095, 4096, 4097, 20000}) {
-    for (std::int64_t offset : {0, 3}) {
-      CAPTURE(n);
-      CAPTURE(offset);
-      std::vector<float> part(base.begin() + offset, base.begin() + offset + n);
-      gelu_erf(part.data(), part.data(), n);  // in place
-      for (std::int64_t i = 0; i < n; ++i) REQUIRE(part[i] == whole[offset + i]);
+  for (GeluKernel kernel : kernels()) {
+    CAPTURE(static_cast<int>(kernel));
+    std::vector<float> base = grid();
+    std::vector<float> whole(base.size());
+    gelu_erf(base.data(), whole.data(), static_cast<std::int64_t>(base.size()), kernel);
+    for (std::int64_t n : {1, 7, 8, 9, 15, 16, 17, 4095, 4096, 4097, 20000}) {
+      for (std::int64_t offset : {0, 3}) {
+        CAPTURE(n);
+        CAPTURE(offset);
+        std::vector<float> part(base.begin() + offset, base.begin() + offset + n);
+        gelu_erf(part.data(), part.data(), n, kernel);  // in place
+        for (std::int64_t i = 0; i < n; ++i) REQUIRE(part[i] == whole[offset + i]);
+      }
     }
+    // The derivative, written over dy, and in pieces.
+    std::vector<float> dx(base.size(), 1.0f), in_place(base.size(), 1.0f);
+    gelu_erf_backward(base.data(), dx.data(), dx.data(), static_cast<std::int64_t>(base.size()), kernel);
+    std::vector<float> ones(base.size(), 1.0f);
+    gelu_erf_backward(base.data(), ones.data(), in_place.data(), static_cast<std::int64_t>(base.size()), kernel);
+    CHECK(dx == in_place);
+    std::vector<float> pieces(base.size());
+    const auto size = static_cast<std::int64_t>(base.size());
+    for (std::int64_t first = 0; first < size; first += 21)
+      gelu_erf_backward(base.data() + first, ones.data() + first, pieces.data() + first, std::min<std::int64_t>(21, size - first), kernel);
+    CHECK(pieces == in_place);
   }
-  // The derivative, written over dy.
-  std::vector<float> dx(base.size(), 1.0f), in_place(base.size(), 1.0f);
-  gelu_erf_backward(base.data(), dx.data(), dx.data(), static_cast<std::int64_t>(base.size()));
-  std::vector<float> ones(base.size(), 1.0f);
-  gelu_erf_backward(base.data(), ones.data(), in_place.data(), static_cast<std::int64_t>(base.size()));
-  CHECK(dx == in_place);
 }
 
 TEST_CASE("the CPU backend's GELU op, its gradient and a matmul's GELU match the formula") {
   Backend& cpu = backend_for(Device::cpu(0));
-  CAPTURE(gelu_erf_in_house());
+  CAPTURE(matmul_gelu_in_house());
   Tensor a = random_tensor({37, 29}, 1), b = random_tensor({29, 41}, 2), bias = random_tensor({41}, 3);
   Tensor product = Tensor::empty({37, 41}, DType::f32), want = Tensor::empty({37, 41}, DType::f32);
   cpu.matmul(a, b, &bias, product, MatmulArgs{});
