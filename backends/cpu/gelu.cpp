@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace tessera {
@@ -67,12 +69,13 @@ template <class V>
   return x * horner(kErfP, t) / horner(kErfQ, t);
 }
 
-// e^a for a <= 0 (0 below kExpLowest).
+// e^a for a <= 0 (0 below kExpLowest, and for NaN: the callers' other
+// factors carry a NaN on).
 template <class V>
 [[gnu::always_inline]] inline V exp_fit(V a) {
   using Int = decltype(a < a);  // the same lanes as 32-bit integers
   const Int in_range = a >= kExpLowest;
-  a = a < kExpLowest ? splat<V>(kExpLowest) : a;
+  a = in_range ? a : splat<V>(kExpLowest);  // NaN too: its conversion to an integer would be undefined
   const V n = (a * kLog2e + kRoundShifter) - kRoundShifter;
   V r = a - n * kLn2High;
   r = r - n * kLn2Low;
@@ -192,6 +195,13 @@ void over_blocks(std::int64_t n, Body body) {
   for (std::int64_t b = 0; b < blocks; ++b) body(b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
+// A kernel this CPU lacks would stop the process on its first instruction.
+void check_runs(GeluKernel kernel) {
+  if (!gelu_kernel_runs(kernel))
+    throw std::invalid_argument("gelu: the " + std::string(kernel == GeluKernel::avx512 ? "AVX-512" : "AVX2") +
+                                " kernel does not run on this CPU");
+}
+
 }  // namespace
 
 bool gelu_kernel_runs(GeluKernel kernel) {
@@ -211,6 +221,7 @@ GeluKernel gelu_kernel() {
 }
 
 void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel) {
+  check_runs(kernel);
   const auto block = kernel == GeluKernel::avx512 ? gelu_block_avx512
                      : kernel == GeluKernel::avx2 ? gelu_block_avx2
                                                   : gelu_block_scalar;
@@ -218,6 +229,7 @@ void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel) {
 }
 
 void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n, GeluKernel kernel) {
+  check_runs(kernel);
   const auto block = kernel == GeluKernel::avx512 ? gelu_backward_block_avx512
                      : kernel == GeluKernel::avx2 ? gelu_backward_block_avx2
                                                   : gelu_backward_block_scalar;

@@ -32,7 +32,8 @@ bool gelu_kernel_runs(GeluKernel kernel);
 GeluKernel gelu_kernel();  // the widest of them this CPU runs
 
 // y[i] = gelu(x[i]) for i < n; y may be x. Spreads over the calling
-// thread's OpenMP team (a KernelScope's threads).
+// thread's OpenMP team (a KernelScope's threads). A kernel the CPU does not
+// run is refused (std::invalid_argument). NaN gives NaN.
 void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel = gelu_kernel());
 
 // dx[i] = dy[i] gelu'(x[i]) for i < n; dx may be dy.

@@ -21,8 +21,10 @@ void strided_copy(const Tensor& x, const Tensor& out, const std::vector<std::int
   std::vector<std::int64_t> strides[1] = {x_strides};
   for_each_row<1>(out.shape(), strides,
                   [&](std::int64_t o, const std::int64_t* off, std::int64_t n, const std::int64_t* s) {
-                    // Whole rows (attention's head transposes): a copy, not an element loop.
-                    if (s[0] == 1) return static_cast<void>(std::memcpy(po + o, px + off[0], n * sizeof(Word)));
+                    // Whole rows (attention's head transposes): a copy, not an element
+                    // loop; short ones stay in the loop (a library call costs more).
+                    if (s[0] == 1 && n >= 16)
+                      return static_cast<void>(std::memcpy(po + o, px + off[0], n * sizeof(Word)));
                     for (std::int64_t i = 0; i < n; ++i) po[o + i] = px[off[0] + i * s[0]];
                   });
 }

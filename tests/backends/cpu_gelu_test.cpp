@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <numbers>
 #include <vector>
 
@@ -47,10 +49,40 @@ std::vector<GeluKernel> kernels() {
 
 }  // namespace
 
-TEST_CASE("the widest GELU kernel this CPU runs is the default") {
+TEST_CASE("the widest GELU kernel this CPU runs is the default, and one it does not run is refused") {
   const auto runs = kernels();
   CHECK(gelu_kernel() == runs.back());
   MESSAGE("GELU kernels here: " << runs.size() << " (scalar, AVX2, AVX-512 in that order)");
+  float x = 1.0f, y = 0.0f;
+  for (GeluKernel k : {GeluKernel::avx2, GeluKernel::avx512})
+    if (!gelu_kernel_runs(k)) {
+      CHECK_THROWS_AS(gelu_erf(&x, &y, 1, k), std::invalid_argument);
+      CHECK_THROWS_AS(gelu_erf_backward(&x, &x, &y, 1, k), std::invalid_argument);
+    }
+}
+
+TEST_CASE("gelu_erf and its gradient carry NaN, and gelu(+inf) is +inf") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (GeluKernel kernel : kernels()) {
+    CAPTURE(static_cast<int>(kernel));
+    // In a whole vector and in the padded last one.
+    std::vector<float> x(19, 0.5f);
+    x[2] = nan;
+    x[5] = -nan;
+    x[7] = inf;
+    x[17] = nan;
+    std::vector<float> y(x.size()), ones(x.size(), 1.0f), dx(x.size());
+    gelu_erf(x.data(), y.data(), static_cast<std::int64_t>(x.size()), kernel);
+    gelu_erf_backward(x.data(), ones.data(), dx.data(), static_cast<std::int64_t>(x.size()), kernel);
+    for (std::size_t i : {2, 5, 17}) {
+      CAPTURE(i);
+      CHECK(std::isnan(y[i]));
+      CHECK(std::isnan(dx[i]));
+    }
+    CHECK(y[7] == inf);
+    CHECK(y[0] == doctest::Approx(gelu_ref(0.5)).epsilon(1e-6));
+    CHECK(dx[18] == doctest::Approx(gelu_derivative_ref(0.5)).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("gelu_erf is within 4e-7 |x| + 1e-7 of the formula") {
