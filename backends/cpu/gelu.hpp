@@ -9,8 +9,9 @@
 // With AVX-512 (a Zen 5, 2026-11-28), on the zoo GPT's training step (four
 // of each a step, 1M elements each, one thread): oneDNN's forward 1.74-1.85
 // ms a step and backward 3.45-4.16, these 0.85-0.88 and 1.68-1.71. Its
-// matmul post-op there is as fast as the product then this pass (inference
-// steps within 2%), so matmuls keep it (matmul_gelu_in_house).
+// matmul post-op there is at least as fast as the product then this pass (inference
+// steps 1% apart on one thread and 3% on two, the post-op ahead), so
+// matmuls keep it (matmul_gelu_in_house).
 //
 // erf is a rational fit x P(x²) / Q(x²) on |x| <= 4 (erf(4) rounds to 1 in
 // f32), made by scripts/erf_fit.py: within 4e-7 of erf, relative, evaluated
