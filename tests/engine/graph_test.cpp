@@ -115,6 +115,24 @@ TEST_CASE("a profiled run times each op once under its key and computes what an 
   }
 }
 
+TEST_CASE("a profile names a convolution and a pooling by their operands' dtype and shapes") {
+  Graph g;
+  ValueId x = g.input("x", {2, 8, 8, 3});
+  ValueId w = g.variable("w", {3, 3, 3, 4});
+  ValueId y = g.reduce(ReduceOp::sum, g.pool2d(g.conv2d(x, w, {}), {.kind = PoolKind::max}), {0, 1, 2, 3});
+  Executor profiled(g, {y});
+  std::map<std::string, StepRunner::OpTime> sink;
+  profiled.enable_profiling(&sink);
+  profiled.bind(x, random_tensor({2, 8, 8, 3}, 4));
+  profiled.bind(w, random_tensor({3, 3, 3, 4}, 5));
+  profiled.run();
+  for (const char* key : {"conv2d f32 [2, 8, 8, 3], [3, 3, 3, 4]", "pool2d f32 [2, 6, 6, 4]"}) {
+    CAPTURE(key);
+    REQUIRE(sink.contains(key));
+    CHECK(sink[key].calls == 1);
+  }
+}
+
 TEST_CASE("the host op timer gives a time per start-stop pair, in order, and forgets them when read") {
   std::unique_ptr<OpTimer> timer = make_host_op_timer();
   CHECK(timer->seconds().empty());
