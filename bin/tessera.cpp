@@ -151,8 +151,12 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     // model fails here, naming the variable.
     TrainingState state = trainer.load(resume_dir, non_finite);
     trainer.resume(state);
-    fmt::print("Resuming from '{}': {} epoch(s) and {} batch(es) done, step {}\n", resume_dir, state.epoch,
-               state.batch, state.step);
+    fmt::print("Resuming from '{}': {} epoch(s) and {} batch(es) done, step {}{}\n", resume_dir, state.epoch,
+               state.batch, state.step,
+               state.learning_rate_scale == 1
+                   ? ""
+                   : fmt::format(", learning rate {:.6g} times the schedule's (reduce_lr_on_plateau)",
+                                 state.learning_rate_scale));
     if (state.epoch >= run.training.epochs) {
       fmt::print("The checkpoint has finished all {} epoch(s); raise training.epochs to train on\n",
                  run.training.epochs);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <optional>
 #include <regex>
 #include <cerrno>
@@ -218,9 +219,32 @@ StateFile read_state(const fs::path& file) {
   if (!j.contains("config") || !j["config"].is_string())
     throw error("'config' is missing or not a string");
   out.state.config = j["config"].get<std::string>();
+  // Kept since 2026-11-28; a checkpoint written before has neither (factor 1, no figures).
+  if (j.contains("learning_rate_scale")) {
+    const Json& scale = j["learning_rate_scale"];
+    if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
+      throw error("'learning_rate_scale' is " + scale.dump() + ", not a positive number");
+    out.state.learning_rate_scale = scale.get<double>();
+  }
+  if (j.contains("figures")) {
+    if (!j["figures"].is_object()) throw error("'figures' is not an object of numbers");
+    for (const auto& [name, value] : j["figures"].items()) {
+      if (!value.is_number()) throw error("figure '" + name + "' is " + value.dump() + ", not a number");
+      out.state.figures[name] = value.get<double>();
+    }
+  }
   out.model_variables = list("model_variables");
   out.optimizer_variables = list("optimizer_variables");
   return out;
+}
+
+// Fingerprint entries compared key by key: a state file saved again by
+// another JSON writer (Python's json with sort_keys) may order them otherwise.
+bool same_entry(const Json& a, const Json& b) {
+  if (!a.is_object() || !b.is_object() || a.size() != b.size()) return a == b;
+  for (const auto& [key, value] : a.items())
+    if (!b.contains(key) || b[key] != value) return false;
+  return true;
 }
 
 // The tensors of `file` must be what training_state.json lists for it: a
@@ -228,15 +252,15 @@ StateFile read_state(const fs::path& file) {
 void check_fingerprint(const Json& listed, const std::vector<Listed>& tensors, const fs::path& file,
                        const fs::path& state_file) {
   Json actual = fingerprint(tensors);
-  if (listed == actual) return;
   std::string detail;
   for (std::size_t i = 0; i < std::max(listed.size(), actual.size()); ++i) {
-    if (i < listed.size() && i < actual.size() && listed[i] == actual[i]) continue;
+    if (i < listed.size() && i < actual.size() && same_entry(listed[i], actual[i])) continue;
     detail = i < listed.size() ? "it lists " + listed[i].dump() : "it lists nothing";
     detail += " as tensor " + std::to_string(i) + ", the file holds " +
               (i < actual.size() ? actual[i].dump() : std::string("nothing"));
     break;
   }
+  if (detail.empty()) return;
   throw CheckpointError("load_checkpoint: '" + state_file.string() + "' does not describe '" +
                         file.string() + "' (files of different checkpoints?): " + detail);
 }
@@ -298,9 +322,13 @@ void write_state(const fs::path& folder, const TrainingState& state, const Json&
             {"epoch", state.epoch},
             {"batch", state.batch},
             {"seed", state.seed},
+            {"learning_rate_scale", state.learning_rate_scale},
+            {"figures", Json::object()},
             {"model_variables", model_variables},
             {"optimizer_variables", optimizer_variables},
             {"config", resolved_config}};
+  for (const auto& [name, value] : state.figures)
+    if (std::isfinite(value)) json["figures"][name] = value;  // JSON has no NaN
   std::string text;
   try {
     text = json.dump(2) + "\n";
@@ -530,6 +558,14 @@ ShardIndex checkpoint_index(const fs::path& dir) {
     for (const SafetensorsEntry& e : read_safetensors_header(dir / file).tensors)
       index.tensors[e.name] = ShardedTensorInfo{e.dtype, e.shape, {ShardEntry{file, e.name, ShardSlice::whole(e.shape)}}};
   return index;
+}
+
+TrainingState read_training_state(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir / kStateFile, ec))
+    throw CheckpointError("read_training_state: '" + dir.string() + "' has no " + kStateFile +
+                          " (not a checkpoint, or an incomplete one)");
+  return read_state(dir / kStateFile).state;
 }
 
 TrainingState load_checkpoint(const fs::path& dir, VariableStore& store, LoadValues values, NonFinite non_finite) {

@@ -4,7 +4,9 @@
 //   runs/x/optimizer.safetensors  the optimizer state ("optimizer/mlp/dense/kernel/m")
 //   runs/x/training_state.json    step, epochs completed, batch position, seed, format
 //                                 version, the resolved config YAML, and the model's
-//                                 fingerprint (every variable's path, shape and dtype)
+//                                 fingerprint (every variable's path, shape and dtype);
+//                                 the learning-rate factor of reduce_lr_on_plateau and
+//                                 the last epoch's logged figures
 //
 // Why these few numbers suffice to resume bit-identically: initial values come
 // from the config's seed (and are overwritten by the checkpoint anyway), and the
@@ -34,6 +36,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,14 @@ struct TrainingState {
   std::int64_t batch = 0;  // batches of that next epoch already trained (0 after a whole epoch)
   std::uint64_t seed = 0;  // training.seed: with epoch and batch, it fixes the data still to come
   std::string config;      // the run's resolved config YAML; filled by load_checkpoint
+  // A callback's factor on the schedule's learning rate (reduce_lr_on_plateau),
+  // which a resumed run keeps, as Keras keeps a reduced rate in its optimizer.
+  double learning_rate_scale = 1;
+  // The last whole epoch's logged figures by name ("loss", "val_accuracy"), the
+  // finite ones: what model_checkpoint's save_best_only compares a resumed run's
+  // epochs against. Empty before the first epoch (and in checkpoints written
+  // before these were kept, which load with a factor of 1).
+  std::map<std::string, double> figures;
 };
 
 // Writes the store's variables and `state` to `dir` (created with its parents),
@@ -117,6 +128,10 @@ void save_checkpoint(const std::filesystem::path& dir, const VariableStore& stor
 enum class LoadValues { all, none };
 TrainingState load_checkpoint(const std::filesystem::path& dir, VariableStore& store,
                               LoadValues values = LoadValues::all, NonFinite non_finite = NonFinite::refuse);
+
+// The TrainingState of the checkpoint in `dir` (either form) without reading
+// its tensors, config included. Throws CheckpointError as load_checkpoint.
+TrainingState read_training_state(const std::filesystem::path& dir);
 
 // When `model` (a model's variable paths) and `saved` (a checkpoint's) are
 // the same paths under another first component ("old/dense/kernel" against

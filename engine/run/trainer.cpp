@@ -142,15 +142,26 @@ void Trainer::resume(const TrainingState& state) {
   if (state.step < 0 || state.epoch < 0 || state.batch < 0)
     throw CheckpointError("cannot resume from a negative position (step " + std::to_string(state.step) +
                           ", epoch " + std::to_string(state.epoch) + ", batch " + std::to_string(state.batch) + ")");
+  if (!std::isfinite(state.learning_rate_scale) || state.learning_rate_scale <= 0)
+    throw CheckpointError("cannot resume with a learning-rate factor of " + std::to_string(state.learning_rate_scale) +
+                          " (a positive number)");
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;
+  learning_rate_scale_ = state.learning_rate_scale;
+  last_figures_ = state.figures;
 }
 
 TrainingState Trainer::load(const std::filesystem::path& dir, NonFinite non_finite) { return host_->load(dir, non_finite); }
 
 TrainingState Trainer::state() const {
-  return TrainingState{.step = step_, .epoch = epochs_done_, .batch = batches_done_, .seed = spec_.seed, .config = {}};
+  return TrainingState{.step = step_,
+                       .epoch = epochs_done_,
+                       .batch = batches_done_,
+                       .seed = spec_.seed,
+                       .config = {},
+                       .learning_rate_scale = learning_rate_scale_,
+                       .figures = last_figures_};
 }
 
 std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) {
@@ -349,7 +360,11 @@ class Trainer::FitRun final : public FitControl {
   std::int64_t first_epoch() const override { return first_epoch_; }
   void stop_training() override { stop = true; }
   double learning_rate_scale() const override { return t_.learning_rate_scale_; }
-  void set_learning_rate_scale(double scale) override { t_.learning_rate_scale_ = scale; }
+  void set_learning_rate_scale(double scale) override {
+    if (!std::isfinite(scale) || scale <= 0)
+      throw Error("set_learning_rate_scale: the factor must be a positive number, not " + std::to_string(scale));
+    t_.learning_rate_scale_ = scale;
+  }
   double learning_rate() const override {
     return learning_rate_at(t_.spec_.optimizer, t_.step_, t_.total_steps_) * t_.learning_rate_scale_;
   }
@@ -357,6 +372,12 @@ class Trainer::FitRun final : public FitControl {
     t_.host_->save(dir, t_.state(), t_.spec_.checkpoint.resolved_config);
   }
   void check_checkpoint_dir(const std::filesystem::path& dir) const override { tessera::check_checkpoint_dir(dir); }
+  std::optional<SavedEpoch> saved_epoch(const std::filesystem::path& dir) const override {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec) || std::filesystem::is_empty(dir, ec)) return std::nullopt;
+    TrainingState saved = read_training_state(dir);
+    return SavedEpoch{.epoch = saved.epoch, .figures = std::move(saved.figures)};
+  }
   WeightSnapshot weights() override {
     check_whole();
     t_.sync_store();
@@ -464,6 +485,9 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     log.learning_rate = learning_rate_at(spec_.optimizer, step_ - 1, total_steps_) * learning_rate_scale_;
     epochs_done_ = epoch;
     batches_done_ = 0;
+    last_figures_.clear();
+    for (const std::string& name : run.log_names())
+      if (const auto value = log_value(log, name)) last_figures_[name] = *value;
     if (callbacks.on_epoch) callbacks.on_epoch(log);
     for (const auto& c : fit_callbacks) c->on_epoch_end(log, run);
     logs.push_back(log);

@@ -109,6 +109,16 @@ class ModelCheckpoint final : public Callback {
     if (o_.save_best_only) monitor_.check(fit);
     monitor_.reset();
     fit.check_checkpoint_dir(o_.dir);
+    // A resumed run's best so far is the checkpoint it saved: starting afresh,
+    // its first epoch would replace that one however much worse it was.
+    if (!o_.save_best_only || fit.first_epoch() == 1) return;
+    if (const auto saved = fit.saved_epoch(o_.dir)) {
+      if (auto it = saved->figures.find(monitor_.name()); it != saved->figures.end()) {
+        monitor_.set_best(it->second);
+        fmt::print("model_checkpoint: {} holds epoch {} ({} = {:.6g}); a later epoch replaces it only if better\n",
+                   o_.dir.string(), saved->epoch, monitor_.name(), it->second);
+      }
+    }
   }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {
     if (o_.save_best_only) {

@@ -4,6 +4,7 @@
 //   - {type: early_stopping, monitor: val_loss, patience: 3, min_delta: 0, mode: auto,
 //      restore_best_weights: false, start_from_epoch: 0}
 //   - {type: model_checkpoint, dir: runs/best, monitor: val_loss, save_best_only: true, mode: auto}
+//     (a resumed run's epochs must beat the figure of the checkpoint already in dir)
 //   - {type: reduce_lr_on_plateau, monitor: val_loss, factor: 0.1, patience: 10,
 //      min_delta: 1.0e-4, cooldown: 0, min_lr: 0}
 //   - {type: csv_logger, path: runs/log.csv}      # one row per epoch (Keras' CSVLogger)
@@ -18,7 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +31,12 @@
 namespace tessera {
 
 class ConfigNode;
+
+// What a checkpoint says of the epoch it was saved after.
+struct SavedEpoch {
+  std::int64_t epoch = 0;
+  std::map<std::string, double> figures;  // that epoch's logged figures by name ("loss", "val_accuracy")
+};
 
 // A copy of the model's variables: path and bytes.
 struct WeightSnapshot {
@@ -53,6 +62,9 @@ class FitControl {
   // predict); check_checkpoint_dir first says whether it could (CheckpointError).
   virtual void save_checkpoint(const std::filesystem::path& dir) = 0;
   virtual void check_checkpoint_dir(const std::filesystem::path& dir) const = 0;
+  // The epoch and figures of the checkpoint in `dir`; none where `dir` holds
+  // none. Throws CheckpointError for one that cannot be read.
+  virtual std::optional<SavedEpoch> saved_epoch(const std::filesystem::path& dir) const = 0;
   // The model's variables (not the optimizer's state) as they are now, and
   // back. Throws UnsupportedError where the run cannot (a job of several processes).
   virtual WeightSnapshot weights() = 0;

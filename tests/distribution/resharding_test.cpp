@@ -61,8 +61,9 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
     mine.blocks("m/b", columns(1));
     ShardedSave part = mine.sharded_save(ProcessPlacement{process, 2});
     part.meet = part.barrier = [&] { meet.arrive_and_wait(); };
-    save_checkpoint(checkpoint, saved, TrainingState{.step = 3, .epoch = 1, .batch = 0, .seed = 0, .config = {}},
-                    "config", part);
+    const TrainingState state{
+        .step = 3, .epoch = 1, .batch = 0, .seed = 0, .config = {}, .learning_rate_scale = 1, .figures = {}};
+    save_checkpoint(checkpoint, saved, state, "config", part);
   };
   std::thread other(save, 1);
   save(0);

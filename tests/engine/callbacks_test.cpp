@@ -42,6 +42,16 @@ std::vector<std::byte> bytes_of(const VariableStore& store, const std::string& p
   return {};
 }
 
+// A new trainer of `spec` resumed from the checkpoint in `dir`, then its fit.
+std::vector<EpochLog> resume_and_fit(const TrainingSpec& spec, const std::filesystem::path& dir, const Dataset& data) {
+  Model model = classifier();
+  VariableStore store;
+  model.build(store, 3);
+  Trainer trainer(model, spec, store);
+  trainer.resume(load_checkpoint(dir, store));
+  return trainer.fit(data, nullptr);
+}
+
 }  // namespace
 
 TEST_CASE("early_stopping ends fit after patience epochs without improvement, with the best weights if asked") {
@@ -81,6 +91,50 @@ TEST_CASE("reduce_lr_on_plateau scales the learning rate after patience epochs w
   CHECK(logs[3].learning_rate == doctest::Approx(0.025));
   CHECK(logs[4].learning_rate == doctest::Approx(0.02));  // held at min_lr
   CHECK(logs[7].learning_rate == doctest::Approx(0.02));
+}
+
+TEST_CASE("reduce_lr_on_plateau: a resumed run keeps the reduced learning rate") {
+  TempDir dir;
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  TrainingSpec spec = spec_with("[{type: reduce_lr_on_plateau, monitor: loss, min_delta: 1.0e9, patience: 1, factor: 0.5}]");
+  spec.checkpoint.dir = dir / "checkpoint";
+  spec.epochs = 3;  // reduced at the ends of epochs 2 and 3
+  Model model = classifier();
+  VariableStore store;
+  Trainer first(model, spec, store);
+  CHECK(first.fit(data, nullptr).back().learning_rate == doctest::Approx(0.05));
+  const TrainingState saved = read_training_state(dir / "checkpoint");
+  CHECK(saved.learning_rate_scale == doctest::Approx(0.25));
+  CHECK(saved.figures.size() == 2);  // loss and accuracy
+  CHECK(saved.figures.at("loss") > 0);
+
+  spec.epochs = 4;
+  const auto logs = resume_and_fit(spec, dir / "checkpoint", data);
+  REQUIRE(logs.size() == 1);
+  CHECK(logs[0].learning_rate == doctest::Approx(0.025));  // from 1, the schedule's rate, without the factor
+}
+
+TEST_CASE("model_checkpoint with save_best_only: a resumed run replaces the saved epoch only with a better one") {
+  TempDir dir;
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  // The loss falls epoch by epoch, so with mode max epoch 1 is the best of all.
+  TrainingSpec spec = spec_with("[{type: model_checkpoint, dir: " + (dir / "best").string() +
+                                ", monitor: loss, mode: max, save_best_only: true}]");
+  spec.checkpoint.dir = dir / "checkpoint";
+  spec.epochs = 2;
+  Model model = classifier();
+  VariableStore store;
+  Trainer first(model, spec, store);
+  const auto first_logs = first.fit(data, nullptr);
+  REQUIRE(first_logs[1].train.loss < first_logs[0].train.loss);
+  CHECK(read_training_state(dir / "best").epoch == 1);
+
+  spec.epochs = 4;
+  const auto logs = resume_and_fit(spec, dir / "checkpoint", data);
+  REQUIRE(logs.size() == 2);
+  REQUIRE(logs[0].train.loss < first_logs[0].train.loss);
+  // Forgetting the saved figure, epoch 3 would have been the best so far and replaced epoch 1.
+  CHECK(read_training_state(dir / "best").epoch == 1);
 }
 
 TEST_CASE("model_checkpoint with save_best_only keeps the epoch of the best monitored figure") {
@@ -165,13 +219,7 @@ TEST_CASE("csv_logger: a resumed run appends to the log of the run it continues"
     trainer.fit(data, nullptr);
   }
   spec.epochs = 4;
-  Model resumed_model = classifier();
-  VariableStore store;
-  resumed_model.build(store, 3);
-  const TrainingState state = load_checkpoint(dir / "checkpoint", store);
-  Trainer trainer(resumed_model, spec, store);
-  trainer.resume(state);
-  CHECK(trainer.fit(data, nullptr).size() == 2);
+  CHECK(resume_and_fit(spec, dir / "checkpoint", data).size() == 2);
   std::ifstream csv(dir / "log.csv");
   std::vector<std::string> lines;
   for (std::string line; std::getline(csv, line);) lines.push_back(line);

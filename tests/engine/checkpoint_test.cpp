@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -539,6 +541,46 @@ TEST_CASE("checkpoint: a checkpoint of another model is rejected and leaves the 
   } catch (const CheckpointError& e) {
     CHECK(contains(e.what(), "the model's variable 'clf/extra/scale' (f32[2]) is not in it"));
   }
+}
+
+TEST_CASE("checkpoint: the learning-rate factor and the epoch's figures round-trip, and older files load without them") {
+  TempDir tmp;
+  VariableStore store;
+  classifier().build(store, 1);
+  TrainingState state = at(7);
+  state.learning_rate_scale = 0.25;
+  state.figures = {{"loss", 0.5}, {"val_accuracy", 0.875}, {"auc", std::nan("")}};  // NaN is left out
+  save_checkpoint(tmp / "ckpt", store, state, "");
+  for (const TrainingState& read : {read_training_state(tmp / "ckpt"), load_checkpoint(tmp / "ckpt", store)}) {
+    CHECK(read.step == 7);
+    CHECK(read.learning_rate_scale == 0.25);
+    CHECK(read.figures == std::map<std::string, double>{{"loss", 0.5}, {"val_accuracy", 0.875}});
+  }
+
+  // Saved again by another JSON writer: nlohmann::json sorts each object's keys.
+  auto rewritten = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json json = nlohmann::json::parse(std::ifstream(tmp / "ckpt" / "training_state.json"));
+    edit(json);
+    std::ofstream(tmp / "ckpt" / "training_state.json") << json.dump();
+  };
+  rewritten([](nlohmann::json& j) {  // as written before 2026-11-28
+    j.erase("learning_rate_scale");
+    j.erase("figures");
+  });
+  const TrainingState old = load_checkpoint(tmp / "ckpt", store);
+  CHECK(old.learning_rate_scale == 1);
+  CHECK(old.figures.empty());
+
+  auto state_error = [&] { return error_of<CheckpointError>([&] { read_training_state(tmp / "ckpt"); }); };
+  rewritten([](nlohmann::json& j) { j["learning_rate_scale"] = -2; });
+  CHECK(contains(state_error(), "'learning_rate_scale' is -2, not a positive number"));
+  rewritten([](nlohmann::json& j) {
+    j["learning_rate_scale"] = 1;
+    j["figures"] = {{"loss", "low"}};
+  });
+  CHECK(contains(state_error(), "figure 'loss' is \"low\", not a number"));
+  CHECK(contains(error_of<CheckpointError>([&] { read_training_state(tmp / "nowhere"); }),
+                 "has no training_state.json"));
 }
 
 TEST_CASE("checkpoint: broken checkpoint directories are errors naming the file") {

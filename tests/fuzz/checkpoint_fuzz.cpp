@@ -33,7 +33,9 @@ const std::filesystem::path& checkpoint() {
     std::filesystem::path d = fuzz::scratch() / "ckpt";
     VariableStore store;
     fill(store);
-    save_checkpoint(d, store, TrainingState{.step = 3, .epoch = 1, .batch = 0, .seed = 7, .config = {}}, "model: {}\n");
+    const TrainingState state{
+        .step = 3, .epoch = 1, .batch = 0, .seed = 7, .config = {}, .learning_rate_scale = 1, .figures = {}};
+    save_checkpoint(d, store, state, "model: {}\n");
     if (const char* seed = std::getenv("TESSERA_FUZZ_SEED")) {
       std::filesystem::create_directories(seed);
       std::filesystem::copy_file(d / "model.safetensors", std::filesystem::path(seed) / "model.safetensors",
