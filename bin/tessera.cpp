@@ -17,6 +17,7 @@
 
 #include "backends/registry.hpp"
 #include "bin/distribution_report.hpp"
+#include "bin/interrupt.hpp"
 #include "bin/progress.hpp"
 #include "bin/run_folder.hpp"
 #include "bin/sharding_bench.hpp"
@@ -210,14 +211,26 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   };
   std::optional<TrainingState> saved;
   callbacks.on_checkpoint = [&](const std::filesystem::path& dir, const TrainingState& s) {
-    fmt::print("Saved checkpoint '{}' (epoch {}, step {})\n", dir.string(), s.epoch, s.step);
+    if (s.batch == 0)
+      fmt::print("Saved checkpoint '{}' (epoch {}, step {})\n", dir.string(), s.epoch, s.step);
+    else
+      fmt::print("\nSaved checkpoint '{}' (epoch {}, batch {}, step {})\n", dir.string(), s.epoch + 1, s.batch, s.step);
     saved = s;
     if (!new_run_folder) return;
     if (std::string why = link_latest_run(dir); !why.empty()) fmt::print(stderr, "warning: {}\n", why);
   };
+  // Not in a job of several processes: each would see the signal at a step
+  // of its own, and a save is collective (mpirun's own handling applies).
+  std::optional<InterruptCatcher> interrupt;
+  if (job_processes().placement().processes == 1) {
+    interrupt.emplace();
+    callbacks.interrupted = [&] { return interrupt->caught() != 0; };
+  }
   std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
+  const int caught = interrupt ? interrupt->caught() : 0;
+  interrupt.reset();  // a signal from here on ends the process as usual
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;
@@ -229,6 +242,19 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
       fmt::print("{:<48} {:>12.3f} {:>7.1f}% {:>10}\n", op, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
   }
   if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
+  if (caught != 0) {  // the last line says where the run stands and how to go on
+    const TrainingState now = trainer.state();
+    const std::string where = now.batch == 0 ? fmt::format("after epoch {}", now.epoch)
+                                             : fmt::format("at epoch {}, batch {}", now.epoch + 1, now.batch);
+    if (saved && saved->step == now.step)
+      fmt::print("\nInterrupted by {} {} (step {}): saved in '{}'. To go on: tessera train {} --resume {}\n",
+                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step, checkpoint.dir.string(), file,
+                 checkpoint.dir.string());
+    else
+      fmt::print("\nInterrupted by {} {} (step {}); nothing was saved (training.checkpoint: false).\n",
+                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step);
+    return 128 + caught;  // as a shell reports a process the signal ended
+  }
   if (saved)  // the last line says where the weights are and what to run on them
     fmt::print("\nWeights of epoch {} are in '{}'. Next: tessera eval {} --checkpoint {}\n", saved->epoch,
                checkpoint.dir.string(), file, checkpoint.dir.string());

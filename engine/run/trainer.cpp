@@ -132,6 +132,15 @@ void Trainer::weights_changed() { host_->store_changed(); }
 
 std::shared_ptr<KeptCopies> Trainer::kept_copies() const { return host_->kept_copies(); }
 
+void Trainer::save_interrupted(const FitCallbacks& callbacks) {
+  sync_store();
+  const CheckpointSpec& checkpoint = spec_.checkpoint;
+  if (checkpoint.dir.empty()) return;
+  TrainingState now = state();
+  host_->save(checkpoint.dir, now, checkpoint.resolved_config);
+  if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
+}
+
 void Trainer::resume(const TrainingState& state) {
   host_->store_changed();  // the store holds the checkpoint's values now, unless load() read them; even if refused below
   if (state.seed != spec_.seed)
@@ -467,6 +476,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
     PassTotals totals;
+    bool interrupted = false;  // callbacks.interrupted's answer after the last step
     for (std::int64_t b = skip; b < per_epoch && batches.next(batch); ++b) {
       try {
         totals.add(run_step(batch.inputs, batch.targets, batch.weights, batch.size, batch.first_row));
@@ -478,6 +488,11 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
       }
       batches_done_ = b + 1;
       if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, evaluation(totals));
+      interrupted = callbacks.interrupted && callbacks.interrupted();
+      if (interrupted && b + 1 < per_epoch) {
+        save_interrupted(callbacks);
+        return logs;
+      }
     }
     log.train = evaluation(totals);
     if (checked_validation) log.validation = pass(*checked_validation, {});
@@ -492,12 +507,14 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     for (const auto& c : fit_callbacks) c->on_epoch_end(log, run);
     logs.push_back(log);
     const CheckpointSpec& checkpoint = spec_.checkpoint;
-    if (!checkpoint.dir.empty() && (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs || run.stop)) {
+    // Interrupted at an epoch's last batch: the epoch is whole, and saved as any last epoch.
+    if (!checkpoint.dir.empty() &&
+        (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs || run.stop || interrupted)) {
       TrainingState now = state();
       host_->save(checkpoint.dir, now, checkpoint.resolved_config);
       if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
     }
-    if (run.stop) break;
+    if (run.stop || interrupted) break;
   }
   sync_store();
   return logs;

@@ -103,6 +103,12 @@ struct FitCallbacks {
   // on_epoch and after the spec's own; they may stop training or change the
   // learning rate (engine/training/callbacks.hpp).
   std::vector<std::shared_ptr<Callback>> callbacks;
+  // Asked after every training step: true stops fit() there, between two
+  // batches, and saves that position as a checkpoint (where the run saves
+  // any), which resume() continues from the next batch. `tessera train` sets
+  // it on SIGINT and SIGTERM. In a job of several processes every process
+  // must answer alike at each step (a save is collective).
+  std::function<bool()> interrupted;
 };
 
 class Trainer {
@@ -144,7 +150,8 @@ class Trainer {
   // Trains up to epoch spec.epochs: from epoch 1, or from where resume() said.
   // Returns the logs of the epochs it ran, numbered as in the whole run (3, 4
   // after resuming from a checkpoint of epoch 2); fewer when a callback
-  // stopped training. Throws Error when the loss stops being finite,
+  // stopped training, and none of an epoch that callbacks.interrupted cut
+  // short (state().batch then says where). Throws Error when the loss stops being finite,
   // CheckpointError when a checkpoint cannot be saved, ConfigError before the
   // first step when a callback monitors a figure the run does not log.
   // With training.validation_split, `validation` must be null: the split
@@ -218,6 +225,9 @@ class Trainer {
  private:
   struct Program;
   class FitRun;  // what callbacks may do to a fit() (FitControl)
+  // fit() stopped between batches by callbacks.interrupted: the position
+  // saved where the run saves checkpoints, if it does.
+  void save_interrupted(const FitCallbacks& callbacks);
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;

@@ -932,6 +932,17 @@ TEST_CASE("checkpoint: a run resumed from a checkpoint ends bit-identical to an 
   auto logs = uninterrupted.fit(data, nullptr);
   REQUIRE(logs.size() == 4);
   CHECK(uninterrupted.step() == 52);
+  // A new trainer resumed from `dir` and fitted to the end: it must end as `whole` did.
+  auto check_resumed_run = [&](const fs::path& dir, const FitCallbacks& callbacks) {
+    Model resumed_model = classifier();
+    VariableStore store;
+    resumed_model.build(store, 3);
+    Trainer trainer(resumed_model, spec(), store);
+    trainer.resume(load_checkpoint(dir, store));
+    trainer.fit(data, nullptr, callbacks);
+    CHECK(trainer.step() == 52);
+    CHECK(snapshot(store) == snapshot(whole));  // memcmp of every variable, optimizer state included
+  };
 
   SUBCASE("from the end of an epoch, saved by training.checkpoint") {
     const fs::path dir = tmp / "run";
@@ -983,20 +994,50 @@ TEST_CASE("checkpoint: a run resumed from a checkpoint ends bit-identical to an 
       CHECK(state.step == 31);
       save_checkpoint(dir, store, state, "");
     }
-    Model resumed_model = classifier();
-    VariableStore store;
-    resumed_model.build(store, 3);
-    Trainer trainer(resumed_model, spec(), store);
-    trainer.resume(load_checkpoint(dir, store));
     std::int64_t first_batch = 0;
     FitCallbacks callbacks;
     callbacks.on_batch = [&](std::int64_t, std::int64_t batch, std::int64_t, const Evaluation&) {
       if (first_batch == 0) first_batch = batch;
     };
-    trainer.fit(data, nullptr, callbacks);
+    check_resumed_run(dir, callbacks);
     CHECK(first_batch == 6);
-    CHECK(trainer.step() == 52);
-    CHECK(snapshot(store) == snapshot(whole));
+  }
+
+  SUBCASE("interrupted between batches (Ctrl-C), saved by fit itself") {
+    const fs::path dir = tmp / "interrupted";
+    {
+      Model first_model = classifier();
+      VariableStore store;
+      Trainer trainer(first_model, spec(", checkpoint: {dir: " + dir.string() + ", every_epochs: 1}"), store);
+      std::vector<TrainingState> saved;
+      std::int64_t steps = 0;
+      FitCallbacks callbacks;
+      callbacks.interrupted = [&] { return ++steps == 20; };  // asked after each step: epoch 2, batch 7
+      callbacks.on_checkpoint = [&](const fs::path&, const TrainingState& state) { saved.push_back(state); };
+      const auto logs_before = trainer.fit(data, nullptr, callbacks);
+      CHECK(logs_before.size() == 1);  // epoch 1 whole; epoch 2 cut short
+      REQUIRE(saved.size() == 2);      // epoch 1's checkpoint, then the interrupted position
+      CHECK(saved[1].epoch == 1);
+      CHECK(saved[1].batch == 7);
+      CHECK(saved[1].step == 20);
+      CHECK(trainer.state().batch == 7);
+    }
+    check_resumed_run(dir, {});
+  }
+
+  SUBCASE("interrupted at an epoch's last batch: the epoch ends whole and is saved") {
+    const fs::path dir = tmp / "at_end";
+    Model first_model = classifier();
+    VariableStore store;
+    Trainer trainer(first_model, spec(", checkpoint: {dir: " + dir.string() + ", every_epochs: 3}"), store);
+    std::int64_t steps = 0;
+    FitCallbacks callbacks;
+    callbacks.interrupted = [&] { return ++steps >= 13; };  // the 13th step ends epoch 1
+    CHECK(trainer.fit(data, nullptr, callbacks).size() == 1);
+    const TrainingState state = read_training_state(dir);
+    CHECK(state.epoch == 1);
+    CHECK(state.batch == 0);
+    CHECK(state.figures.contains("loss"));
   }
 }
 
