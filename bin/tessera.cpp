@@ -120,8 +120,10 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
   return kOk;
 }
 
+// `arguments`: the command line after the program's name, for the command
+// that resumes the run if a signal stops it.
 int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
-          const std::string& resume_dir, NonFinite non_finite, bool profile) {
+          const std::string& resume_dir, NonFinite non_finite, bool profile, const std::vector<std::string>& arguments) {
   RunConfig run = load_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
@@ -229,27 +231,30 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
-  const int caught = interrupt ? interrupt->caught() : 0;
-  interrupt.reset();  // a signal from here on ends the process as usual
+  const int caught = interrupt ? interrupt->release() : 0;  // a signal from here on is handled as usual
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;
     std::vector<std::pair<std::string, StepRunner::OpTime>> rows(op_times.begin(), op_times.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
     // Milliseconds: fast ops take microseconds, which seconds would show as 0.000.
-    fmt::print("\n{:<48} {:>12} {:>8} {:>10}\n", "op", "ms", "share", "calls");
+    std::size_t width = 48;  // the longest key's, at least
+    for (const auto& row : rows) width = std::max(width, row.first.size());
+    fmt::print("\n{:<{}} {:>12} {:>8} {:>10}\n", "op", width, "ms", "share", "calls");
     for (const auto& [op, t] : rows)
-      fmt::print("{:<48} {:>12.3f} {:>7.1f}% {:>10}\n", op, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
+      fmt::print("{:<{}} {:>12.3f} {:>7.1f}% {:>10}\n", op, width, t.seconds * 1e3, 100 * t.seconds / total, t.calls);
   }
   if (const Communicator* comm = trainer.communicator()) print_collectives(job_collectives(*comm));
-  if (caught != 0) {  // the last line says where the run stands and how to go on
-    const TrainingState now = trainer.state();
+  const TrainingState now = trainer.state();
+  // A signal during the last epoch's validation or save: the run is complete.
+  if (caught != 0 && !(now.batch == 0 && now.epoch >= run.training.epochs)) {
+    // The last line says where the run stands and how to go on.
     const std::string where = now.batch == 0 ? fmt::format("after epoch {}", now.epoch)
                                              : fmt::format("at epoch {}, batch {}", now.epoch + 1, now.batch);
     if (saved && saved->step == now.step)
-      fmt::print("\nInterrupted by {} {} (step {}): saved in '{}'. To go on: tessera train {} --resume {}\n",
-                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step, checkpoint.dir.string(), file,
-                 checkpoint.dir.string());
+      fmt::print("\nInterrupted by {} {} (step {}): saved in '{}'. To go on: {}\n",
+                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step, checkpoint.dir.string(),
+                 resume_command(arguments, checkpoint.dir.string()));
     else
       fmt::print("\nInterrupted by {} {} (step {}); nothing was saved (training.checkpoint: false).\n",
                  caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step);
@@ -667,7 +672,8 @@ int main(int argc, char** argv) {
     if (*predict_cmd) return predict(config, overrides, checkpoint, input, output, non_finite);
     if (*generate_cmd)
       return generate(config, overrides, checkpoint, prompts, prompt_file, generation, ignore_end_of_text, non_finite);
-    if (*train_cmd) return train(config, overrides, log_path, resume_dir, non_finite, profile);
+    if (*train_cmd)
+      return train(config, overrides, log_path, resume_dir, non_finite, profile, {argv + 1, argv + argc});
     if (*plan_cmd) return plan(config, overrides, recalibrate);
     if (*export_cmd) return export_checkpoint(checkpoint, export_out);
     if (*verify_cmd) return verify(checkpoint);

@@ -162,19 +162,23 @@ void Executor::run() {
 std::string Executor::profile_key(NodeId n) const {
   const Node& node = graph_.node(n);
   std::string key(plan_.attentions.contains(n) ? "attention (fused)" : name(node.kind));
-  // A matmul, convolution or pooling by its operands' dtype and shapes, a
-  // cast by the dtype it makes and its shape, a reduction by its operand's
-  // shape: where their time goes differs by size far more than by op.
+  // A matmul by its operands' dtype and shapes, a convolution or pooling
+  // also by its output's shape (and a pooling by its kind), a cast by the
+  // dtype it makes and its shape, a reduction by its operand's shape: where
+  // their time goes differs by size far more than by op.
   const auto shape_of = [&](ValueId v) { return graph_.shape(v).str(); };
   if (node.kind == OpKind::matmul) {
     const MatmulArgs& m = node.attrs.matmul;
     key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0]))) + " " + shape_of(node.inputs[0]) +
            (m.transpose_a ? "^T" : "") + " x " + shape_of(node.inputs[1]) + (m.transpose_b ? "^T" : "");
   }
-  if (node.kind == OpKind::conv2d || node.kind == OpKind::conv2d_grad_input ||
-      node.kind == OpKind::conv2d_grad_weight || node.kind == OpKind::pool2d || node.kind == OpKind::pool2d_grad) {
+  const bool pool = node.kind == OpKind::pool2d || node.kind == OpKind::pool2d_grad;
+  if (pool || node.kind == OpKind::conv2d || node.kind == OpKind::conv2d_grad_input ||
+      node.kind == OpKind::conv2d_grad_weight) {
+    if (pool) key += " " + std::string(name(node.attrs.pool.kind));
     key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0])));
     for (std::size_t i = 0; i < node.inputs.size(); ++i) key += (i == 0 ? " " : ", ") + shape_of(node.inputs[i]);
+    key += " -> " + shape_of(node.outputs[0]);  // which tells strides and windows apart
   }
   if (node.kind == OpKind::cast)
     key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);

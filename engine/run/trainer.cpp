@@ -133,9 +133,8 @@ void Trainer::weights_changed() { host_->store_changed(); }
 std::shared_ptr<KeptCopies> Trainer::kept_copies() const { return host_->kept_copies(); }
 
 void Trainer::save_interrupted(const FitCallbacks& callbacks) {
-  sync_store();
   const CheckpointSpec& checkpoint = spec_.checkpoint;
-  if (checkpoint.dir.empty()) return;
+  if (checkpoint.dir.empty()) return sync_store();  // (a save writes the store back itself)
   TrainingState now = state();
   host_->save(checkpoint.dir, now, checkpoint.resolved_config);
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
@@ -495,7 +494,10 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
       }
     }
     log.train = evaluation(totals);
-    if (checked_validation) log.validation = pass(*checked_validation, {});
+    if (checked_validation) {
+      log.validation = pass(*checked_validation, {});
+      interrupted = interrupted || (callbacks.interrupted && callbacks.interrupted());  // during the pass
+    }
     log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log.learning_rate = learning_rate_at(spec_.optimizer, step_ - 1, total_steps_) * learning_rate_scale_;
     epochs_done_ = epoch;

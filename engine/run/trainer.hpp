@@ -103,11 +103,13 @@ struct FitCallbacks {
   // on_epoch and after the spec's own; they may stop training or change the
   // learning rate (engine/training/callbacks.hpp).
   std::vector<std::shared_ptr<Callback>> callbacks;
-  // Asked after every training step: true stops fit() there, between two
-  // batches, and saves that position as a checkpoint (where the run saves
-  // any), which resume() continues from the next batch. `tessera train` sets
-  // it on SIGINT and SIGTERM. In a job of several processes every process
-  // must answer alike at each step (a save is collective).
+  // Asked after every training step and after each validation pass: true
+  // stops fit() there and saves that position as a checkpoint (where the run
+  // saves any). Within an epoch that is between two batches, which resume()
+  // continues from the next one; after an epoch's last batch the epoch ends
+  // first (its validation, callbacks and save). `tessera train` answers it
+  // from SIGINT and SIGTERM. In a job of several processes every process must
+  // answer alike at each step (a save is collective).
   std::function<bool()> interrupted;
 };
 

@@ -112,12 +112,22 @@ class ModelCheckpoint final : public Callback {
     // A resumed run's best so far is the checkpoint it saved: starting afresh,
     // its first epoch would replace that one however much worse it was.
     if (!o_.save_best_only || fit.first_epoch() == 1) return;
-    if (const auto saved = fit.saved_epoch(o_.dir)) {
-      if (auto it = saved->figures.find(monitor_.name()); it != saved->figures.end()) {
-        monitor_.set_best(it->second);
-        fmt::print("model_checkpoint: {} holds epoch {} ({} = {:.6g}); a later epoch replaces it only if better\n",
-                   o_.dir.string(), saved->epoch, monitor_.name(), it->second);
-      }
+    std::optional<SavedEpoch> saved;
+    try {
+      saved = fit.saved_epoch(o_.dir);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(named(o_.where, "model_checkpoint") + ": cannot read the best epoch so far, to compare "
+                            "this run's against: " + e.what());
+    }
+    if (!saved) return;
+    if (auto it = saved->figures.find(monitor_.name()); it != saved->figures.end()) {
+      monitor_.set_best(it->second);
+      fmt::print("model_checkpoint: {} holds epoch {} ({} = {:.6g}); a later epoch replaces it only if better\n",
+                 o_.dir.string(), saved->epoch, monitor_.name(), it->second);
+    } else {
+      fmt::print("model_checkpoint: {} holds epoch {} without its {} (saved before checkpoints kept their figures, "
+                 "or under another monitor); this run's first epoch replaces it\n",
+                 o_.dir.string(), saved->epoch, monitor_.name());
     }
   }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {

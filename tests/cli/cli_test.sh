@@ -77,18 +77,24 @@ out=$("$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/ckp
 grep -q "Epoch 3/3" <<<"$out" || fail "resume did not run epoch 3: $out"
 grep -q "Epoch 1/3" <<<"$out" && fail "resume trained epoch 1 again"
 
-# Ctrl-C (SIGINT) stops training after the step it is in, saves that position
-# and says how to go on; the exit code is the shell's for that signal (130).
+# SIGTERM (as Ctrl-C's SIGINT) stops training after the step it is in, saves
+# that position and says how to go on; the exit code is the shell's for that
+# signal (143). A job this script puts in the background starts with SIGINT
+# ignored, which it keeps.
 "$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/interrupted" \
   --set training.epochs=1000000 > "$work/interrupted.txt" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "Saved checkpoint" "$work/interrupted.txt" && break; sleep 0.1; done
 kill -INT "$pid"
+sleep 0.5
+kill -0 "$pid" 2>/dev/null || fail "a background train stopped on SIGINT, which it was started ignoring"
+kill -TERM "$pid"
 set +e; wait "$pid"; rc=$?; set -e
-[ "$rc" = 130 ] || fail "an interrupted train exited $rc, not 130: $(tail -3 "$work/interrupted.txt")"
+[ "$rc" = 143 ] || fail "a train stopped by SIGTERM exited $rc, not 143: $(tail -3 "$work/interrupted.txt")"
 last=$(tail -1 "$work/interrupted.txt")
-grep -q "^Interrupted by SIGINT .*: saved in '$work/interrupted'. To go on: tessera train $work/run.yaml --resume $work/interrupted$" \
-  <<<"$last" || fail "the last line of an interrupted train does not say how to go on: $last"
+resume="tessera train $work/run.yaml --set training.checkpoint.dir=$work/interrupted --set training.epochs=1000000 --resume $work/interrupted"
+grep -qF "To go on: $resume" <<<"$last" && grep -q "^Interrupted by SIGTERM .*: saved in '$work/interrupted'" <<<"$last" ||
+  fail "the last line of an interrupted train does not say how to go on: $last"
 epoch=$(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$last")
 out=$("$tessera" train "$work/run.yaml" --set training.epochs="$((epoch + 1))" --resume "$work/interrupted")
 grep -q "Weights of epoch $((epoch + 1)) are in '$work/interrupted'" <<<"$out" || fail "the interrupted run did not resume: $out"

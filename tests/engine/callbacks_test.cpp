@@ -135,6 +135,13 @@ TEST_CASE("model_checkpoint with save_best_only: a resumed run replaces the save
   REQUIRE(logs[0].train.loss < first_logs[0].train.loss);
   // Forgetting the saved figure, epoch 3 would have been the best so far and replaced epoch 1.
   CHECK(read_training_state(dir / "best").epoch == 1);
+
+  std::ofstream(dir / "best" / "training_state.json") << "{";  // damaged: the run stops before its first step
+  spec.epochs = 6;
+  const std::string message = error_of<CheckpointError>([&] { resume_and_fit(spec, dir / "checkpoint", data); });
+  CHECK(message.find("model_checkpoint): cannot read the best epoch so far") != std::string::npos);
+  CHECK(message.find("training_state.json") != std::string::npos);
+  CHECK(read_training_state(dir / "checkpoint").epoch == 4);  // nothing trained
 }
 
 TEST_CASE("model_checkpoint with save_best_only keeps the epoch of the best monitored figure") {

@@ -115,7 +115,7 @@ TEST_CASE("a profiled run times each op once under its key and computes what an 
   }
 }
 
-TEST_CASE("a profile names a convolution and a pooling by their operands' dtype and shapes") {
+TEST_CASE("a profile names a convolution and a pooling by their operands' dtype and shapes and their output's") {
   Graph g;
   ValueId x = g.input("x", {2, 8, 8, 3});
   ValueId w = g.variable("w", {3, 3, 3, 4});
@@ -126,7 +126,7 @@ TEST_CASE("a profile names a convolution and a pooling by their operands' dtype 
   profiled.bind(x, random_tensor({2, 8, 8, 3}, 4));
   profiled.bind(w, random_tensor({3, 3, 3, 4}, 5));
   profiled.run();
-  for (const char* key : {"conv2d f32 [2, 8, 8, 3], [3, 3, 3, 4]", "pool2d f32 [2, 6, 6, 4]"}) {
+  for (const char* key : {"conv2d f32 [2, 8, 8, 3], [3, 3, 3, 4] -> [2, 6, 6, 4]", "pool2d max f32 [2, 6, 6, 4] -> [2, 3, 3, 4]"}) {
     CAPTURE(key);
     REQUIRE(sink.contains(key));
     CHECK(sink[key].calls == 1);
