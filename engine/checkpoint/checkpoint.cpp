@@ -233,6 +233,27 @@ StateFile read_state(const fs::path& file) {
       out.state.figures[name] = value.get<double>();
     }
   }
+  if (j.contains("epoch_sums")) {
+    const Json& sums = j["epoch_sums"];
+    const auto bad = [&] { return error("'epoch_sums' is not {loss: number, samples: count, metrics: [[[numbers]]]}"); };
+    if (!sums.is_object() || !sums.contains("loss") || !sums["loss"].is_number() || !sums.contains("samples") ||
+        !sums["samples"].is_number_unsigned() || !sums.contains("metrics") || !sums["metrics"].is_array())
+      throw bad();
+    EpochSums e{.loss = sums["loss"].get<double>(), .samples = sums["samples"].get<std::int64_t>(), .metrics = {}};
+    for (const Json& metric : sums["metrics"]) {
+      if (!metric.is_array()) throw bad();
+      auto& m = e.metrics.emplace_back();
+      for (const Json& sum : metric) {
+        if (!sum.is_array()) throw bad();
+        auto& values = m.emplace_back();
+        for (const Json& v : sum) {
+          if (!v.is_number()) throw bad();
+          values.push_back(v.get<double>());
+        }
+      }
+    }
+    out.state.epoch_sums = std::move(e);
+  }
   out.model_variables = list("model_variables");
   out.optimizer_variables = list("optimizer_variables");
   return out;
@@ -329,6 +350,10 @@ void write_state(const fs::path& folder, const TrainingState& state, const Json&
             {"config", resolved_config}};
   for (const auto& [name, value] : state.figures)
     if (std::isfinite(value)) json["figures"][name] = value;  // JSON has no NaN
+  if (state.epoch_sums)  // (finite: a step whose loss is not stops training first)
+    json["epoch_sums"] = {{"loss", state.epoch_sums->loss},
+                          {"samples", state.epoch_sums->samples},
+                          {"metrics", state.epoch_sums->metrics}};
   std::string text;
   try {
     text = json.dump(2) + "\n";

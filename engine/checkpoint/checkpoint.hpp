@@ -5,8 +5,9 @@
 //   runs/x/training_state.json    step, epochs completed, batch position, seed, format
 //                                 version, the resolved config YAML, and the model's
 //                                 fingerprint (every variable's path, shape and dtype);
-//                                 the learning-rate factor of reduce_lr_on_plateau and
-//                                 the last epoch's logged figures
+//                                 the learning-rate factor of reduce_lr_on_plateau,
+//                                 the last epoch's logged figures and, saved
+//                                 mid-epoch, that epoch's sums so far
 //
 // Why these few numbers suffice to resume bit-identically: initial values come
 // from the config's seed (and are overwritten by the checkpoint anyway), and the
@@ -37,6 +38,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,14 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // Whether a store path is optimizer state ("optimizer/<param>/<slot>"), not a model variable.
 inline bool is_optimizer_state(const std::string& path) { return path.rfind("optimizer/", 0) == 0; }
 
+// What the epoch a checkpoint was saved in the middle of had summed so far
+// (the fields of PassTotals), so that the resumed run logs that epoch whole.
+struct EpochSums {
+  double loss = 0;  // each batch's loss times its samples
+  std::int64_t samples = 0;
+  std::vector<std::vector<std::vector<double>>> metrics;  // [metric][sum][element]
+};
+
 // Where a run stands. The batch position is BatchIterator::Position{epoch, batch}.
 struct TrainingState {
   std::int64_t step = 0;   // optimizer steps taken
@@ -68,6 +78,8 @@ struct TrainingState {
   // epochs against. Empty before the first epoch (and in checkpoints written
   // before these were kept, which load with a factor of 1).
   std::map<std::string, double> figures;
+  // Saved mid-epoch (batch > 0): that epoch's sums over its first `batch` batches.
+  std::optional<EpochSums> epoch_sums;
 };
 
 // Writes the store's variables and `state` to `dir` (created with its parents),

@@ -158,18 +158,26 @@ void Trainer::resume(const TrainingState& state) {
   start_batch_ = batches_done_ = state.batch;
   learning_rate_scale_ = state.learning_rate_scale;
   last_figures_ = state.figures;
+  carried_totals_.reset();
+  if (state.batch > 0 && state.epoch_sums)
+    carried_totals_ = PassTotals{.loss = state.epoch_sums->loss, .samples = state.epoch_sums->samples,
+                                 .sums = state.epoch_sums->metrics};
 }
 
 TrainingState Trainer::load(const std::filesystem::path& dir, NonFinite non_finite) { return host_->load(dir, non_finite); }
 
 TrainingState Trainer::state() const {
+  std::optional<EpochSums> sums;
+  if (batches_done_ > 0 && epoch_totals_.samples > 0)
+    sums = EpochSums{.loss = epoch_totals_.loss, .samples = epoch_totals_.samples, .metrics = epoch_totals_.sums};
   return TrainingState{.step = step_,
                        .epoch = epochs_done_,
                        .batch = batches_done_,
                        .seed = spec_.seed,
                        .config = {},
                        .learning_rate_scale = learning_rate_scale_,
-                       .figures = last_figures_};
+                       .figures = last_figures_,
+                       .epoch_sums = std::move(sums)};
 }
 
 std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) {
@@ -474,11 +482,19 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const std::int64_t skip = epoch == first_epoch ? first_batch : 0;
     batches.seek(epoch - 1, skip);  // the order of epoch e is a function of (seed, e) alone
     Batch batch;
-    PassTotals totals;
+    PassTotals& totals = epoch_totals_;  // state() saves it mid-epoch
+    totals = {};
+    // Resumed in the middle of this epoch: its first batches' sums, where
+    // they are of the metrics this run computes (else the log covers the rest only).
+    std::optional<PassTotals> carried = skip > 0 ? std::move(carried_totals_) : std::nullopt;
+    carried_totals_.reset();
     bool interrupted = false;  // callbacks.interrupted's answer after the last step
     for (std::int64_t b = skip; b < per_epoch && batches.next(batch); ++b) {
       try {
-        totals.add(run_step(batch.inputs, batch.targets, batch.weights, batch.size, batch.first_row));
+        PassTotals step = run_step(batch.inputs, batch.targets, batch.weights, batch.size, batch.first_row);
+        if (carried && carried->same_metrics(step)) totals = std::move(*carried);
+        carried.reset();
+        totals.add(step);
       } catch (const NonFiniteLoss& e) {
         batches_done_ = b + 1;
         throw Error("training stopped: the loss is " + e.loss + " at epoch " + std::to_string(epoch) +

@@ -269,6 +269,8 @@ class Trainer {
   std::int64_t total_steps_ = 0;
   double learning_rate_scale_ = 1;  // a callback's factor on the schedule (ReduceLROnPlateau)
   std::map<std::string, double> last_figures_;  // the last whole epoch's logged figures (TrainingState::figures)
+  PassTotals epoch_totals_;                      // the epoch fit() is in, summed so far
+  std::optional<PassTotals> carried_totals_;     // resume(): the sums of the epoch it resumes in the middle of
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
   std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
 };

@@ -237,6 +237,16 @@ void PassTotals::add(const PassTotals& other) {
       for (std::size_t i = 0; i < sums[m][s].size(); ++i) sums[m][s][i] += other.sums[m][s][i];
 }
 
+bool PassTotals::same_metrics(const PassTotals& other) const {
+  if (sums.size() != other.sums.size()) return false;
+  for (std::size_t m = 0; m < sums.size(); ++m) {
+    if (sums[m].size() != other.sums[m].size()) return false;
+    for (std::size_t s = 0; s < sums[m].size(); ++s)
+      if (sums[m][s].size() != other.sums[m][s].size()) return false;
+  }
+  return true;
+}
+
 Evaluation PassTotals::evaluation(const std::vector<std::string>& names, const std::vector<MetricOps>& metrics) const {
   Evaluation e;
   e.samples = samples;

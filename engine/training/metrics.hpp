@@ -73,6 +73,8 @@ struct PassTotals {
   std::vector<std::vector<std::vector<double>>> sums;  // [metric][sum][element], as MetricOps::sums
 
   void add(const PassTotals& other);
+  // Whether `other` holds sums of the same metrics (the same sizes at every level): add() needs it.
+  bool same_metrics(const PassTotals& other) const;
   // Loss and metrics as means over the samples; `names` and `metrics` as built.
   Evaluation evaluation(const std::vector<std::string>& names, const std::vector<MetricOps>& metrics) const;
 };

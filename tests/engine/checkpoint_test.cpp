@@ -543,18 +543,24 @@ TEST_CASE("checkpoint: a checkpoint of another model is rejected and leaves the 
   }
 }
 
-TEST_CASE("checkpoint: the learning-rate factor and the epoch's figures round-trip, and older files load without them") {
+TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sums round-trip, and older files load without them") {
   TempDir tmp;
   VariableStore store;
   classifier().build(store, 1);
   TrainingState state = at(7);
   state.learning_rate_scale = 0.25;
   state.figures = {{"loss", 0.5}, {"val_accuracy", 0.875}, {"auc", std::nan("")}};  // NaN is left out
+  state.batch = 3;
+  state.epoch_sums = EpochSums{.loss = 0.1 + 0.2, .samples = 48, .metrics = {{{1.0 / 3.0, 2.5}, {7}}, {}}};
   save_checkpoint(tmp / "ckpt", store, state, "");
   for (const TrainingState& read : {read_training_state(tmp / "ckpt"), load_checkpoint(tmp / "ckpt", store)}) {
     CHECK(read.step == 7);
     CHECK(read.learning_rate_scale == 0.25);
     CHECK(read.figures == std::map<std::string, double>{{"loss", 0.5}, {"val_accuracy", 0.875}});
+    REQUIRE(read.epoch_sums.has_value());
+    CHECK(read.epoch_sums->loss == 0.1 + 0.2);  // every bit of a double
+    CHECK(read.epoch_sums->samples == 48);
+    CHECK(read.epoch_sums->metrics == state.epoch_sums->metrics);
   }
 
   // Saved again by another JSON writer: nlohmann::json sorts each object's keys.
@@ -566,10 +572,12 @@ TEST_CASE("checkpoint: the learning-rate factor and the epoch's figures round-tr
   rewritten([](nlohmann::json& j) {  // as written before 2026-11-28
     j.erase("learning_rate_scale");
     j.erase("figures");
+    j.erase("epoch_sums");
   });
   const TrainingState old = load_checkpoint(tmp / "ckpt", store);
   CHECK(old.learning_rate_scale == 1);
   CHECK(old.figures.empty());
+  CHECK_FALSE(old.epoch_sums.has_value());
 
   auto state_error = [&] { return error_of<CheckpointError>([&] { read_training_state(tmp / "ckpt"); }); };
   rewritten([](nlohmann::json& j) { j["learning_rate_scale"] = -2; });
@@ -579,6 +587,11 @@ TEST_CASE("checkpoint: the learning-rate factor and the epoch's figures round-tr
     j["figures"] = {{"loss", "low"}};
   });
   CHECK(contains(state_error(), "figure 'loss' is \"low\", not a number"));
+  rewritten([](nlohmann::json& j) {
+    j["figures"] = nlohmann::json::object();
+    j["epoch_sums"]["metrics"] = {{{1, "two"}}};
+  });
+  CHECK(contains(state_error(), "'epoch_sums' is not {loss: number, samples: count, metrics: [[[numbers]]]}"));
   CHECK(contains(error_of<CheckpointError>([&] { read_training_state(tmp / "nowhere"); }),
                  "has no training_state.json"));
 }
@@ -939,9 +952,10 @@ TEST_CASE("checkpoint: a run resumed from a checkpoint ends bit-identical to an 
     resumed_model.build(store, 3);
     Trainer trainer(resumed_model, spec(), store);
     trainer.resume(load_checkpoint(dir, store));
-    trainer.fit(data, nullptr, callbacks);
+    auto rest = trainer.fit(data, nullptr, callbacks);
     CHECK(trainer.step() == 52);
     CHECK(snapshot(store) == snapshot(whole));  // memcmp of every variable, optimizer state included
+    return rest;
   };
 
   SUBCASE("from the end of an epoch, saved by training.checkpoint") {
@@ -1021,8 +1035,33 @@ TEST_CASE("checkpoint: a run resumed from a checkpoint ends bit-identical to an 
       CHECK(saved[1].batch == 7);
       CHECK(saved[1].step == 20);
       CHECK(trainer.state().batch == 7);
+      REQUIRE(saved[1].epoch_sums.has_value());  // epoch 2's first 7 batches
+      CHECK(saved[1].epoch_sums->samples == 7 * 16);
     }
-    check_resumed_run(dir, {});
+    const auto rest = check_resumed_run(dir, {});
+    REQUIRE(rest.size() == 3);
+    // Epoch 2's log covers all its batches, as the uninterrupted run's does, to the bit.
+    CHECK(rest[0].epoch == 2);
+    CHECK(rest[0].train.samples == logs[1].train.samples);
+    CHECK(rest[0].train.loss == logs[1].train.loss);
+    CHECK(rest[0].train.metrics == logs[1].train.metrics);
+  }
+
+  SUBCASE("a mid-epoch checkpoint's sums of other metrics are left out of the resumed epoch's log") {
+    const fs::path dir = tmp / "other_metrics";
+    Model first_model = classifier();
+    VariableStore first_store;
+    Trainer first(first_model, spec(), first_store);
+    FitCallbacks stop;
+    stop.interrupted = [] { return true; };  // after epoch 1's first batch
+    first.fit(data, nullptr, stop);
+    TrainingState state = first.state();
+    REQUIRE(state.epoch_sums.has_value());
+    state.epoch_sums->metrics = {{{1.0, 2.0, 3.0}}, {{4.0}}};  // as if saved with two other metrics
+    save_checkpoint(dir, first_store, state, "");
+    const auto rest = check_resumed_run(dir, {});
+    CHECK(rest[0].train.samples == 200 - 16);  // the batches this run trained
+    CHECK(rest[0].train.metrics.contains("accuracy"));
   }
 
   SUBCASE("interrupted at an epoch's last batch: the epoch ends whole and is saved") {
