@@ -153,6 +153,16 @@ void Trainer::resume(const TrainingState& state) {
   if (!std::isfinite(state.learning_rate_scale) || state.learning_rate_scale <= 0)
     throw CheckpointError("cannot resume with a learning-rate factor of " + std::to_string(state.learning_rate_scale) +
                           " (a positive number)");
+  // A position inside an epoch counts batches: of another size they would skip or repeat samples.
+  if (state.batch > 0 && state.epoch_sums && state.epoch_sums->samples != state.batch * spec_.batch_size) {
+    const std::string saved_batch = std::to_string(state.epoch_sums->samples / state.batch);
+    throw CheckpointError("cannot resume at batch " + std::to_string(state.batch) + " of epoch " +
+                          std::to_string(state.epoch + 1) + " with training.batch_size " +
+                          std::to_string(spec_.batch_size) + ": the checkpoint was saved after " +
+                          std::to_string(state.epoch_sums->samples) + " samples of that epoch, in batches of " +
+                          saved_batch + ", and batches of another size would skip or repeat samples (set "
+                          "training.batch_size=" + saved_batch + ", or resume from a checkpoint saved at an epoch's end)");
+  }
   step_ = state.step;
   start_epoch_ = epochs_done_ = state.epoch;
   start_batch_ = batches_done_ = state.batch;

@@ -1080,7 +1080,7 @@ TEST_CASE("checkpoint: a run resumed from a checkpoint ends bit-identical to an 
   }
 }
 
-TEST_CASE("checkpoint: resuming with another seed or data of another size is refused") {
+TEST_CASE("checkpoint: resuming with another seed, data of another size or mid-epoch with another batch size is refused") {
   TempDir tmp;
   Model model = classifier();
   VariableStore store;
@@ -1091,4 +1091,16 @@ TEST_CASE("checkpoint: resuming with another seed or data of another size is ref
   same_seed.resume(at(30, 2, 20, 3));
   Dataset data = synthetic_classification(200, {8}, 3, 1);  // 13 batches an epoch
   CHECK_THROWS_WITH_AS(same_seed.fit(data, nullptr), doctest::Contains("has 13 batches"), CheckpointError);
+
+  // Saved after 3 batches of 16 of epoch 3: batches of 32 would start at sample 96, not 48.
+  TrainingState mid_epoch = at(29, 2, 3, 3);
+  mid_epoch.epoch_sums = EpochSums{.loss = 1, .samples = 48, .metrics = {}};
+  same_seed.resume(mid_epoch);
+  TrainingSpec larger_batches = spec();
+  larger_batches.batch_size = 32;
+  Trainer other_batches(model, larger_batches, store);
+  CHECK_THROWS_WITH_AS(other_batches.resume(mid_epoch),
+                       doctest::Contains("cannot resume at batch 3 of epoch 3 with training.batch_size 32: the checkpoint "
+                                         "was saved after 48 samples of that epoch, in batches of 16"),
+                       CheckpointError);
 }
