@@ -168,6 +168,7 @@ void Trainer::resume(const TrainingState& state) {
   start_batch_ = batches_done_ = state.batch;
   learning_rate_scale_ = state.learning_rate_scale;
   last_figures_ = state.figures;
+  epoch_totals_ = {};
   carried_totals_.reset();
   if (state.batch > 0 && state.epoch_sums)
     carried_totals_ = PassTotals{.loss = state.epoch_sums->loss, .samples = state.epoch_sums->samples,
@@ -178,8 +179,10 @@ TrainingState Trainer::load(const std::filesystem::path& dir, NonFinite non_fini
 
 TrainingState Trainer::state() const {
   std::optional<EpochSums> sums;
-  if (batches_done_ > 0 && epoch_totals_.samples > 0)
-    sums = EpochSums{.loss = epoch_totals_.loss, .samples = epoch_totals_.samples, .metrics = epoch_totals_.sums};
+  // Mid-epoch: the sums of its batches so far (resumed and not stepped yet: the ones it resumed with).
+  const PassTotals& so_far = epoch_totals_.samples == 0 && carried_totals_ ? *carried_totals_ : epoch_totals_;
+  if (batches_done_ > 0 && so_far.samples > 0)
+    sums = EpochSums{.loss = so_far.loss, .samples = so_far.samples, .metrics = so_far.sums};
   return TrainingState{.step = step_,
                        .epoch = epochs_done_,
                        .batch = batches_done_,

@@ -1096,6 +1096,8 @@ TEST_CASE("checkpoint: resuming with another seed, data of another size or mid-e
   TrainingState mid_epoch = at(29, 2, 3, 3);
   mid_epoch.epoch_sums = EpochSums{.loss = 1, .samples = 48, .metrics = {}};
   same_seed.resume(mid_epoch);
+  REQUIRE(same_seed.state().epoch_sums.has_value());  // saved again before a step, it keeps them
+  CHECK(same_seed.state().epoch_sums->samples == 48);
   TrainingSpec larger_batches = spec();
   larger_batches.batch_size = 32;
   Trainer other_batches(model, larger_batches, store);
