@@ -249,15 +249,16 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   // A signal during the last epoch's validation or save: the run is complete.
   if (caught != 0 && !(now.batch == 0 && now.epoch >= run.training.epochs)) {
     // The last line says where the run stands and how to go on.
-    const std::string where = now.batch == 0 ? fmt::format("after epoch {}", now.epoch)
-                                             : fmt::format("at epoch {}, batch {}", now.epoch + 1, now.batch);
+    const std::string where = fmt::format(
+        "Interrupted by {} {} (step {})", caught == SIGINT ? "SIGINT" : "SIGTERM",
+        now.batch == 0 ? fmt::format("after epoch {}", now.epoch)
+                       : fmt::format("at epoch {}, batch {}", now.epoch + 1, now.batch),
+        now.step);
     if (saved && saved->step == now.step)
-      fmt::print("\nInterrupted by {} {} (step {}): saved in '{}'. To go on: {}\n",
-                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step, checkpoint.dir.string(),
+      fmt::print("\n{}: saved in '{}'. To go on: {}\n", where, checkpoint.dir.string(),
                  resume_command(arguments, checkpoint.dir.string()));
     else
-      fmt::print("\nInterrupted by {} {} (step {}); nothing was saved (training.checkpoint: false).\n",
-                 caught == SIGINT ? "SIGINT" : "SIGTERM", where, now.step);
+      fmt::print("\n{}; nothing was saved (training.checkpoint: false).\n", where);
     return 128 + caught;  // as a shell reports a process the signal ended
   }
   if (saved)  // the last line says where the weights are and what to run on them

@@ -240,17 +240,10 @@ StateFile read_state(const fs::path& file) {
         !sums["samples"].is_number_unsigned() || !sums.contains("metrics") || !sums["metrics"].is_array())
       throw bad();
     EpochSums e{.loss = sums["loss"].get<double>(), .samples = sums["samples"].get<std::int64_t>(), .metrics = {}};
-    for (const Json& metric : sums["metrics"]) {
-      if (!metric.is_array()) throw bad();
-      auto& m = e.metrics.emplace_back();
-      for (const Json& sum : metric) {
-        if (!sum.is_array()) throw bad();
-        auto& values = m.emplace_back();
-        for (const Json& v : sum) {
-          if (!v.is_number()) throw bad();
-          values.push_back(v.get<double>());
-        }
-      }
+    try {
+      sums["metrics"].get_to(e.metrics);
+    } catch (const nlohmann::json::exception&) {  // not arrays of arrays of numbers
+      throw bad();
     }
     out.state.epoch_sums = std::move(e);
   }
