@@ -221,17 +221,24 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     if (!new_run_folder) return;
     if (std::string why = link_latest_run(dir); !why.empty()) fmt::print(stderr, "warning: {}\n", why);
   };
-  // Not in a job of several processes: each would see the signal at a step
-  // of its own, and a save is collective (mpirun's own handling applies).
-  std::optional<InterruptCatcher> interrupt;
-  if (job_processes().placement().processes == 1) {
-    interrupt.emplace();
-    callbacks.interrupted = [&] { return interrupt->caught() != 0; };
-  }
+  // In a job of several processes a signal may reach one of them, or each at
+  // a step of its own, and a save is collective: the job's answer stops all.
+  InterruptCatcher interrupt;
+  int stop_signal = 0;  // the signal callbacks.interrupted answered with
+  ProcessGroup& processes = job_processes();
+  const Communicator* job = processes.placement().processes > 1 ? trainer.communicator() : nullptr;
+  callbacks.interrupted = [&] {
+    stop_signal = job != nullptr ? interrupt.caught_by_job(processes, job->timeout()) : interrupt.caught();
+    return stop_signal != 0;
+  };
   std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
-  const int caught = interrupt ? interrupt->release() : 0;  // a signal from here on is handled as usual
+  // A signal from here on is handled as usual. One after the last question
+  // (during the last save) counts in one process, not in a job: there the
+  // other processes never heard of it.
+  const int released = interrupt.release();
+  const int caught = stop_signal != 0 || job != nullptr ? stop_signal : released;
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;
@@ -250,12 +257,13 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (caught != 0 && !(now.batch == 0 && now.epoch >= run.training.epochs)) {
     // The last line says where the run stands and how to go on.
     const std::string where = fmt::format(
-        "Interrupted by {} {} (step {})", caught == SIGINT ? "SIGINT" : "SIGTERM",
+        "Interrupted by {} {} (step {})", signal_name(caught),
         now.batch == 0 ? fmt::format("after epoch {}", now.epoch)
                        : fmt::format("at epoch {}, batch {}", now.epoch + 1, now.batch),
         now.step);
     if (saved && saved->step == now.step)
-      fmt::print("\n{}: saved in '{}'. To go on: {}\n", where, checkpoint.dir.string(),
+      fmt::print("\n{}: saved in '{}'. To go on{}: {}\n", where, checkpoint.dir.string(),
+                 job != nullptr ? " (under mpirun, as this job was started)" : "",
                  resume_command(arguments, checkpoint.dir.string()));
     else
       fmt::print("\n{}; nothing was saved (training.checkpoint: false).\n", where);

@@ -86,23 +86,10 @@ mesh() {
   echo "distribution={devices: cpu:$(( ${1%x*} * ${1#*x} )), mesh: {shape: [${1%x*}, ${1#*x}], axis_names: [batch, model]}, type: $2$([ "$2" = model_parallel ] && echo ", $mesh_layouts")}"
 }
 
-# stop_rank RANK SIGNAL NAME -- LAUNCHER...: starts a long data-parallel job
-# of $work/run.yaml on 4 devices with LAUNCHER (mpirun and its -np), sends
-# SIGNAL to the process of RANK once the job has logged its first epoch, and
-# waits for the job's end, which must be a failure within 10 s. The job's
-# output is in $work/NAME.out; the process it signalled is $victim. The job
-# saves no checkpoints: a process stopped while writing its shard is waited
-# for as long as file I/O may take (30 minutes), and with epochs of 3 steps
-# the signal would often land in a save.
-stop_rank() {
-  local rank=$1 signal=$2 name=$3 job start pid
-  shift 4
-  stage "rank $rank gets SIG$signal"
-  "$@" "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set training.checkpoint=false --set "$(mesh 4x1 data_parallel)" \
-    --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
-  job=$!
-  for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
-  [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
+# find_rank RANK JOB OUTPUT: sets $victim to the pid of the process of RANK
+# in the job JOB (mpirun's pid) of $work/run.yaml, whose output is in OUTPUT.
+find_rank() {
+  local rank=$1 job=$2 output=$3 pid
   victim=""
   for _ in $(seq 20); do  # a rank on another host can show up in /proc a little later
     for pid in $(pgrep -f "$work/run.yaml"); do
@@ -112,7 +99,27 @@ stop_rank() {
     sleep 0.1
   done
   [ -n "$victim" ] || fail "no process of rank $rank found; the job $(kill -0 "$job" 2>/dev/null && echo "still runs" ||
-    echo "had ended"); processes naming run.yaml: $(pgrep -af "$work/run.yaml" | cut -c1-160); its output: $(tail -n 20 "$work/$name.out")"
+    echo "had ended"); processes naming run.yaml: $(pgrep -af "$work/run.yaml" | cut -c1-160); its output: $(tail -n 20 "$output")"
+}
+
+# stop_rank RANK SIGNAL NAME -- LAUNCHER...: starts a long data-parallel job
+# of $work/run.yaml on 4 devices with LAUNCHER (mpirun and its -np), sends
+# SIGNAL to the process of RANK once the job has logged its first epoch, and
+# waits for the job's end, which must be a failure within 10 s. The job's
+# output is in $work/NAME.out; the process it signalled is $victim. The job
+# saves no checkpoints: a process stopped while writing its shard is waited
+# for as long as file I/O may take (30 minutes), and with epochs of 3 steps
+# the signal would often land in a save.
+stop_rank() {
+  local rank=$1 signal=$2 name=$3 job start
+  shift 4
+  stage "rank $rank gets SIG$signal"
+  "$@" "$tessera" train "$work/run.yaml" --set training.epochs=100000 --set training.checkpoint=false --set "$(mesh 4x1 data_parallel)" \
+    --set distribution.collective_timeout_s=3 --log "$work/$name.jsonl" > "$work/$name.out" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do { [ -s "$work/$name.jsonl" ] || ! kill -0 "$job" 2>/dev/null; } && break; sleep 0.1; done
+  [ -s "$work/$name.jsonl" ] || fail "the job to $name did not start: $(cat "$work/$name.out")"
+  find_rank "$rank" "$job" "$work/$name.out"
   start=$SECONDS
   kill "-$signal" "$victim"
   set +e; wait "$job"; rc=$?; set -e

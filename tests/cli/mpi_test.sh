@@ -2,7 +2,8 @@
 # Jobs of several processes, end to end: `mpirun -np N tessera train` gives the
 # single-process run of the same mesh (losses and weights), a checkpoint saved
 # sharded by 2 processes on mesh 2x2 loads on 1x4 and on one device with the
-# same predictions, a killed process ends the job with an error naming it,
+# same predictions, a job one of whose processes gets SIGTERM stops and
+# resumes where it stopped, a killed process ends the job with an error naming it,
 # and bad placements are config errors.
 # Usage: mpi_test.sh TESSERA_BINARY SOURCE_DIR MPIRUN [MPIRUN_ARGS...]
 set -euo pipefail
@@ -114,6 +115,51 @@ done
 [ -f "$work/resume-mpi/model.safetensors.index.json" ] || fail "the resumed job did not save sharded"
 same_losses "$work/resume-one.jsonl" "$work/resume-mpi.jsonl"
 same_tensors "$work/resume-one.safetensors" "$work/resume-mpi.safetensors" 2e-5
+
+stage "interrupted job"
+# SIGTERM to one process of a job (a scheduler signals each task, each at a
+# step of its own): all stop after the same step and save that position,
+# sharded; the job exits 143, process 0 saying how to go on. Resumed as a job
+# of 2, it ends where a job that never stopped ends.
+job_of_2=("${mpirun[@]}" -np 2 "$tessera" train "$work/run.yaml" --set "$(mesh 2x2 model_parallel)")
+wait_for_line() {  # wait_for_line PATTERN FILE JOB: until FILE has a line matching PATTERN or JOB ended
+  for _ in $(seq 300); do { grep -q "$1" "$2" || ! kill -0 "$3" 2>/dev/null; } && break; sleep 0.1; done
+  grep -q "$1" "$2" || fail "the job to interrupt did not start: $(cat "$2")"
+}
+"${job_of_2[@]}" --set training.epochs=100000 --set training.checkpoint.dir="$work/intr" > "$work/intr.out" 2>&1 &
+job=$!
+wait_for_line "^Saved checkpoint" "$work/intr.out" "$job"
+find_rank 1 "$job" "$work/intr.out"
+kill -TERM "$victim"
+set +e; wait "$job"; rc=$?; set -e
+[ "$rc" = 143 ] || fail "a job whose process 1 got SIGTERM exited $rc, not 143: $(tail -20 "$work/intr.out")"
+interrupted=$(grep "^Interrupted by" "$work/intr.out" || true)
+[ "$(wc -l <<<"$interrupted")" = 1 ] &&
+  grep -q "^Interrupted by SIGTERM .*: saved in '$work/intr'. To go on (under mpirun, as this job was started): tessera train" <<<"$interrupted" ||
+  fail "the interrupted job does not say once how to go on: $(tail -20 "$work/intr.out")"
+epochs=$(( $(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$interrupted") + 1 ))
+"${job_of_2[@]}" --set training.epochs="$epochs" --set training.checkpoint.dir="$work/intr" --resume "$work/intr" \
+  --log "$work/intr.jsonl" > /dev/null
+"${job_of_2[@]}" --set training.epochs="$epochs" --set training.checkpoint.dir="$work/intr.ref" --log "$work/intr.ref.jsonl" > /dev/null
+python3 - "$work/intr.ref.jsonl" "$work/intr.jsonl" <<'PY' || fail "the resumed job's last epoch differs from the uninterrupted job's"
+import json, sys
+ref, resumed = (json.loads(open(p).readlines()[-1]) for p in sys.argv[1:])
+assert ref["epoch"] == resumed["epoch"], (ref, resumed)
+assert abs(ref["loss"] - resumed["loss"]) <= 1e-5 * abs(ref["loss"]), (ref, resumed)
+assert ref["accuracy"] == resumed["accuracy"], (ref, resumed)
+PY
+"$tessera" export "$work/intr" "$work/intr.safetensors" > /dev/null
+"$tessera" export "$work/intr.ref" "$work/intr.ref.safetensors" > /dev/null
+same_tensors "$work/intr.ref.safetensors" "$work/intr.safetensors" 2e-5
+# SIGUSR1 to mpirun, which passes it on to every process and kills none (a
+# SIGTERM it turns into SIGTERM, then SIGKILL a second later): the same stop.
+"${job_of_2[@]}" --set training.epochs=100000 --set training.checkpoint.dir="$work/usr1" > "$work/usr1.out" 2>&1 &
+job=$!
+wait_for_line "^Saved checkpoint" "$work/usr1.out" "$job"
+kill -USR1 "$job"
+set +e; wait "$job"; rc=$?; set -e
+[ "$rc" = 138 ] && grep -q "^Interrupted by SIGUSR1 .*: saved in '$work/usr1'" "$work/usr1.out" ||
+  fail "a job mpirun passed SIGUSR1 to exited $rc: $(tail -20 "$work/usr1.out")"
 
 stage "type auto"
 # type: auto under mpirun: process 0's choice of mesh and strategy stands for
