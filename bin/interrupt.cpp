@@ -24,7 +24,7 @@ void on_signal(int signal) {
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
-  const unsigned installed = g_installed.load(std::memory_order_relaxed);
+  const unsigned installed = g_installed.load();
   for (std::size_t i = 0; i < kSignals.size(); ++i)
     if ((installed >> i) & 1u) sigaction(kSignals[i], &fallback, nullptr);  // an ignored one stays ignored
 }
@@ -33,7 +33,7 @@ void on_signal(int signal) {
 void catch_signal(std::size_t i, struct sigaction* previous) {
   sigaction(kSignals[i], nullptr, previous);
   if (previous->sa_handler == SIG_IGN) return;
-  g_installed.fetch_or(1u << i, std::memory_order_relaxed);
+  g_installed.fetch_or(1u << i);
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
@@ -45,7 +45,7 @@ void catch_signal(std::size_t i, struct sigaction* previous) {
 
 InterruptCatcher::InterruptCatcher() {
   g_caught.store(0, std::memory_order_relaxed);
-  g_installed.store(0, std::memory_order_relaxed);
+  g_installed.store(0);
   for (std::size_t i = 0; i < kSignals.size(); ++i) catch_signal(i, &previous_[i]);
 }
 

@@ -235,10 +235,10 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (profile) trainer.enable_profiling(&op_times);
   trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
   // A signal from here on is handled as usual. One after the last question
-  // (during the last save) counts in one process, not in a job: there the
+  // (during the last save) is not acted on: the run is over, and in a job the
   // other processes never heard of it.
-  const int released = interrupt.release();
-  const int caught = stop_signal != 0 || job != nullptr ? stop_signal : released;
+  interrupt.release();
+  const int caught = stop_signal;
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;

@@ -91,7 +91,7 @@ mesh() {
 find_rank() {
   local rank=$1 job=$2 output=$3 pid
   victim=""
-  for _ in $(seq 20); do  # a rank on another host can show up in /proc a little later
+  for _ in $(seq 20); do  # a rank on another (namespaced) host of this machine can show up in /proc a little later
     for pid in $(pgrep -f "$work/run.yaml"); do
       tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
     done

@@ -15,7 +15,8 @@ work=$(mktemp -d)
 cd "$work"  # a run without a checkpoint folder saves under ./runs: here, not in the build tree
 source "$(dirname "$0")/lib.sh"
 watchdog "${TESSERA_TEST_WATCHDOG_S:-240}"  # ctest's timeout is 300 s
-trap 'kill "$watchdog_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+job=""  # a job in the background, which a failed check must not leave running
+trap 'kill "$watchdog_pid" ${job:+"$job"} 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # 96 samples in batches of 32: three optimizer steps.
 cp "$src/configs/tiny_synthetic.yaml" "$work/run.yaml"
@@ -131,22 +132,24 @@ job=$!
 wait_for_line "^Saved checkpoint" "$work/intr.out" "$job"
 find_rank 1 "$job" "$work/intr.out"
 kill -TERM "$victim"
-set +e; wait "$job"; rc=$?; set -e
+set +e; wait "$job"; rc=$?; set -e; job=""
 [ "$rc" = 143 ] || fail "a job whose process 1 got SIGTERM exited $rc, not 143: $(tail -20 "$work/intr.out")"
 interrupted=$(grep "^Interrupted by" "$work/intr.out" || true)
-[ "$(wc -l <<<"$interrupted")" = 1 ] &&
+[ "$(grep -c "^Interrupted by" "$work/intr.out")" = 1 ] &&
   grep -q "^Interrupted by SIGTERM .*: saved in '$work/intr'. To go on (under mpirun, as this job was started): tessera train" <<<"$interrupted" ||
   fail "the interrupted job does not say once how to go on: $(tail -20 "$work/intr.out")"
 epochs=$(( $(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$interrupted") + 1 ))
 "${job_of_2[@]}" --set training.epochs="$epochs" --set training.checkpoint.dir="$work/intr" --resume "$work/intr" \
   --log "$work/intr.jsonl" > /dev/null
 "${job_of_2[@]}" --set training.epochs="$epochs" --set training.checkpoint.dir="$work/intr.ref" --log "$work/intr.ref.jsonl" > /dev/null
-python3 - "$work/intr.ref.jsonl" "$work/intr.jsonl" <<'PY' || fail "the resumed job's last epoch differs from the uninterrupted job's"
+# (Equal runs of different lengths: tiny_synthetic's learning rate is constant.)
+python3 - "$work/intr.ref.jsonl" "$work/intr.jsonl" <<'PY' || fail "the resumed job's epochs differ from the uninterrupted job's"
 import json, sys
-ref, resumed = (json.loads(open(p).readlines()[-1]) for p in sys.argv[1:])
-assert ref["epoch"] == resumed["epoch"], (ref, resumed)
-assert abs(ref["loss"] - resumed["loss"]) <= 1e-5 * abs(ref["loss"]), (ref, resumed)
-assert ref["accuracy"] == resumed["accuracy"], (ref, resumed)
+ref, resumed = ({e["epoch"]: e for e in map(json.loads, open(p))} for p in sys.argv[1:])
+assert resumed and set(resumed) <= set(ref), (sorted(ref), sorted(resumed))
+for epoch, r in resumed.items():  # the one it stopped in logged whole, from the saved sums
+    assert abs(ref[epoch]["loss"] - r["loss"]) <= 1e-5 * abs(r["loss"]), (ref[epoch], r)
+    assert ref[epoch]["accuracy"] == r["accuracy"], (ref[epoch], r)
 PY
 "$tessera" export "$work/intr" "$work/intr.safetensors" > /dev/null
 "$tessera" export "$work/intr.ref" "$work/intr.ref.safetensors" > /dev/null
@@ -157,7 +160,7 @@ same_tensors "$work/intr.ref.safetensors" "$work/intr.safetensors" 2e-5
 job=$!
 wait_for_line "^Saved checkpoint" "$work/usr1.out" "$job"
 kill -USR1 "$job"
-set +e; wait "$job"; rc=$?; set -e
+set +e; wait "$job"; rc=$?; set -e; job=""
 [ "$rc" = 138 ] && grep -q "^Interrupted by SIGUSR1 .*: saved in '$work/usr1'" "$work/usr1.out" ||
   fail "a job mpirun passed SIGUSR1 to exited $rc: $(tail -20 "$work/usr1.out")"
 
