@@ -233,6 +233,17 @@ StateFile read_state(const fs::path& file) {
       out.state.figures[name] = value.get<double>();
     }
   }
+  if (j.contains("callbacks")) {  // kept since 2026-11-29
+    const auto bad = [&] { return error("'callbacks' is not an object of objects of numbers"); };
+    if (!j["callbacks"].is_object()) throw bad();
+    for (const auto& [key, counts] : j["callbacks"].items()) {
+      if (!counts.is_object()) throw bad();
+      for (const auto& [name, value] : counts.items()) {
+        if (!value.is_number()) throw bad();
+        out.state.callbacks[key][name] = value.get<double>();
+      }
+    }
+  }
   if (j.contains("epoch_sums")) {
     const Json& sums = j["epoch_sums"];
     const auto bad = [&] { return error("'epoch_sums' is not {loss: number, samples: count, metrics: [[[numbers]]]}"); };
@@ -343,6 +354,9 @@ void write_state(const fs::path& folder, const TrainingState& state, const Json&
             {"config", resolved_config}};
   for (const auto& [name, value] : state.figures)
     if (std::isfinite(value)) json["figures"][name] = value;  // JSON has no NaN
+  for (const auto& [key, counts] : state.callbacks)
+    for (const auto& [name, value] : counts)
+      if (std::isfinite(value)) json["callbacks"][key][name] = value;
   if (state.epoch_sums)  // (finite: a step whose loss is not stops training first)
     json["epoch_sums"] = {{"loss", state.epoch_sums->loss},
                           {"samples", state.epoch_sums->samples},

@@ -80,6 +80,11 @@ struct TrainingState {
   std::map<std::string, double> figures;
   // Saved mid-epoch (batch > 0): that epoch's sums over its first `batch` batches.
   std::optional<EpochSums> epoch_sums;
+  // What the run's callbacks had counted (epochs waited, cooldown, the best
+  // figure) by their keys (Callback::state_key, engine/training/callbacks.hpp),
+  // so that a resumed run's early stopping and learning-rate reduction go on
+  // counting. Empty in checkpoints written before these were kept.
+  std::map<std::string, std::map<std::string, double>> callbacks;
 };
 
 // Writes the store's variables and `state` to `dir` (created with its parents),

@@ -132,6 +132,24 @@ void Trainer::weights_changed() { host_->store_changed(); }
 
 std::shared_ptr<KeptCopies> Trainer::kept_copies() const { return host_->kept_copies(); }
 
+namespace {
+
+// The callbacks that keep counts, by key (Callback::state_key); a key that
+// several share is numbered from its second ("early_stopping val_loss #2").
+std::vector<std::pair<std::string, Callback*>> keyed(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  std::vector<std::pair<std::string, Callback*>> out;
+  std::map<std::string, int> seen;
+  for (const auto& c : callbacks) {
+    std::string key = c->state_key();
+    if (key.empty()) continue;
+    if (const int n = ++seen[key]; n > 1) key += " #" + std::to_string(n);
+    out.emplace_back(std::move(key), c.get());
+  }
+  return out;
+}
+
+}  // namespace
+
 void Trainer::save_interrupted(const FitCallbacks& callbacks) {
   const CheckpointSpec& checkpoint = spec_.checkpoint;
   if (checkpoint.dir.empty()) return sync_store();  // (a save writes the store back itself)
@@ -168,6 +186,8 @@ void Trainer::resume(const TrainingState& state) {
   start_batch_ = batches_done_ = state.batch;
   learning_rate_scale_ = state.learning_rate_scale;
   last_figures_ = state.figures;
+  fit_callbacks_.clear();  // an earlier fit()'s counts are not this run's
+  resumed_counts_ = state.callbacks;
   epoch_totals_ = {};
   carried_totals_.reset();
   if (state.batch > 0 && state.epoch_sums)
@@ -183,14 +203,21 @@ TrainingState Trainer::state() const {
   const PassTotals& so_far = epoch_totals_.samples == 0 && carried_totals_ ? *carried_totals_ : epoch_totals_;
   if (batches_done_ > 0 && so_far.samples > 0)
     sums = EpochSums{.loss = so_far.loss, .samples = so_far.samples, .metrics = so_far.sums};
-  return TrainingState{.step = step_,
-                       .epoch = epochs_done_,
-                       .batch = batches_done_,
-                       .seed = spec_.seed,
-                       .config = {},
-                       .learning_rate_scale = learning_rate_scale_,
-                       .figures = last_figures_,
-                       .epoch_sums = std::move(sums)};
+  TrainingState state{.step = step_,
+                      .epoch = epochs_done_,
+                      .batch = batches_done_,
+                      .seed = spec_.seed,
+                      .config = {},
+                      .learning_rate_scale = learning_rate_scale_,
+                      .figures = last_figures_,
+                      .epoch_sums = std::move(sums),
+                      .callbacks = {}};
+  if (!resumed_counts_.empty()) {
+    state.callbacks = resumed_counts_;  // resumed, not fit yet: what it resumed with
+  } else {
+    for (const auto& [key, c] : keyed(fit_callbacks_)) state.callbacks[key] = c->counts();
+  }
+  return state;
 }
 
 std::shared_ptr<const SpmdProgram> Trainer::planned_program(std::int64_t batch) {
@@ -484,9 +511,13 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   epochs_done_ = first_epoch - 1;
   batches_done_ = first_batch;
   FitRun run(*this, checked_validation.has_value(), first_epoch);
-  std::vector<std::shared_ptr<Callback>> fit_callbacks = spec_.callbacks;
-  fit_callbacks.insert(fit_callbacks.end(), callbacks.callbacks.begin(), callbacks.callbacks.end());
-  for (const auto& c : fit_callbacks) c->on_train_begin(run);
+  fit_callbacks_ = spec_.callbacks;
+  fit_callbacks_.insert(fit_callbacks_.end(), callbacks.callbacks.begin(), callbacks.callbacks.end());
+  for (const auto& c : fit_callbacks_) c->on_train_begin(run);
+  // Resumed: the callbacks go on counting where the checkpoint's run was.
+  for (const auto& [key, c] : keyed(fit_callbacks_))
+    if (auto counts = resumed_counts_.find(key); counts != resumed_counts_.end()) c->resume_counts(counts->second);
+  resumed_counts_.clear();
   std::vector<EpochLog> logs;
   for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
@@ -535,7 +566,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     for (const std::string& name : run.log_names())
       if (const auto value = log_value(log, name)) last_figures_[name] = *value;
     if (callbacks.on_epoch) callbacks.on_epoch(log);
-    for (const auto& c : fit_callbacks) c->on_epoch_end(log, run);
+    for (const auto& c : fit_callbacks_) c->on_epoch_end(log, run);
     logs.push_back(log);
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     // Interrupted at an epoch's last batch: the epoch is whole, and saved as any last epoch.

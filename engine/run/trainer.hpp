@@ -272,6 +272,8 @@ class Trainer {
   std::map<std::string, double> last_figures_;  // the last whole epoch's logged figures (TrainingState::figures)
   PassTotals epoch_totals_;                      // the epoch fit() is in, summed so far
   std::optional<PassTotals> carried_totals_;     // resume(): the sums of the epoch it resumes in the middle of
+  std::vector<std::shared_ptr<Callback>> fit_callbacks_;  // the last fit()'s, whose counts state() saves
+  std::map<std::string, CallbackCounts> resumed_counts_;  // resume(): for the next fit()'s callbacks
   std::int64_t start_epoch_ = 0, start_batch_ = 0;    // where the next fit() begins (resume)
   std::int64_t epochs_done_ = 0, batches_done_ = 0;  // progress, for state()
 };

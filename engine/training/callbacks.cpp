@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 
 #include <fmt/format.h>
@@ -59,6 +60,18 @@ class Monitor {
   }
   void set_best(double value) { best_ = value; }
   void reset() { best_.reset(); }
+  // The best value and the epochs counted since (a checkpoint's CallbackCounts), and back.
+  CallbackCounts counts(std::initializer_list<std::pair<const char*, std::int64_t>> counters) const {
+    CallbackCounts out;
+    for (const auto& [name, value] : counters) out[name] = static_cast<double>(value);
+    if (best_) out["best"] = *best_;
+    return out;
+  }
+  void resume(const CallbackCounts& counts, std::initializer_list<std::pair<const char*, std::int64_t*>> counters) {
+    for (const auto& [name, counter] : counters)
+      if (auto it = counts.find(name); it != counts.end() && it->second >= 0) *counter = static_cast<std::int64_t>(it->second);
+    if (auto it = counts.find("best"); it != counts.end()) best_ = it->second;
+  }
 
  private:
   std::string callback_, name_;
@@ -93,6 +106,11 @@ class EarlyStopping final : public Callback {
       fit.stop_training();
     }
   }
+  // With restore_best_weights it keeps nothing: the best epoch's weights are
+  // not in the checkpoint, so a resumed run starts counting afresh.
+  std::string state_key() const override { return o_.restore_best_weights ? "" : "early_stopping " + o_.monitor; }
+  CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}}); }
+  void resume_counts(const CallbackCounts& counts) override { monitor_.resume(counts, {{"wait", &wait_}}); }
 
  private:
   EarlyStoppingOptions o_;
@@ -175,6 +193,11 @@ class ReduceLROnPlateau final : public Callback {
                wait_, old_lr, new_lr);
     cooldown_ = o_.cooldown;
     wait_ = 0;
+  }
+  std::string state_key() const override { return "reduce_lr_on_plateau " + o_.monitor; }
+  CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}, {"cooldown", cooldown_}}); }
+  void resume_counts(const CallbackCounts& counts) override {
+    monitor_.resume(counts, {{"wait", &wait_}, {"cooldown", &cooldown_}});
   }
 
  private:

@@ -13,7 +13,11 @@
 // `monitor` is a figure of the epoch's log: loss, a metric, or either with
 // val_ for the validation data; mode auto maximises accuracies, AUC,
 // precision and recall and minimises the rest. A monitor the run does not
-// log is a ConfigError before the first step.
+// log is a ConfigError before the first step. A run resumed from a
+// checkpoint goes on counting where its run was: early_stopping's epochs
+// without improvement and best figure (not with restore_best_weights, whose
+// best weights the checkpoint does not hold), reduce_lr_on_plateau's and its
+// cooldown (and the reduced rate: TrainingState::learning_rate_scale).
 #pragma once
 
 #include <cstddef>
@@ -71,6 +75,9 @@ class FitControl {
   virtual void set_weights(const WeightSnapshot& weights) = 0;
 };
 
+// What a callback has counted, by name ("wait", "best").
+using CallbackCounts = std::map<std::string, double>;
+
 class Callback {
  public:
   virtual ~Callback() = default;
@@ -78,6 +85,16 @@ class Callback {
   virtual void on_train_begin(FitControl&) {}
   // After each epoch's validation, before its checkpoint.
   virtual void on_epoch_end(const EpochLog&, FitControl&) {}
+
+  // Checkpoints keep what a callback has counted, so that a resumed run's
+  // callback goes on from there rather than from scratch (as Keras' would):
+  // state_key names the callback in the checkpoint ("early_stopping
+  // val_loss"; empty: it keeps nothing), counts() is what it has counted, and
+  // resume_counts() puts that back, after on_train_begin, in a run resumed
+  // from a checkpoint that holds counts under its key.
+  virtual std::string state_key() const { return {}; }
+  virtual CallbackCounts counts() const { return {}; }
+  virtual void resume_counts(const CallbackCounts&) {}
 };
 
 // How a monitored figure improves.

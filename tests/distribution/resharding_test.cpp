@@ -63,7 +63,7 @@ TEST_CASE("resharding: each process writes its blocks and a device reads only it
     part.meet = part.barrier = [&] { meet.arrive_and_wait(); };
     const TrainingState state{
         .step = 3, .epoch = 1, .batch = 0, .seed = 0, .config = {}, .learning_rate_scale = 1, .figures = {},
-        .epoch_sums = {}};
+        .epoch_sums = {}, .callbacks = {}};
     save_checkpoint(checkpoint, saved, state, "config", part);
   };
   std::thread other(save, 1);

@@ -114,6 +114,42 @@ TEST_CASE("reduce_lr_on_plateau: a resumed run keeps the reduced learning rate")
   CHECK(logs[0].learning_rate == doctest::Approx(0.025));  // from 1, the schedule's rate, without the factor
 }
 
+TEST_CASE("early_stopping and reduce_lr_on_plateau: a resumed run goes on counting where the saved run was") {
+  TempDir dir;
+  Dataset data = synthetic_classification(64, {8}, 3, 1);
+  // Only epoch 1 improves (min_delta): the rate halves after epochs 2 and 4
+  // (patience 1, then a cooldown of 2), and training stops after epoch 5.
+  TrainingSpec spec = spec_with(
+      "[{type: reduce_lr_on_plateau, monitor: loss, min_delta: 1.0e9, patience: 1, cooldown: 2, factor: 0.5}, "
+      "{type: early_stopping, monitor: loss, min_delta: 1.0e9, patience: 4}]");
+  spec.checkpoint.dir = dir / "whole";
+  Model model = classifier();
+  VariableStore store;
+  model.build(store, 3);
+  const auto whole = Trainer(model, spec, store).fit(data, nullptr);
+  REQUIRE(whole.size() == 5);
+
+  spec.checkpoint.dir = dir / "stopped";
+  spec.epochs = 3;
+  VariableStore first_store;
+  model.build(first_store, 3);
+  Trainer(model, spec, first_store).fit(data, nullptr);
+  const TrainingState saved = read_training_state(dir / "stopped");
+  CHECK(saved.callbacks.at("early_stopping loss").at("wait") == 2);
+  CHECK(saved.callbacks.at("reduce_lr_on_plateau loss").at("cooldown") == 1);  // reduced after epoch 2, one more to wait
+  CHECK(saved.callbacks.at("early_stopping loss").at("best") == doctest::Approx(whole[0].train.loss));
+
+  spec.epochs = 8;
+  const auto resumed = resume_and_fit(spec, dir / "stopped", data);
+  REQUIRE(resumed.size() == 2);  // epochs 4 and 5: counting afresh, early stopping would go on to epoch 8
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    const EpochLog& w = whole[i + 3];
+    CHECK(resumed[i].epoch == w.epoch);
+    CHECK(resumed[i].learning_rate == w.learning_rate);
+    CHECK(resumed[i].train.loss == w.train.loss);  // resumed to the bit
+  }
+}
+
 TEST_CASE("model_checkpoint with save_best_only: a resumed run replaces the saved epoch only with a better one") {
   TempDir dir;
   Dataset data = synthetic_classification(64, {8}, 3, 1);

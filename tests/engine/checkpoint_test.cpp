@@ -543,7 +543,7 @@ TEST_CASE("checkpoint: a checkpoint of another model is rejected and leaves the 
   }
 }
 
-TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sums round-trip, and older files load without them") {
+TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures, its sums and the callbacks' counts round-trip, and older files load without them") {
   TempDir tmp;
   VariableStore store;
   classifier().build(store, 1);
@@ -552,6 +552,7 @@ TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sum
   state.figures = {{"loss", 0.5}, {"val_accuracy", 0.875}, {"auc", std::nan("")}};  // NaN is left out
   state.batch = 3;
   state.epoch_sums = EpochSums{.loss = 0.1 + 0.2, .samples = 48, .metrics = {{{1.0 / 3.0, 2.5}, {7}}, {}}};
+  state.callbacks = {{"early_stopping val_loss", {{"wait", 2}, {"best", 0.1 + 0.2}}}, {"reduce_lr_on_plateau loss", {}}};
   save_checkpoint(tmp / "ckpt", store, state, "");
   for (const TrainingState& read : {read_training_state(tmp / "ckpt"), load_checkpoint(tmp / "ckpt", store)}) {
     CHECK(read.step == 7);
@@ -561,6 +562,7 @@ TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sum
     CHECK(read.epoch_sums->loss == 0.1 + 0.2);  // every bit of a double
     CHECK(read.epoch_sums->samples == 48);
     CHECK(read.epoch_sums->metrics == state.epoch_sums->metrics);
+    CHECK(read.callbacks.at("early_stopping val_loss") == std::map<std::string, double>{{"wait", 2}, {"best", 0.1 + 0.2}});
   }
 
   // Saved again by another JSON writer: nlohmann::json sorts each object's keys.
@@ -573,11 +575,13 @@ TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sum
     j.erase("learning_rate_scale");
     j.erase("figures");
     j.erase("epoch_sums");
+    j.erase("callbacks");
   });
   const TrainingState old = load_checkpoint(tmp / "ckpt", store);
   CHECK(old.learning_rate_scale == 1);
   CHECK(old.figures.empty());
   CHECK_FALSE(old.epoch_sums.has_value());
+  CHECK(old.callbacks.empty());
 
   auto state_error = [&] { return error_of<CheckpointError>([&] { read_training_state(tmp / "ckpt"); }); };
   rewritten([](nlohmann::json& j) { j["learning_rate_scale"] = -2; });
@@ -592,6 +596,11 @@ TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures and its sum
     j["epoch_sums"]["metrics"] = {{{1, "two"}}};
   });
   CHECK(contains(state_error(), "'epoch_sums' is not {loss: number, samples: count, metrics: [[[numbers]]]}"));
+  rewritten([](nlohmann::json& j) {
+    j.erase("epoch_sums");
+    j["callbacks"] = {{"early_stopping loss", {{"wait", "two"}}}};
+  });
+  CHECK(contains(state_error(), "'callbacks' is not an object of objects of numbers"));
   CHECK(contains(error_of<CheckpointError>([&] { read_training_state(tmp / "nowhere"); }),
                  "has no training_state.json"));
 }

@@ -35,7 +35,7 @@ const std::filesystem::path& checkpoint() {
     fill(store);
     const TrainingState state{
         .step = 3, .epoch = 1, .batch = 0, .seed = 7, .config = {}, .learning_rate_scale = 1, .figures = {},
-        .epoch_sums = {}};
+        .epoch_sums = {}, .callbacks = {}};
     save_checkpoint(d, store, state, "model: {}\n");
     if (const char* seed = std::getenv("TESSERA_FUZZ_SEED")) {
       std::filesystem::create_directories(seed);
