@@ -67,10 +67,20 @@ class Monitor {
     if (best_) out["best"] = *best_;
     return out;
   }
-  void resume(const CallbackCounts& counts, std::initializer_list<std::pair<const char*, std::int64_t*>> counters) {
+  // Returns what it goes on from ("wait 2, best loss 0.31"), for the callback
+  // to say: a resumed run's stop or rate change then has its reason in the log.
+  std::string resume(const CallbackCounts& counts, std::initializer_list<std::pair<const char*, std::int64_t*>> counters) {
+    std::string said;
     for (const auto& [name, counter] : counters)
-      if (auto it = counts.find(name); it != counts.end() && it->second >= 0) *counter = static_cast<std::int64_t>(it->second);
-    if (auto it = counts.find("best"); it != counts.end()) best_ = it->second;
+      if (auto it = counts.find(name); it != counts.end() && it->second >= 0) {
+        *counter = static_cast<std::int64_t>(it->second);
+        said += fmt::format(", {} {}", name, *counter);
+      }
+    if (auto it = counts.find("best"); it != counts.end()) {
+      best_ = it->second;
+      said += fmt::format(", best {} {:.6g}", name_, *best_);
+    }
+    return said.empty() ? said : said.substr(2);
   }
 
  private:
@@ -110,7 +120,9 @@ class EarlyStopping final : public Callback {
   // not in the checkpoint, so a resumed run starts counting afresh.
   std::string state_key() const override { return o_.restore_best_weights ? "" : "early_stopping " + o_.monitor; }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}}); }
-  void resume_counts(const CallbackCounts& counts) override { monitor_.resume(counts, {{"wait", &wait_}}); }
+  void resume_counts(const CallbackCounts& counts) override {
+    fmt::print("early_stopping: goes on from the checkpoint's counts: {}\n", monitor_.resume(counts, {{"wait", &wait_}}));
+  }
 
  private:
   EarlyStoppingOptions o_;
@@ -197,7 +209,8 @@ class ReduceLROnPlateau final : public Callback {
   std::string state_key() const override { return "reduce_lr_on_plateau " + o_.monitor; }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}, {"cooldown", cooldown_}}); }
   void resume_counts(const CallbackCounts& counts) override {
-    monitor_.resume(counts, {{"wait", &wait_}, {"cooldown", &cooldown_}});
+    fmt::print("reduce_lr_on_plateau: goes on from the checkpoint's counts: {}\n",
+               monitor_.resume(counts, {{"wait", &wait_}, {"cooldown", &cooldown_}}));
   }
 
  private:
