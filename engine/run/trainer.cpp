@@ -425,7 +425,15 @@ class Trainer::FitRun final : public FitControl {
     return learning_rate_at(t_.spec_.optimizer, t_.step_, t_.total_steps_) * t_.learning_rate_scale_;
   }
   void save_checkpoint(const std::filesystem::path& dir) override {
-    t_.host_->save(dir, t_.state(), t_.spec_.checkpoint.resolved_config);
+    if (std::find(pending_saves_.begin(), pending_saves_.end(), dir) == pending_saves_.end()) pending_saves_.push_back(dir);
+  }
+  // The saves asked for during this epoch's on_epoch_end, made once every
+  // callback has seen the epoch: the checkpoints hold all their counts of it
+  // (and the rate a later reduce_lr_on_plateau set), whatever their order.
+  void save_pending() {
+    std::vector<std::filesystem::path> saves;
+    saves.swap(pending_saves_);
+    for (const auto& dir : saves) t_.host_->save(dir, t_.state(), t_.spec_.checkpoint.resolved_config);
   }
   void check_checkpoint_dir(const std::filesystem::path& dir) const override { tessera::check_checkpoint_dir(dir); }
   std::optional<SavedEpoch> saved_epoch(const std::filesystem::path& dir) const override {
@@ -460,6 +468,7 @@ class Trainer::FitRun final : public FitControl {
   bool stop = false;
 
  private:
+  std::vector<std::filesystem::path> pending_saves_;
   // A job of several processes keeps its variables as each process's blocks.
   void check_whole() const {
     if (t_.store_.defers_values())
@@ -497,6 +506,8 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   // Where to begin: epoch 1, or the position resume() gave (used once).
   std::int64_t first_epoch = start_epoch_ + 1, first_batch = start_batch_;
   start_epoch_ = start_batch_ = 0;
+  const std::map<std::string, CallbackCounts> resumed_counts = std::move(resumed_counts_);
+  resumed_counts_.clear();
   if (first_batch > per_epoch)
     throw CheckpointError("cannot resume at batch " + std::to_string(first_batch) + " of epoch " +
                           std::to_string(first_epoch) + ": an epoch of " + std::to_string(data.size()) +
@@ -516,8 +527,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   for (const auto& c : fit_callbacks_) c->on_train_begin(run);
   // Resumed: the callbacks go on counting where the checkpoint's run was.
   for (const auto& [key, c] : keyed(fit_callbacks_))
-    if (auto counts = resumed_counts_.find(key); counts != resumed_counts_.end()) c->resume_counts(counts->second);
-  resumed_counts_.clear();
+    if (auto counts = resumed_counts.find(key); counts != resumed_counts.end()) c->resume_counts(counts->second);
   std::vector<EpochLog> logs;
   for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
@@ -567,6 +577,7 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
       if (const auto value = log_value(log, name)) last_figures_[name] = *value;
     if (callbacks.on_epoch) callbacks.on_epoch(log);
     for (const auto& c : fit_callbacks_) c->on_epoch_end(log, run);
+    run.save_pending();
     logs.push_back(log);
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     // Interrupted at an epoch's last batch: the epoch is whole, and saved as any last epoch.

@@ -52,6 +52,8 @@ class Monitor {
                                     name_.rfind("val_", 0) == 0 ? "; val_ figures need validation data (data.validation)" : ""));
   }
   const std::string& name() const { return name_; }
+  // "val_loss min": a best of the other direction would mean nothing.
+  std::string key() const { return name_ + (mode_ == MonitorMode::min ? " min" : " max"); }
   // None for an epoch without it (a validation set of no samples).
   std::optional<double> value(const EpochLog& log) const { return log_value(log, name_); }
   bool improves(double value) const {
@@ -72,7 +74,9 @@ class Monitor {
   std::string resume(const CallbackCounts& counts, std::initializer_list<std::pair<const char*, std::int64_t*>> counters) {
     std::string said;
     for (const auto& [name, counter] : counters)
-      if (auto it = counts.find(name); it != counts.end() && it->second >= 0) {
+      // A count of a file edited by hand may be anything: only a whole one in range is taken.
+      if (auto it = counts.find(name); it != counts.end() && it->second >= 0 && it->second <= 1e15 &&
+                                       std::floor(it->second) == it->second) {
         *counter = static_cast<std::int64_t>(it->second);
         said += fmt::format(", {} {}", name, *counter);
       }
@@ -118,7 +122,7 @@ class EarlyStopping final : public Callback {
   }
   // With restore_best_weights it keeps nothing: the best epoch's weights are
   // not in the checkpoint, so a resumed run starts counting afresh.
-  std::string state_key() const override { return o_.restore_best_weights ? "" : "early_stopping " + o_.monitor; }
+  std::string state_key() const override { return o_.restore_best_weights ? "" : "early_stopping " + monitor_.key(); }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}}); }
   void resume_counts(const CallbackCounts& counts) override {
     fmt::print("early_stopping: goes on from the checkpoint's counts: {}\n", monitor_.resume(counts, {{"wait", &wait_}}));
@@ -206,7 +210,7 @@ class ReduceLROnPlateau final : public Callback {
     cooldown_ = o_.cooldown;
     wait_ = 0;
   }
-  std::string state_key() const override { return "reduce_lr_on_plateau " + o_.monitor; }
+  std::string state_key() const override { return "reduce_lr_on_plateau " + monitor_.key(); }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}, {"cooldown", cooldown_}}); }
   void resume_counts(const CallbackCounts& counts) override {
     fmt::print("reduce_lr_on_plateau: goes on from the checkpoint's counts: {}\n",

@@ -63,7 +63,9 @@ class FitControl {
   // The learning rate of the next step (schedule times scale).
   virtual double learning_rate() const = 0;
   // Saves the run as a checkpoint in `dir` (resumable, loadable by eval and
-  // predict); check_checkpoint_dir first says whether it could (CheckpointError).
+  // predict) once every callback has seen this epoch, before fit()'s own
+  // save; asked for in on_epoch_end. check_checkpoint_dir first says whether
+  // it could (CheckpointError).
   virtual void save_checkpoint(const std::filesystem::path& dir) = 0;
   virtual void check_checkpoint_dir(const std::filesystem::path& dir) const = 0;
   // The epoch and figures of the checkpoint in `dir`; none where `dir` holds

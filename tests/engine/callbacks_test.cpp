@@ -119,34 +119,49 @@ TEST_CASE("early_stopping and reduce_lr_on_plateau: a resumed run goes on counti
   Dataset data = synthetic_classification(64, {8}, 3, 1);
   // Only epoch 1 improves (min_delta): the rate halves after epochs 2 and 4
   // (patience 1, then a cooldown of 2), and training stops after epoch 5.
+  // model_checkpoint, listed first, saves every epoch into its own folder.
   TrainingSpec spec = spec_with(
-      "[{type: reduce_lr_on_plateau, monitor: loss, min_delta: 1.0e9, patience: 1, cooldown: 2, factor: 0.5}, "
+      "[{type: model_checkpoint, dir: " + (dir / "every").string() + ", save_best_only: false}, "
+      "{type: reduce_lr_on_plateau, monitor: loss, min_delta: 1.0e9, patience: 1, cooldown: 2, factor: 0.5}, "
       "{type: early_stopping, monitor: loss, min_delta: 1.0e9, patience: 4}]");
-  spec.checkpoint.dir = dir / "whole";
   Model model = classifier();
   VariableStore store;
   model.build(store, 3);
   const auto whole = Trainer(model, spec, store).fit(data, nullptr);
   REQUIRE(whole.size() == 5);
 
-  spec.checkpoint.dir = dir / "stopped";
-  spec.epochs = 3;
-  VariableStore first_store;
-  model.build(first_store, 3);
-  Trainer(model, spec, first_store).fit(data, nullptr);
-  const TrainingState saved = read_training_state(dir / "stopped");
-  CHECK(saved.callbacks.at("early_stopping loss").at("wait") == 2);
-  CHECK(saved.callbacks.at("reduce_lr_on_plateau loss").at("cooldown") == 1);  // reduced after epoch 2, one more to wait
-  CHECK(saved.callbacks.at("early_stopping loss").at("best") == doctest::Approx(whole[0].train.loss));
+  for (std::int64_t stopped = 1; stopped <= 4; ++stopped) {
+    CAPTURE(stopped);
+    // Saved by the run's own checkpoint after epoch `stopped`, and by
+    // model_checkpoint before the callbacks after it had seen that epoch.
+    spec.checkpoint.dir = dir / "stopped";
+    spec.epochs = stopped;
+    VariableStore first_store;
+    model.build(first_store, 3);
+    Trainer(model, spec, first_store).fit(data, nullptr);
+    const TrainingState saved = read_training_state(dir / "stopped");
+    CHECK(saved.callbacks.at("early_stopping loss min").at("wait") == static_cast<double>(stopped - 1));
+    CHECK(saved.callbacks.at("early_stopping loss min").at("best") == doctest::Approx(whole[0].train.loss));
+    // Reduced after epochs 2 and 4, each time with two epochs of cooldown to come.
+    const std::int64_t cooldown[] = {0, 0, 2, 1, 2};
+    CHECK(saved.callbacks.at("reduce_lr_on_plateau loss min").at("cooldown") == static_cast<double>(cooldown[stopped]));
 
-  spec.epochs = 8;
-  const auto resumed = resume_and_fit(spec, dir / "stopped", data);
-  REQUIRE(resumed.size() == 2);  // epochs 4 and 5: counting afresh, early stopping would go on to epoch 8
-  for (std::size_t i = 0; i < resumed.size(); ++i) {
-    const EpochLog& w = whole[i + 3];
-    CHECK(resumed[i].epoch == w.epoch);
-    CHECK(resumed[i].learning_rate == w.learning_rate);
-    CHECK(resumed[i].train.loss == w.train.loss);  // resumed to the bit
+    spec.epochs = 8;
+    for (const std::string from : {"stopped", "every"}) {  // copies: the resumed runs save into both
+      std::filesystem::remove_all(dir / ("from " + from));
+      std::filesystem::copy(dir / from, dir / ("from " + from));
+    }
+    for (const std::string from : {"stopped", "every"}) {
+      CAPTURE(from);
+      const auto resumed = resume_and_fit(spec, dir / ("from " + from), data);
+      REQUIRE(resumed.size() == static_cast<std::size_t>(5 - stopped));  // counting afresh, it would go on to epoch 8
+      for (std::size_t i = 0; i < resumed.size(); ++i) {
+        const EpochLog& w = whole[static_cast<std::size_t>(stopped) + i];
+        CHECK(resumed[i].epoch == w.epoch);
+        CHECK(resumed[i].learning_rate == w.learning_rate);
+        CHECK(resumed[i].train.loss == w.train.loss);  // resumed to the bit
+      }
+    }
   }
 }
 
