@@ -17,8 +17,8 @@
 
 #include "backends/registry.hpp"
 #include "bin/distribution_report.hpp"
-#include "bin/interrupt.hpp"
 #include "bin/progress.hpp"
+#include "bin/resume_command.hpp"
 #include "bin/run_folder.hpp"
 #include "bin/sharding_bench.hpp"
 #include "bin/usage_hints.hpp"
@@ -34,6 +34,7 @@
 #include "engine/data/npy.hpp"
 #include "engine/data/validation_split.hpp"
 #include "engine/run/inference_model.hpp"
+#include "engine/run/interrupt.hpp"
 #include "engine/run/run_config.hpp"
 #include <unistd.h>
 

@@ -27,6 +27,14 @@
 //   Tensor logits = trainer.predict(train.inputs.rows(0, 4));        // [4, classes]
 //   std::vector<float> scores = logits.to_vector<float>();
 //
+// Ctrl-C, SIGTERM and SIGUSR1 can stop a fit between two steps, saving that
+// position to resume from (run.training.checkpoint.dir; engine/run/interrupt.hpp):
+//
+//   InterruptCatcher signals;
+//   FitCallbacks callbacks;
+//   callbacks.interrupted = [&] { return signals.caught() != 0; };
+//   trainer.fit(train, nullptr, callbacks);
+//
 // To run a trained model without a trainer (engine/run/inference_model.hpp):
 //
 //   InferenceModel gpt("configs/kjv_gpt.yaml", "runs/kjv_gpt/1");    // or a .safetensors file
@@ -52,6 +60,7 @@
 #include "engine/graph/executor.hpp"
 #include "engine/graph/graph.hpp"
 #include "engine/run/inference_model.hpp"
+#include "engine/run/interrupt.hpp"
 #include "engine/run/run_config.hpp"
 #include "engine/run/trainer.hpp"
 #include "engine/variable_store.hpp"

@@ -108,7 +108,7 @@ struct FitCallbacks {
   // saves any). Within an epoch that is between two batches, which resume()
   // continues from the next one; after an epoch's last batch the epoch ends
   // first (its validation, callbacks and save). `tessera train` answers it
-  // from SIGINT, SIGTERM and SIGUSR1 (bin/interrupt.hpp). In a job of several
+  // from SIGINT, SIGTERM and SIGUSR1 (engine/run/interrupt.hpp). In a job of several
   // processes every process must answer alike at each step (a save is
   // collective): `tessera train` asks the job (InterruptCatcher::caught_by_job).
   std::function<bool()> interrupted;

@@ -1,17 +1,25 @@
-// Ctrl-C (SIGINT), SIGTERM and SIGUSR1 during `tessera train`: the run stops
-// after the step it is in, saves that position as a checkpoint and says how
-// to resume, instead of losing the epoch it was in. A scheduler's SIGTERM
-// before it kills a job (Slurm, Kubernetes, a preemptible machine) is caught
-// alike, and so is SIGUSR1: mpirun passes it on to every process of a job and
-// kills none (a SIGTERM or SIGINT it turns into SIGTERM then SIGKILL to all,
-// odls_base_sigkill_timeout seconds apart), and Slurm sends it ahead of a
-// time limit (`--signal=USR1@120`).
+// Ctrl-C (SIGINT), SIGTERM and SIGUSR1 during a fit: caught, so that fit()
+// stops after the step it is in and saves that position as a checkpoint
+// (FitCallbacks::interrupted), instead of the process dying and losing the
+// epoch it was in. `tessera train` uses it, and says how to resume. A
+// scheduler's SIGTERM before it kills a job (Slurm, Kubernetes, a
+// preemptible machine) is caught alike, and so is SIGUSR1: mpirun passes it
+// on to every process of a job and kills none (a SIGTERM or SIGINT it turns
+// into SIGTERM then SIGKILL to all, odls_base_sigkill_timeout seconds
+// apart), and Slurm sends it ahead of a time limit (`--signal=USR1@120`).
+//
+//   InterruptCatcher signals;                  // from here until it is released
+//   FitCallbacks callbacks;
+//   callbacks.interrupted = [&] { return signals.caught() != 0; };
+//   // in a job of several processes: signals.caught_by_job(processes, timeout) != 0
+//   trainer.fit(train, nullptr, callbacks);
 //
 // Only the first signal is caught: it puts all three back to their default, so
 // a second one ends the process at once, as without this (a save in progress
 // is then lost, never the checkpoint before it: saves replace a checkpoint
 // only once complete). A signal the process was started ignoring (SIGINT of
-// a job a script put in the background) stays ignored.
+// a job a script put in the background) stays ignored. One catcher at a time:
+// the signals' handlers are the process's.
 //
 // In a job of several processes a signal may reach one process, or all at
 // different steps, while a save is collective: after each step every process
@@ -22,7 +30,6 @@
 #include <chrono>
 #include <csignal>
 #include <string>
-#include <vector>
 
 #include "distribution/collectives/process_group.hpp"
 
@@ -59,11 +66,5 @@ class InterruptCatcher {
 
 // "SIGINT", "SIGTERM", "SIGUSR1"; "signal N" for another.
 std::string signal_name(int signal);
-
-// The shell command that resumes a run started as `tessera` with `arguments`
-// (its overrides, --log and all) from the checkpoint in `dir`: the same
-// arguments with --resume DIR in place of any --resume they had, quoted for
-// a POSIX shell where they need it.
-std::string resume_command(const std::vector<std::string>& arguments, const std::string& dir);
 
 }  // namespace tessera
