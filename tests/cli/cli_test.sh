@@ -98,6 +98,15 @@ grep -qF "To go on: $resume" <<<"$last" && grep -q "^Interrupted by SIGTERM .*: 
 epoch=$(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$last")
 out=$("$tessera" train "$work/run.yaml" --set training.epochs="$((epoch + 1))" --resume "$work/interrupted")
 grep -q "Weights of epoch $((epoch + 1)) are in '$work/interrupted'" <<<"$out" || fail "the interrupted run did not resume: $out"
+# SIGUSR1 (Slurm's signal ahead of a time limit) stops it alike: exit 138.
+"$tessera" train "$work/run.yaml" --set training.checkpoint.dir="$work/usr1" \
+  --set training.epochs=1000000 > "$work/usr1.txt" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "Saved checkpoint" "$work/usr1.txt" && break; sleep 0.1; done
+kill -USR1 "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 138 ] && grep -q "^Interrupted by SIGUSR1 .*: saved in '$work/usr1'" "$work/usr1.txt" ||
+  fail "a train stopped by SIGUSR1 exited $rc: $(tail -3 "$work/usr1.txt")"
 
 # A relative path given by --set is the working directory's, like --checkpoint's:
 # the README's train-then-predict commands agree.
