@@ -16,11 +16,18 @@ static_assert(std::atomic<int>::is_always_lock_free && std::atomic<unsigned>::is
 constexpr auto& kSignals = InterruptCatcher::kSignals;
 
 void on_signal(int signal) {
-  int none = 0;
-  g_caught.compare_exchange_strong(none, signal, std::memory_order_relaxed);  // the first one counts
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
+  int none = 0;
+  if (!g_caught.compare_exchange_strong(none, signal)) {
+    // A second signal, caught before the first's handler put the defaults
+    // back (another thread took it meanwhile): it does what it would
+    // uncaught, once this handler returns and unblocks it.
+    sigaction(signal, &fallback, nullptr);
+    raise(signal);
+    return;
+  }
   const unsigned installed = g_installed.load();
   for (std::size_t i = 0; i < kSignals.size(); ++i)
     if ((installed >> i) & 1u) sigaction(kSignals[i], &fallback, nullptr);  // an ignored one stays ignored
@@ -33,7 +40,10 @@ void catch_signal(std::size_t i, struct sigaction* previous) {
   g_installed.fetch_or(1u << i);
   struct sigaction action {};
   action.sa_handler = on_signal;
+  // The others wait while the handler runs on this thread (another thread
+  // may still take one: on_signal sees it is second).
   sigemptyset(&action.sa_mask);
+  for (int other : kSignals) sigaddset(&action.sa_mask, other);
   action.sa_flags = SA_RESTART;  // a read or write the signal interrupts goes on
   sigaction(kSignals[i], &action, nullptr);
 }
