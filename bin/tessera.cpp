@@ -198,7 +198,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     std::map<CollectiveAccounting::Key, CollectiveStats> collectives;
     if (comm != nullptr && !log_path.empty()) collectives = job_collectives(*comm);
     if (!log.is_open()) return;
-    nlohmann::json j{{"epoch", l.epoch}, {"seconds", l.seconds}, {"loss", l.train.loss}};
+    nlohmann::json j{{"epoch", l.epoch}, {"seconds", l.seconds}, {"loss", l.train.loss}, {"learning_rate", l.learning_rate}};
     for (const auto& [k, v] : l.train.metrics) j[k] = v;
     if (l.validation.samples > 0) {
       j["val_loss"] = l.validation.loss;
@@ -234,7 +234,7 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   };
   std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
-  trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
+  const std::vector<EpochLog> logs = trainer.fit(train_data, validation ? &*validation : nullptr, callbacks);
   // A signal from here on is handled as usual. One after the last question
   // (during the last save) is not acted on: the run is over, and in a job the
   // other processes never heard of it.
@@ -273,6 +273,9 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   if (saved)  // the last line says where the weights are and what to run on them
     fmt::print("\nWeights of epoch {} are in '{}'. Next: tessera eval {} --checkpoint {}\n", saved->epoch,
                checkpoint.dir.string(), file, checkpoint.dir.string());
+  else if (!resume_dir.empty() && logs.empty() && now.batch == 0)  // a callback stopped it before its first step
+    fmt::print("\nNothing trained: the weights of epoch {} stay in '{}'. Next: tessera eval {} --checkpoint {}\n",
+               now.epoch, resume_dir, file, resume_dir);
   else
     fmt::print("\nNothing was saved (training.checkpoint: false).\n");
   return kOk;

@@ -234,12 +234,12 @@ StateFile read_state(const fs::path& file) {
     }
   }
   if (j.contains("callbacks")) {  // kept since 2026-11-29
-    const auto bad = [&] { return error("'callbacks' is not an object of objects of numbers"); };
-    if (!j["callbacks"].is_object()) throw bad();
+    if (!j["callbacks"].is_object()) throw error("'callbacks' is " + j["callbacks"].dump() + ", not an object");
     for (const auto& [key, counts] : j["callbacks"].items()) {
-      if (!counts.is_object()) throw bad();
+      if (!counts.is_object()) throw error("'callbacks' entry '" + key + "' is " + counts.dump() + ", not an object");
       for (const auto& [name, value] : counts.items()) {
-        if (!value.is_number()) throw bad();
+        if (!value.is_number())
+          throw error("'callbacks' entry '" + key + "': '" + name + "' is " + value.dump() + ", not a number");
         out.state.callbacks[key][name] = value.get<double>();
       }
     }

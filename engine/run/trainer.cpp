@@ -526,10 +526,13 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
   fit_callbacks_.insert(fit_callbacks_.end(), callbacks.callbacks.begin(), callbacks.callbacks.end());
   for (const auto& c : fit_callbacks_) c->on_train_begin(run);
   // Resumed: the callbacks go on counting where the checkpoint's run was.
-  for (const auto& [key, c] : keyed(fit_callbacks_))
-    if (auto counts = resumed_counts.find(key); counts != resumed_counts.end()) c->resume_counts(counts->second);
+  if (first_epoch > 1)
+    for (const auto& [key, c] : keyed(fit_callbacks_)) {
+      const auto counts = resumed_counts.find(key);
+      c->resume_counts(counts == resumed_counts.end() ? CallbackCounts{} : counts->second, run);
+    }
   std::vector<EpochLog> logs;
-  for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs; ++epoch) {
+  for (std::int64_t epoch = first_epoch; epoch <= spec_.epochs && !run.stop; ++epoch) {
     auto start = std::chrono::steady_clock::now();
     EpochLog log;
     log.epoch = epoch;

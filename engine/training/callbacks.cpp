@@ -94,15 +94,25 @@ class Monitor {
   std::optional<double> best_;
 };
 
+// A resumed run whose checkpoint holds no counts of a callback: one saved
+// before checkpoints kept them, or under another monitor or mode.
+void say_afresh(const char* callback, const Monitor& monitor) {
+  fmt::print("{}: the checkpoint holds no counts of it ({}): counting afresh\n", callback, monitor.key());
+}
+
 class EarlyStopping final : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions o) : o_(std::move(o)), monitor_(named(o_.where, "early_stopping"), o_.monitor, o_.mode, std::abs(o_.min_delta)) {}
 
-  void on_train_begin(FitControl& fit) override {  // each fit() starts afresh, as Keras'
+  void on_train_begin(FitControl& fit) override {  // each fit() starts afresh, as Keras', unless resumed
     monitor_.check(fit);
     monitor_.reset();
     wait_ = 0;
-    if (o_.restore_best_weights) best_weights_ = fit.weights();  // fails here where the run cannot
+    if (!o_.restore_best_weights) return;
+    best_weights_ = fit.weights();  // fails here where the run cannot
+    if (fit.first_epoch() > 1)
+      fmt::print("early_stopping: restore_best_weights keeps no counts in checkpoints (they do not hold the best "
+                 "epoch's weights): this resumed run counts afresh from epoch {}\n", fit.first_epoch());
   }
   void on_epoch_end(const EpochLog& log, FitControl& fit) override {
     const auto value = monitor_.value(log);
@@ -124,8 +134,14 @@ class EarlyStopping final : public Callback {
   // not in the checkpoint, so a resumed run starts counting afresh.
   std::string state_key() const override { return o_.restore_best_weights ? "" : "early_stopping " + monitor_.key(); }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}}); }
-  void resume_counts(const CallbackCounts& counts) override {
+  void resume_counts(const CallbackCounts& counts, FitControl& fit) override {
+    if (counts.empty()) return say_afresh("early_stopping", monitor_);
     fmt::print("early_stopping: goes on from the checkpoint's counts: {}\n", monitor_.resume(counts, {{"wait", &wait_}}));
+    if (wait_ > 0 && wait_ >= o_.patience) {  // the run it resumes had stopped here
+      fmt::print("early_stopping: the checkpoint's run stopped there ({} did not improve for {} epoch(s)): nothing "
+                 "to train; raise patience or drop the callback to train on\n", monitor_.name(), wait_);
+      fit.stop_training();
+    }
   }
 
  private:
@@ -212,7 +228,8 @@ class ReduceLROnPlateau final : public Callback {
   }
   std::string state_key() const override { return "reduce_lr_on_plateau " + monitor_.key(); }
   CallbackCounts counts() const override { return monitor_.counts({{"wait", wait_}, {"cooldown", cooldown_}}); }
-  void resume_counts(const CallbackCounts& counts) override {
+  void resume_counts(const CallbackCounts& counts, FitControl&) override {
+    if (counts.empty()) return say_afresh("reduce_lr_on_plateau", monitor_);
     fmt::print("reduce_lr_on_plateau: goes on from the checkpoint's counts: {}\n",
                monitor_.resume(counts, {{"wait", &wait_}, {"cooldown", &cooldown_}}));
   }

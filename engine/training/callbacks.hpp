@@ -91,12 +91,13 @@ class Callback {
   // Checkpoints keep what a callback has counted, so that a resumed run's
   // callback goes on from there rather than from scratch (as Keras' would):
   // state_key names the callback in the checkpoint ("early_stopping
-  // val_loss"; empty: it keeps nothing), counts() is what it has counted, and
-  // resume_counts() puts that back, after on_train_begin, in a run resumed
-  // from a checkpoint that holds counts under its key.
+  // val_loss min"; empty: it keeps nothing), counts() is what it has counted,
+  // and resume_counts() puts that back, after on_train_begin, in a run
+  // resumed from a checkpoint: empty counts where it holds none under the
+  // key. It may stop training there (a run early stopping had ended).
   virtual std::string state_key() const { return {}; }
   virtual CallbackCounts counts() const { return {}; }
-  virtual void resume_counts(const CallbackCounts&) {}
+  virtual void resume_counts(const CallbackCounts&, FitControl&) {}
 };
 
 // How a monitored figure improves.

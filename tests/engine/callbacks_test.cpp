@@ -129,6 +129,10 @@ TEST_CASE("early_stopping and reduce_lr_on_plateau: a resumed run goes on counti
   model.build(store, 3);
   const auto whole = Trainer(model, spec, store).fit(data, nullptr);
   REQUIRE(whole.size() == 5);
+  // Resumed with more epochs, the run early stopping ended trains nothing: as it did not.
+  std::filesystem::copy(dir / "every", dir / "ended");
+  CHECK(resume_and_fit(spec, dir / "ended", data).empty());
+  CHECK(read_training_state(dir / "every").epoch == 5);  // model_checkpoint saved no epoch 6
 
   for (std::int64_t stopped = 1; stopped <= 4; ++stopped) {
     CAPTURE(stopped);

@@ -600,7 +600,7 @@ TEST_CASE("checkpoint: the learning-rate factor, the epoch's figures, its sums a
     j.erase("epoch_sums");
     j["callbacks"] = {{"early_stopping loss", {{"wait", "two"}}}};
   });
-  CHECK(contains(state_error(), "'callbacks' is not an object of objects of numbers"));
+  CHECK(contains(state_error(), "'callbacks' entry 'early_stopping loss': 'wait' is \"two\", not a number"));
   CHECK(contains(error_of<CheckpointError>([&] { read_training_state(tmp / "nowhere"); }),
                  "has no training_state.json"));
 }
