@@ -225,12 +225,12 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   // In a job of several processes a signal may reach one of them, or each at
   // a step of its own, and a save is collective: the job's answer stops all.
   InterruptCatcher interrupt;
-  int stop_signal = 0;  // the signal callbacks.interrupted answered with
+  int caught = 0;  // the signal callbacks.interrupted last answered with
   ProcessGroup& processes = job_processes();
   const Communicator* job = processes.placement().processes > 1 ? trainer.communicator() : nullptr;
   callbacks.interrupted = [&] {
-    stop_signal = job != nullptr ? interrupt.caught_by_job(processes, job->timeout()) : interrupt.caught();
-    return stop_signal != 0;
+    caught = job != nullptr ? interrupt.caught_by_job(processes, job->timeout()) : interrupt.caught();
+    return caught != 0;
   };
   std::map<std::string, StepRunner::OpTime> op_times;
   if (profile) trainer.enable_profiling(&op_times);
@@ -239,7 +239,6 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
   // (during the last save) is not acted on: the run is over, and in a job the
   // other processes never heard of it.
   interrupt.release();
-  const int caught = stop_signal;
   if (profile) {
     double total = 0;
     for (const auto& [op, t] : op_times) total += t.seconds;

@@ -150,9 +150,8 @@ std::vector<std::pair<std::string, Callback*>> keyed(const std::vector<std::shar
 
 }  // namespace
 
-void Trainer::save_interrupted(const FitCallbacks& callbacks) {
+void Trainer::save_run(const FitCallbacks& callbacks) {
   const CheckpointSpec& checkpoint = spec_.checkpoint;
-  if (checkpoint.dir.empty()) return sync_store();  // (a save writes the store back itself)
   TrainingState now = state();
   host_->save(checkpoint.dir, now, checkpoint.resolved_config);
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
@@ -562,7 +561,8 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
       if (callbacks.on_batch) callbacks.on_batch(epoch, b + 1, per_epoch, evaluation(totals));
       interrupted = callbacks.interrupted && callbacks.interrupted();
       if (interrupted && b + 1 < per_epoch) {
-        save_interrupted(callbacks);
+        if (spec_.checkpoint.dir.empty()) sync_store();  // (a save writes the store back itself)
+        else save_run(callbacks);
         return logs;
       }
     }
@@ -585,11 +585,8 @@ std::vector<EpochLog> Trainer::fit(const Dataset& train, const Dataset* validati
     const CheckpointSpec& checkpoint = spec_.checkpoint;
     // Interrupted at an epoch's last batch: the epoch is whole, and saved as any last epoch.
     if (!checkpoint.dir.empty() &&
-        (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs || run.stop || interrupted)) {
-      TrainingState now = state();
-      host_->save(checkpoint.dir, now, checkpoint.resolved_config);
-      if (callbacks.on_checkpoint) callbacks.on_checkpoint(checkpoint.dir, now);
-    }
+        (epoch % checkpoint.every_epochs == 0 || epoch == spec_.epochs || run.stop || interrupted))
+      save_run(callbacks);
     if (run.stop || interrupted) break;
   }
   sync_store();

@@ -228,9 +228,8 @@ class Trainer {
  private:
   struct Program;
   class FitRun;  // what callbacks may do to a fit() (FitControl)
-  // fit() stopped between batches by callbacks.interrupted: the position
-  // saved where the run saves checkpoints, if it does.
-  void save_interrupted(const FitCallbacks& callbacks);
+  // fit()'s own save: state() into training.checkpoint.dir, then on_checkpoint.
+  void save_run(const FitCallbacks& callbacks);
   // What train_step throws for a non-finite loss: an Error naming the step,
   // which fit() re-throws naming the epoch and batch as well.
   struct NonFiniteLoss;
