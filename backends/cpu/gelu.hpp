@@ -23,22 +23,17 @@
 
 #include <cstdint>
 
+#include "backends/cpu/vector_math.hpp"
+
 namespace tessera {
-
-// The kernels' instruction sets: the widest this CPU runs is the default;
-// tests run each one the CPU has.
-enum class GeluKernel { scalar, avx2, avx512 };
-
-bool gelu_kernel_runs(GeluKernel kernel);
-GeluKernel gelu_kernel();  // the widest of them this CPU runs
 
 // y[i] = gelu(x[i]) for i < n; y may be x. Spreads over the calling
 // thread's OpenMP team (a KernelScope's threads). A kernel the CPU does not
 // run is refused (std::invalid_argument). NaN gives NaN.
-void gelu_erf(const float* x, float* y, std::int64_t n, GeluKernel kernel = gelu_kernel());
+void gelu_erf(const float* x, float* y, std::int64_t n, VectorIsa kernel = widest_vector_isa());
 
 // dx[i] = dy[i] gelu'(x[i]) for i < n; dx may be dy.
 void gelu_erf_backward(const float* x, const float* dy, float* dx, std::int64_t n,
-                       GeluKernel kernel = gelu_kernel());
+                       VectorIsa kernel = widest_vector_isa());
 
 }  // namespace tessera

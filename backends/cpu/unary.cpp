@@ -10,7 +10,7 @@ namespace tessera {
 namespace {
 
 bool in_house(UnaryOp op, std::initializer_list<const Tensor*> tensors) {
-  if (op != UnaryOp::gelu_erf || gelu_kernel() == GeluKernel::scalar) return false;
+  if (op != UnaryOp::gelu_erf || widest_vector_isa() == VectorIsa::scalar) return false;
   for (const Tensor* t : tensors)
     if (t->dtype() != DType::f32) return false;
   return true;
@@ -19,7 +19,7 @@ bool in_house(UnaryOp op, std::initializer_list<const Tensor*> tensors) {
 }  // namespace
 
 bool matmul_gelu_in_house() {
-  static const bool in_house = onednn_runs_avx2() && gelu_kernel() != GeluKernel::scalar;
+  static const bool in_house = onednn_runs_avx2() && widest_vector_isa() != VectorIsa::scalar;
   return in_house;
 }
 

@@ -40,10 +40,10 @@ std::vector<float> grid() {
 }
 
 // The kernels this CPU runs: every test below checks each.
-std::vector<GeluKernel> kernels() {
-  std::vector<GeluKernel> runs;
-  for (GeluKernel k : {GeluKernel::scalar, GeluKernel::avx2, GeluKernel::avx512})
-    if (gelu_kernel_runs(k)) runs.push_back(k);
+std::vector<VectorIsa> kernels() {
+  std::vector<VectorIsa> runs;
+  for (VectorIsa k : {VectorIsa::scalar, VectorIsa::avx2, VectorIsa::avx512})
+    if (vector_isa_runs(k)) runs.push_back(k);
   return runs;
 }
 
@@ -51,11 +51,11 @@ std::vector<GeluKernel> kernels() {
 
 TEST_CASE("the widest GELU kernel this CPU runs is the default, and one it does not run is refused") {
   const auto runs = kernels();
-  CHECK(gelu_kernel() == runs.back());
+  CHECK(widest_vector_isa() == runs.back());
   MESSAGE("GELU kernels here: " << runs.size() << " (scalar, AVX2, AVX-512 in that order)");
   float x = 1.0f, y = 0.0f;
-  for (GeluKernel k : {GeluKernel::avx2, GeluKernel::avx512})
-    if (!gelu_kernel_runs(k)) {
+  for (VectorIsa k : {VectorIsa::avx2, VectorIsa::avx512})
+    if (!vector_isa_runs(k)) {
       CHECK_THROWS_AS(gelu_erf(&x, &y, 1, k), std::invalid_argument);
       CHECK_THROWS_AS(gelu_erf_backward(&x, &x, &y, 1, k), std::invalid_argument);
     }
@@ -63,7 +63,7 @@ TEST_CASE("the widest GELU kernel this CPU runs is the default, and one it does 
 
 TEST_CASE("gelu_erf and its gradient carry NaN, and gelu(+inf) is +inf") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (GeluKernel kernel : kernels()) {
+  for (VectorIsa kernel : kernels()) {
     CAPTURE(static_cast<int>(kernel));
     // In a whole vector and in the padded last one.
     std::vector<float> x(19, 0.5f);
@@ -88,7 +88,7 @@ TEST_CASE("gelu_erf and its gradient carry NaN, and gelu(+inf) is +inf") {
 TEST_CASE("gelu_erf is within 4e-7 |x| + 1e-7 of the formula") {
   // An erf within 4e-7 of erf's value (gelu.hpp) moves 0.5 x (1 + erf) by
   // 2e-7 |x|; the rest is f32 rounding.
-  for (GeluKernel kernel : kernels()) {
+  for (VectorIsa kernel : kernels()) {
     CAPTURE(static_cast<int>(kernel));
     std::vector<float> x = grid(), y(x.size());
     gelu_erf(x.data(), y.data(), static_cast<std::int64_t>(x.size()), kernel);
@@ -104,7 +104,7 @@ TEST_CASE("gelu_erf is within 4e-7 |x| + 1e-7 of the formula") {
 }
 
 TEST_CASE("gelu_erf_backward is within 8e-7 (1 + |x|) |dy| of dy times the derivative") {
-  for (GeluKernel kernel : kernels()) {
+  for (VectorIsa kernel : kernels()) {
     CAPTURE(static_cast<int>(kernel));
     std::vector<float> x = grid(), dy(x.size()), dx(x.size());
     for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = (i % 2 != 0 ? -1.0f : 1.0f) * (0.5f + static_cast<float>(i % 7) / 4.0f);
@@ -117,7 +117,7 @@ TEST_CASE("gelu_erf_backward is within 8e-7 (1 + |x|) |dy| of dy times the deriv
 }
 
 TEST_CASE("gelu_erf: in place, any length, the same value wherever an element lies") {
-  for (GeluKernel kernel : kernels()) {
+  for (VectorIsa kernel : kernels()) {
     CAPTURE(static_cast<int>(kernel));
     std::vector<float> base = grid();
     std::vector<float> whole(base.size());
