@@ -107,6 +107,7 @@ class CpuBackend final : public Backend {
   void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal) override;
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
+  bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
                      const AttentionArgs& args) override;
   void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

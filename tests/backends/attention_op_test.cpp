@@ -3,8 +3,9 @@
 // checks the op's gradients against finite differences and its sharding;
 // here: the graph builds the op only where the devices' kernel test takes
 // it, the zoo GPT's training step with it computes what matmul, softmax and
-// matmul compute, the backend's checks, and (test suite "gpu", CUDA builds
-// only) FlashAttention's forward and backward kernels against the CPU's
+// matmul compute, the CPU's f32 kernels against attention in double, the
+// backend's checks, and (test suite "gpu", CUDA builds only)
+// FlashAttention's forward and backward kernels against the CPU's bf16
 // reference kernel.
 #include <doctest/doctest.h>
 
@@ -117,14 +118,16 @@ std::vector<double> step_errors(const std::vector<std::vector<float>>& got, cons
 }
 
 // `step`, bf16, is as close to the f32 step `exact` as the unfused bf16 step `unfused` is (within `slack`).
-// The op kinds one bf16 training step of the zoo GPT runs on `device` (the
-// executor's profile, keyed by op then details), the Trainer choosing.
-std::set<std::string> trained_ops(Device device, const std::vector<std::string>& overrides = {}) {
+// The op kinds one training step of the zoo GPT runs on `device` in
+// `precision` (the executor's profile, keyed by op then details), the Trainer
+// choosing.
+std::set<std::string> trained_ops(Device device, const std::vector<std::string>& overrides = {},
+                                  const std::string& precision = "bf16") {
   const Model model = zoo_model("gpt.yaml", overrides);
   VariableStore store;
   const TrainingSpec spec = parse_training(ConfigNode::parse(
       "training: {loss: {type: sparse_categorical_crossentropy, from_logits: true}, optimizer: {type: adam}, "
-      "batch_size: 2, seed: 3, precision: bf16}")["training"]);
+      "batch_size: 2, seed: 3, precision: " + precision + "}")["training"]);
   Trainer trainer(model, spec, store, device);
   std::vector<std::int32_t> tokens(2 * 128);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 11 + 5) % 256);
@@ -213,11 +216,140 @@ TEST_CASE("attention op: the zoo GPT's training step with it computes what matmu
   }
 }
 
-TEST_CASE("attention op: the Trainer builds it only where the device has the kernels (not on the CPU)") {
-  const std::set<std::string> ops = trained_ops(Device::cpu(0));
-  CHECK_FALSE(ops.contains("attention"));
-  CHECK_FALSE(ops.contains("attention_grad"));
-  CHECK(ops.contains("softmax_grad"));
+TEST_CASE("attention op: the Trainer builds it only where the device has the kernels (the CPU's: f32)") {
+  const std::set<std::string> f32 = trained_ops(Device::cpu(0), {}, "f32");
+  CHECK(f32.contains("attention"));
+  CHECK(f32.contains("attention_grad"));
+  CHECK_FALSE(f32.contains("transpose"));  // the kernels read the heads where the projections wrote them
+  const std::set<std::string> bf16 = trained_ops(Device::cpu(0));
+  CHECK_FALSE(bf16.contains("attention"));
+  CHECK_FALSE(bf16.contains("attention_grad"));
+  CHECK(bf16.contains("softmax_grad"));
+}
+
+namespace {
+
+// A kernel case's k and v shape, logsumexp shape and arguments, from q's
+// shape, the keys, causal or not and the layout (tokens first: q [B, T, H, K]).
+struct KernelCase {
+  Shape kv, rows;
+  AttentionArgs args;
+};
+
+KernelCase kernel_case(const Shape& q, std::int64_t keys, bool causal, bool tokens_first) {
+  Shape kv = q;
+  kv[tokens_first ? 1 : kv.rank() - 2] = keys;
+  std::vector<std::int64_t> row_dims(q.dims().begin(), q.dims().end() - 1);
+  if (tokens_first) row_dims = {q[0], q[2], q[1]};
+  return {kv, Shape(row_dims),
+          {.scale = 1.0f / std::sqrt(static_cast<float>(q[q.rank() - 1])), .causal = causal, .tokens_first = tokens_first}};
+}
+
+// Attention and its gradients in double, one head at a time, from f32 tensors
+// heads first ([..., T, K]) or tokens first ([B, T, H, K]): out, logsumexp, dq, dk, dv.
+std::vector<std::vector<double>> attention_in_double(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                     const Tensor& dout, const AttentionArgs& args) {
+  const Shape& qs = q.shape();
+  const int r = qs.rank();
+  const std::int64_t tq = args.tokens_first ? qs[1] : qs[r - 2], tk = args.tokens_first ? k.shape()[1] : k.shape()[r - 2];
+  const std::int64_t width = qs[r - 1], heads = args.tokens_first ? qs[2] : 1, count = q.numel() / (tq * width);
+  // Element (row, c) of head n.
+  auto at = [&](std::int64_t n, std::int64_t rows, std::int64_t row, std::int64_t c) {
+    if (!args.tokens_first) return (n * rows + row) * width + c;
+    return ((n / heads * rows + row) * heads + n % heads) * width + c;
+  };
+  const std::vector<float> qv = q.to_vector<float>(), kv = k.to_vector<float>(), vv = v.to_vector<float>(),
+                           dov = dout.to_vector<float>();
+  std::vector<std::vector<double>> results = {std::vector<double>(qv.size()), std::vector<double>(count * tq),
+                                         std::vector<double>(qv.size()), std::vector<double>(kv.size()),
+                                         std::vector<double>(kv.size())};
+  std::vector<double> &out = results[0], &lse = results[1], &dq = results[2], &dk = results[3], &dv = results[4];
+  for (std::int64_t n = 0; n < count; ++n)
+    for (std::int64_t i = 0; i < tq; ++i) {
+      const std::int64_t seen = args.causal ? std::min(i + tk - tq + 1, tk) : tk;
+      if (seen <= 0) {
+        lse[n * tq + i] = -INFINITY;
+        continue;
+      }
+      std::vector<double> p(static_cast<std::size_t>(seen)), dp(p.size());
+      double max = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j < seen; ++j) {
+        for (std::int64_t c = 0; c < width; ++c) p[j] += double(qv[at(n, tq, i, c)]) * kv[at(n, tk, j, c)];
+        p[j] *= args.scale;
+        max = std::max(max, p[j]);
+      }
+      for (double& x : p) sum += x = std::exp(x - max);
+      for (double& x : p) x /= sum;
+      lse[n * tq + i] = max + std::log(sum);
+      double d = 0;  // sum_j p_j dp_j
+      for (std::int64_t j = 0; j < seen; ++j) {
+        for (std::int64_t c = 0; c < width; ++c) {
+          out[at(n, tq, i, c)] += p[j] * vv[at(n, tk, j, c)];
+          dp[j] += double(dov[at(n, tq, i, c)]) * vv[at(n, tk, j, c)];
+          dv[at(n, tk, j, c)] += p[j] * dov[at(n, tq, i, c)];
+        }
+        d += p[j] * dp[j];
+      }
+      for (std::int64_t j = 0; j < seen; ++j) {
+        const double ds = p[j] * (dp[j] - d) * args.scale;
+        for (std::int64_t c = 0; c < width; ++c) {
+          dq[at(n, tq, i, c)] += ds * kv[at(n, tk, j, c)];
+          dk[at(n, tk, j, c)] += ds * qv[at(n, tq, i, c)];
+        }
+      }
+    }
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("attention op: the CPU's f32 kernels, block by block, compute attention and its gradients") {
+  struct Case {
+    Shape q;
+    std::int64_t keys;
+    bool causal;
+    bool tokens_first = false;  // q [B, T, H, K]
+  };
+  const std::vector<Case> cases = {
+      {Shape{2, 3, 128, 64}, 128, true},         // four whole blocks of 32 rows, each over its own keys
+      {Shape{1, 2, 100, 16}, 100, true},         // a part block
+      {Shape{3, 37, 8}, 70, true},               // fewer queries than keys: the last 37
+      {Shape{2, 70, 24}, 70, false},
+      {Shape{1, 1, 5, 64}, 130, false},
+      {Shape{1, 1, 1, 4}, 1, true},
+      {Shape{2, 100, 3, 16}, 100, true, true},   // tokens first: rows H x K apart
+      {Shape{2, 40, 3, 8}, 70, false, true},
+      {Shape{1, 2, 5, 8}, 0, false},             // no keys: every row attends to nothing
+  };
+  for (const Case& c : cases) {
+    INFO("q " << c.q.str() << ", " << c.keys << " keys, causal " << c.causal << ", tokens first " << c.tokens_first);
+    const auto [kv, rows, args] = kernel_case(c.q, c.keys, c.causal, c.tokens_first);
+    const Tensor q = random_tensor(c.q, 41, -2.0f, 2.0f), k = random_tensor(kv, 42, -2.0f, 2.0f);
+    const Tensor v = random_tensor(kv, 43, -1.0f, 1.0f), dout = random_tensor(c.q, 44, -1.0f, 1.0f);
+    Tensor out = Tensor::empty(c.q, DType::f32), lse = Tensor::empty(rows, DType::f32);
+    Tensor dq = Tensor::empty(c.q, DType::f32), dk = Tensor::empty(kv, DType::f32), dv = Tensor::empty(kv, DType::f32);
+    for (const Tensor* t : {&out, &lse, &dq, &dk, &dv}) cpu().fill(*t, 7.0);  // every element written
+    cpu().attention(q, k, v, out, lse, args);
+    cpu().attention_backward(q, k, v, out, lse, dout, dq, dk, dv, args);
+    const auto want = attention_in_double(q, k, v, dout, args);
+    const Tensor* got[] = {&out, &lse, &dq, &dk, &dv};
+    for (std::size_t i = 0; i < 5; ++i) {
+      CAPTURE(i);  // out, logsumexp, dq, dk, dv
+      const std::vector<float> g = got[i]->to_vector<float>();
+      REQUIRE(g.size() == want[i].size());
+      for (std::size_t j = 0; j < g.size(); ++j) {
+        if (std::isinf(want[i][j])) {
+          CHECK(g[j] == want[i][j]);  // a row that sees no key: logsumexp -inf
+          continue;
+        }
+        if (std::abs(g[j] - want[i][j]) > 1e-5 + 1e-4 * std::abs(want[i][j])) {
+          CAPTURE(j);
+          CHECK(g[j] == doctest::Approx(want[i][j]).epsilon(1e-4));
+          break;  // one mismatch per tensor is enough to read
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("attention op: no queries give keys and values no gradient, and heads of width 0 are refused") {
@@ -303,20 +435,10 @@ TEST_CASE("cuda attention op: FlashAttention's forward and backward match the CP
       {Shape{1, 2, 300, 64}, 300, true, DType::f32},  // five tiles: each double buffer loaded more than once
       {Shape{2, 200, 32}, 70, false, DType::f32},
       {Shape{1, 2, 130, 128}, 130, true, DType::f32},
-      {Shape{1, 2, 100, 64}, 60, true, DType::f32},   // causal, more queries than keys: 40 rows see none
   };
   for (const Case& c : cases) {
-    CAPTURE(c.q.str());
-    CAPTURE(c.keys);
-    CAPTURE(c.causal);
-    CAPTURE(c.tokens_first);
-    Shape kv = c.q;
-    kv[c.tokens_first ? 1 : kv.rank() - 2] = c.keys;
-    std::vector<std::int64_t> row_dims(c.q.dims().begin(), c.q.dims().end() - 1);
-    if (c.tokens_first) row_dims = {c.q[0], c.q[2], c.q[1]};
-    const Shape rows(row_dims);
-    const AttentionArgs args{.scale = 1.0f / std::sqrt(static_cast<float>(c.q[c.q.rank() - 1])), .causal = c.causal,
-                             .tokens_first = c.tokens_first};
+    INFO("q " << c.q.str() << ", " << c.keys << " keys, causal " << c.causal << ", tokens first " << c.tokens_first);
+    const auto [kv, rows, args] = kernel_case(c.q, c.keys, c.causal, c.tokens_first);
     const Tensor q = bf16_random(c.q, 41, -2.0f, 2.0f), k = bf16_random(kv, 42, -2.0f, 2.0f);
     const Tensor v = bf16_random(kv, 43, -1.0f, 1.0f), dout = bf16_random(c.q, 44, -1.0f, 1.0f);
     // The CPU's reference kernel, in f32 on the same bf16 values.
