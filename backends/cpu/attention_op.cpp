@@ -5,13 +5,12 @@
 //   products through oneDNN's sgemm on the rows in place (no head
 //   transposes), its scores and weights in a buffer that stays in the caches
 //   (the [Tq, Tk] weights are never kept for the backward: its logsumexp is),
-//   and a causal block's keys only up to its last row's.
-//   prefers_attention_op is true for it. In the zoo GPT's training step
-//   (2026-11-29, Zen 5) the graph's transposes, matmuls and softmax took
-//   12.0 ms on one thread and 6.5 on two, this op 10.6 and 5.4. The op's
-//   sgemm calls on one head's blocks run at 65-80% of the peak where
-//   oneDNN's batched products reach 80-93%: what the skipped products and
-//   the fusion gain, the smaller products mostly give back.
+//   and a causal block's keys only up to its last row's; the softmax in
+//   whole vectors (vector_math's exp), each row's 1 / sum applied to its
+//   output row. prefers_attention_op is true for it. In the zoo GPT's
+//   training step (2026-11-29, Zen 5, --profile) the graph's transposes,
+//   matmuls and softmax took 12.0 ms on one thread and 6.5 on two, this op
+//   10.3-10.6 and 5.3-5.5 (three runs).
 // - bf16 operands: a reference kernel, one head per thread in f32 (operands
 //   widened exactly), the weights never rounded; matmul and softmax through
 //   oneDNN run it faster, so the graph builds those instead.
@@ -19,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -93,12 +93,15 @@ void for_each_head(std::int64_t heads, int threads, Body&& body) {
 // Query rows per block of the f32 kernels: a block's scores, weights and
 // their gradients (rows x Tk floats each) stay in the caches. 64 rather
 // than 32: the zoo GPT's step spent 10.6 ms in the op against 11.8 on one
-// thread (fewer, larger products; a causal head's blocks skip a quarter of
-// its products instead of three eighths).
+// thread (fewer, larger products, though blocks of 64 skip a quarter of a
+// causal head's products and blocks of 32 three eighths).
 constexpr std::int64_t kBlockRows = 64;
 
-// --- a block's rows of scores (rows x keys floats; row r sees keys [0, seen(r)), the rest weigh 0)
-// in vector_math's vectors, compiled per instruction set by the target functions below.
+// --- a head in blocks of query rows, in vector_math's vectors, compiled per
+// instruction set by the target functions below. A block's scores lie in
+// rows of `padded` floats (its keys rounded up to whole vectors); row r sees
+// keys [0, seen(r)), and every lane past them weighs 0, so each row is whole
+// vectors without a tail of its own.
 using vector_math::exp_fit;
 using vector_math::F16;
 using vector_math::F4;
@@ -120,14 +123,6 @@ struct Times {
   }
 };
 
-struct ExpLess {  // e^(x - shift), x <= shift
-  float shift;
-  template <class V>
-  [[gnu::always_inline]] V operator()(V x) const {
-    return exp_fit(x - shift);
-  }
-};
-
 struct ScoreGradient {  // dS = P (dP - d) scale
   float d, scale;
   template <class V>
@@ -137,10 +132,29 @@ struct ScoreGradient {  // dS = P (dP - d) scale
 };
 
 template <class V>
+constexpr std::int64_t whole_vectors(std::int64_t n) {
+  return (n + kLanes<V> - 1) / kLanes<V> * kLanes<V>;
+}
+
+template <class V>
 [[gnu::always_inline]] inline float lanes_sum(V v) {
   float sum = 0.0f;
   for (std::int64_t i = 0; i < kLanes<V>; ++i) sum += v[i];
   return sum;
+}
+
+template <class V>
+[[gnu::always_inline]] inline float lanes_max(V v) {
+  float max = v[0];
+  for (std::int64_t i = 1; i < kLanes<V>; ++i) max = std::max(max, v[i]);
+  return max;
+}
+
+// Lane i of the vector at column j: column j + i.
+template <class V>
+[[gnu::always_inline]] inline V columns_from(std::int64_t j) {
+  static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return load<V>(kIota) + static_cast<float>(j);
 }
 
 // sum a[i] b[i] over [0, n), in vector lanes then across them.
@@ -154,113 +168,73 @@ template <class V>
   return lanes_sum(acc);
 }
 
-// Each row's softmax over the keys it sees, and its logsumexp.
+// Each row's e^(score - max) over the keys it sees, its logsumexp, and 1 /
+// the sum of its e^: out's rows are scaled by that after the product (W
+// multiplications a row rather than Tk).
 template <class V>
-[[gnu::always_inline]] inline void softmax_rows(float* scores, std::int64_t rows, std::int64_t keys, const Head& h,
-                                                std::int64_t first, float* lse) {
+[[gnu::always_inline]] inline void exp_rows(float* scores, std::int64_t rows, std::int64_t padded, const Head& h,
+                                            std::int64_t first, float* lse, float* inverse_sum) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * keys;
-    const std::int64_t seen = h.last(first + r) + 1;
-    V high = splat<V>(-INFINITY);
-    std::int64_t j = 0;
-    for (; j + kLanes<V> <= seen; j += kLanes<V>) {
-      const V x = load<V>(row + j);
+    float* row = scores + r * padded;
+    const float seen = static_cast<float>(h.last(first + r) + 1);
+    const V lowest = splat<V>(-INFINITY);
+    V high = lowest;
+    for (std::int64_t j = 0; j < padded; j += kLanes<V>) {
+      const V x = columns_from<V>(j) < seen ? load<V>(row + j) : lowest;
       high = x > high ? x : high;
     }
-    float max = -INFINITY;
-    for (std::int64_t i = 0; i < kLanes<V>; ++i) max = std::max(max, high[i]);
-    for (; j < seen; ++j) max = std::max(max, row[j]);
-    for_vectors<V>(seen, ExpLess{max}, row, row);
-    const float sum = [&] {
-      V lanes{};
-      std::int64_t i = 0;
-      for (; i + kLanes<V> <= seen; i += kLanes<V>) lanes += load<V>(row + i);
-      float total = lanes_sum(lanes);
-      for (; i < seen; ++i) total += row[i];
-      return total;
-    }();
-    for_vectors<V>(seen, Times{1.0f / sum}, row, row);
-    std::fill(row + seen, row + keys, 0.0f);
+    const float max = lanes_max(high);
+    V sums{};
+    for (std::int64_t j = 0; j < padded; j += kLanes<V>) {
+      const V e = columns_from<V>(j) < seen ? exp_fit(load<V>(row + j) - max) : V{};
+      store(row + j, e);
+      sums += e;
+    }
+    const float sum = lanes_sum(sums);
     lse[first + r] = max + std::log(sum);
+    inverse_sum[r] = 1.0f / sum;
   }
 }
 
 // Each row's weights again, e^(score - logsumexp).
 template <class V>
-[[gnu::always_inline]] inline void weights_of_rows(float* scores, std::int64_t rows, std::int64_t keys, const Head& h,
-                                                   std::int64_t first, const float* lse) {
+[[gnu::always_inline]] inline void weights_of_rows(float* scores, std::int64_t rows, std::int64_t padded,
+                                                   const Head& h, std::int64_t first, const float* lse) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * keys;
-    const std::int64_t seen = h.last(first + r) + 1;
-    for_vectors<V>(seen, ExpLess{lse[first + r]}, row, row);
-    std::fill(row + seen, row + keys, 0.0f);
+    float* row = scores + r * padded;
+    const float seen = static_cast<float>(h.last(first + r) + 1), shift = lse[first + r];
+    for (std::int64_t j = 0; j < padded; j += kLanes<V>)
+      store(row + j, columns_from<V>(j) < seen ? exp_fit(load<V>(row + j) - shift) : V{});
   }
 }
 
 // dP's rows become dS's: P (dP - rowsum(dout * out)) scale.
 template <class V>
 [[gnu::always_inline]] inline void score_gradient_rows(const float* weights, float* dweights, std::int64_t rows,
-                                                       std::int64_t keys, const float* dout_rows,
+                                                       std::int64_t padded, const float* dout_rows,
                                                        const float* out_rows, std::int64_t ld, std::int64_t width,
                                                        float scale) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float d = dot<V>(dout_rows + r * ld, out_rows + r * ld, width);  // sum_j P_ij dP_ij
-    for_vectors<V>(keys, ScoreGradient{d, scale}, dweights + r * keys, weights + r * keys, dweights + r * keys);
+    for_vectors<V>(padded, ScoreGradient{d, scale}, dweights + r * padded, weights + r * padded, dweights + r * padded);
   }
 }
 
-using SoftmaxRows = void (*)(float*, std::int64_t, std::int64_t, const Head&, std::int64_t, float*);
-using WeightsOfRows = void (*)(float*, std::int64_t, std::int64_t, const Head&, std::int64_t, const float*);
-using ScoreGradientRows = void (*)(const float*, float*, std::int64_t, std::int64_t, const float*, const float*,
-                                   std::int64_t, std::int64_t, float);
-
-[[gnu::target("avx512f,fma")]] void softmax_rows_avx512(float* s, std::int64_t rows, std::int64_t keys,
-                                                        const Head& h, std::int64_t first, float* lse) {
-  softmax_rows<F16>(s, rows, keys, h, first, lse);
-}
-[[gnu::target("avx2,fma")]] void softmax_rows_avx2(float* s, std::int64_t rows, std::int64_t keys, const Head& h,
-                                                   std::int64_t first, float* lse) {
-  softmax_rows<F8>(s, rows, keys, h, first, lse);
-}
-void softmax_rows_sse(float* s, std::int64_t rows, std::int64_t keys, const Head& h, std::int64_t first, float* lse) {
-  softmax_rows<F4>(s, rows, keys, h, first, lse);
-}
-[[gnu::target("avx512f,fma")]] void weights_of_rows_avx512(float* s, std::int64_t rows, std::int64_t keys,
-                                                           const Head& h, std::int64_t first, const float* lse) {
-  weights_of_rows<F16>(s, rows, keys, h, first, lse);
-}
-[[gnu::target("avx2,fma")]] void weights_of_rows_avx2(float* s, std::int64_t rows, std::int64_t keys, const Head& h,
-                                                      std::int64_t first, const float* lse) {
-  weights_of_rows<F8>(s, rows, keys, h, first, lse);
-}
-void weights_of_rows_sse(float* s, std::int64_t rows, std::int64_t keys, const Head& h, std::int64_t first,
-                         const float* lse) {
-  weights_of_rows<F4>(s, rows, keys, h, first, lse);
-}
-[[gnu::target("avx512f,fma")]] void score_gradient_rows_avx512(const float* p, float* ds, std::int64_t rows,
-                                                               std::int64_t keys, const float* dout, const float* out,
-                                                               std::int64_t ld, std::int64_t width, float scale) {
-  score_gradient_rows<F16>(p, ds, rows, keys, dout, out, ld, width, scale);
-}
-[[gnu::target("avx2,fma")]] void score_gradient_rows_avx2(const float* p, float* ds, std::int64_t rows,
-                                                          std::int64_t keys, const float* dout, const float* out,
-                                                          std::int64_t ld, std::int64_t width, float scale) {
-  score_gradient_rows<F8>(p, ds, rows, keys, dout, out, ld, width, scale);
-}
-void score_gradient_rows_sse(const float* p, float* ds, std::int64_t rows, std::int64_t keys, const float* dout,
-                             const float* out, std::int64_t ld, std::int64_t width, float scale) {
-  score_gradient_rows<F4>(p, ds, rows, keys, dout, out, ld, width, scale);
+// `rows` rows of `width` floats, `stride` apart, set to 0.
+void zero_rows(float* first, std::int64_t rows, std::int64_t width, std::int64_t stride) {
+  for (std::int64_t r = 0; r < rows; ++r) std::fill_n(first + r * stride, width, 0.0f);
 }
 
-template <class F>
-F widest(F avx512, F avx2, F sse) {
-  const VectorIsa isa = widest_vector_isa();
-  return isa == VectorIsa::avx512 ? avx512 : isa == VectorIsa::avx2 ? avx2 : sse;
-}
+// Keys the rows first .. first + rows - 1 see together: the last row's.
+std::int64_t block_keys(const Head& h, std::int64_t first, std::int64_t rows) { return h.last(first + rows - 1) + 1; }
 
 // Row-major C = alpha op(A) op(B) + beta C on one head's rows, through
-// oneDNN's sgemm (inside the heads' parallel loop it runs on its thread alone).
-// A failure's status lands in `failed`, read after the loop.
+// oneDNN's sgemm (inside the heads' parallel loop it runs on its thread
+// alone). It packs its operands, which the step's heads need: their rows lie
+// H x K apart and come fresh from memory. Register-tiled products of our own
+// that read the rows in place (tried 2026-11-29) ran the op 5-10% faster on
+// operands in cache and 10% slower in the step, prefetching the next head
+// or not. A failure's status lands in `failed`, read after the loop.
 struct HeadGemm {
   int* failed;
   void operator()(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
@@ -280,80 +254,116 @@ void throw_if_failed(int failed, const char* op, const Tensor& q) {
                 q.describe());
 }
 
-// `rows` rows of `width` floats, `stride` apart, set to 0.
-void zero_rows(float* first, std::int64_t rows, std::int64_t width, std::int64_t stride) {
-  for (std::int64_t r = 0; r < rows; ++r) std::fill_n(first + r * stride, width, 0.0f);
+// One call's operands, the heads' layout and the scale.
+struct Operands {
+  Head h;
+  float scale;
+  HeadGemm gemm;
+  const float *q, *k, *v, *out, *dout;
+  float *attended, *logsumexp, *dq, *dk, *dv;
+};
+
+// Head `head` forward: per block of query rows, S = scale q k^T over the
+// keys the block sees (its padding: products with zero columns of k^T), the
+// e^ of each row in place, out = S v scaled by each row's 1 / sum.
+template <class V>
+[[gnu::always_inline]] inline void attend_head(const Operands& o, std::int64_t head) {
+  const Head& h = o.h;
+  const std::int64_t ld = h.stride(), at_q = h.at(head, h.queries), at_k = h.at(head, h.keys);
+  const float *qh = o.q + at_q, *kh = o.k + at_k, *vh = o.v + at_k;
+  float *oh = o.attended + at_q, *lse = o.logsumexp + head * h.queries;
+  // Zeros: the columns past a block's keys stay 0 (the products write `keys` columns).
+  std::vector<float> weights(static_cast<std::size_t>(kBlockRows * whole_vectors<V>(h.keys)));
+  float inverse_sum[kBlockRows];
+  for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
+    const std::int64_t rows = std::min(kBlockRows, h.queries - first), keys = block_keys(h, first, rows);
+    if (keys == 0) {  // no keys (Tk = 0): nothing attended
+      zero_rows(oh + first * ld, rows, h.width, ld);
+      std::fill_n(lse + first, rows, -INFINITY);
+      continue;
+    }
+    const std::int64_t padded = whole_vectors<V>(keys);
+    float* out_rows = oh + first * ld;
+    o.gemm('N', 'T', rows, keys, h.width, o.scale, qh + first * ld, ld, kh, ld, 0.0f, weights.data(), padded);
+    exp_rows<V>(weights.data(), rows, padded, h, first, lse, inverse_sum);
+    o.gemm('N', 'N', rows, h.width, keys, 1.0f, weights.data(), padded, vh, ld, 0.0f, out_rows, ld);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for_vectors<V>(h.width, Times{inverse_sum[r]}, out_rows + r * ld, out_rows + r * ld);
+  }
 }
 
-// Keys the rows first .. first + rows - 1 see together: the last row's.
-std::int64_t block_keys(const Head& h, std::int64_t first, std::int64_t rows) { return h.last(first + rows - 1) + 1; }
+// Head `head` backward: per block, the weights P again from the scores and
+// logsumexp, dv += P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out))
+// scale, dq = dS k and dk += dS^T q.
+template <class V>
+[[gnu::always_inline]] inline void attend_head_backward(const Operands& o, std::int64_t head) {
+  const Head& h = o.h;
+  const std::int64_t ld = h.stride(), at_q = h.at(head, h.queries), at_k = h.at(head, h.keys);
+  const float *qh = o.q + at_q, *kh = o.k + at_k, *vh = o.v + at_k, *oh = o.out + at_q, *doh = o.dout + at_q;
+  float *dqh = o.dq + at_q, *dkh = o.dk + at_k, *dvh = o.dv + at_k;
+  const float* lse = o.logsumexp + head * h.queries;
+  std::vector<float> weights(static_cast<std::size_t>(kBlockRows * whole_vectors<V>(h.keys))), dweights(weights.size());
+  zero_rows(dkh, h.keys, h.width, ld);
+  zero_rows(dvh, h.keys, h.width, ld);
+  for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
+    const std::int64_t rows = std::min(kBlockRows, h.queries - first), keys = block_keys(h, first, rows);
+    if (keys == 0) {  // no keys (Tk = 0)
+      zero_rows(dqh + first * ld, rows, h.width, ld);
+      continue;
+    }
+    const std::int64_t padded = whole_vectors<V>(keys);
+    const float *q_rows = qh + first * ld, *dout_rows = doh + first * ld;
+    float *p = weights.data(), *ds = dweights.data();
+    o.gemm('N', 'T', rows, keys, h.width, o.scale, q_rows, ld, kh, ld, 0.0f, p, padded);
+    weights_of_rows<V>(p, rows, padded, h, first, lse);
+    o.gemm('T', 'N', keys, h.width, rows, 1.0f, p, padded, dout_rows, ld, 1.0f, dvh, ld);
+    o.gemm('N', 'T', rows, keys, h.width, 1.0f, dout_rows, ld, vh, ld, 0.0f, ds, padded);
+    score_gradient_rows<V>(p, ds, rows, padded, dout_rows, oh + first * ld, ld, h.width, o.scale);
+    o.gemm('N', 'N', rows, h.width, keys, 1.0f, ds, padded, kh, ld, 0.0f, dqh + first * ld, ld);
+    o.gemm('T', 'N', keys, h.width, rows, 1.0f, ds, padded, q_rows, ld, 1.0f, dkh, ld);
+  }
+}
+
+[[gnu::target("avx512f,fma")]] void attend_head_avx512(const Operands& o, std::int64_t head) {
+  attend_head<F16>(o, head);
+}
+[[gnu::target("avx2,fma")]] void attend_head_avx2(const Operands& o, std::int64_t head) { attend_head<F8>(o, head); }
+void attend_head_sse(const Operands& o, std::int64_t head) { attend_head<F4>(o, head); }
+[[gnu::target("avx512f,fma")]] void attend_head_backward_avx512(const Operands& o, std::int64_t head) {
+  attend_head_backward<F16>(o, head);
+}
+[[gnu::target("avx2,fma")]] void attend_head_backward_avx2(const Operands& o, std::int64_t head) {
+  attend_head_backward<F8>(o, head);
+}
+void attend_head_backward_sse(const Operands& o, std::int64_t head) { attend_head_backward<F4>(o, head); }
+
+using HeadKernel = void (*)(const Operands&, std::int64_t);
+
+HeadKernel widest(HeadKernel avx512, HeadKernel avx2, HeadKernel sse) {
+  const VectorIsa isa = widest_vector_isa();
+  return isa == VectorIsa::avx512 ? avx512 : isa == VectorIsa::avx2 ? avx2 : sse;
+}
 
 void blocked_attention(const Head& h, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& logsumexp, float scale, int threads) {
-  const std::int64_t ld = h.stride();
   int failed = dnnl_success;
-  const HeadGemm gemm{&failed};
-  for_each_head(h.count(q), threads, [&](std::int64_t head) {
-    const float* qh = q.data<float>() + h.at(head, h.queries);
-    const float* kh = k.data<float>() + h.at(head, h.keys);
-    const float* vh = v.data<float>() + h.at(head, h.keys);
-    float* oh = out.data<float>() + h.at(head, h.queries);
-    float* lse = logsumexp.data<float>() + head * h.queries;
-    std::vector<float> weights(static_cast<std::size_t>(kBlockRows * h.keys));
-    static const SoftmaxRows softmax = widest(softmax_rows_avx512, softmax_rows_avx2, softmax_rows_sse);
-    for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
-      const std::int64_t rows = std::min(kBlockRows, h.queries - first), keys = block_keys(h, first, rows);
-      if (keys == 0) {  // no keys (Tk = 0): nothing attended
-        zero_rows(oh + first * ld, rows, h.width, ld);
-        std::fill_n(lse + first, rows, -INFINITY);
-        continue;
-      }
-      gemm('N', 'T', rows, keys, h.width, scale, qh + first * ld, ld, kh, ld, 0.0f, weights.data(), keys);
-      softmax(weights.data(), rows, keys, h, first, lse);
-      gemm('N', 'N', rows, h.width, keys, 1.0f, weights.data(), keys, vh, ld, 0.0f, oh + first * ld, ld);
-    }
-  });
+  const Operands o{h, scale, {&failed}, q.data<float>(), k.data<float>(), v.data<float>(), nullptr, nullptr,
+                   out.data<float>(), logsumexp.data<float>(), nullptr, nullptr, nullptr};
+  static const HeadKernel kernel = widest(attend_head_avx512, attend_head_avx2, attend_head_sse);
+  for_each_head(h.count(q), threads, [&](std::int64_t head) { kernel(o, head); });
   throw_if_failed(failed, "attention", q);
 }
 
-// The weights again from the scores and logsumexp, then per block
-// dv += P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale,
-// dq = dS k and dk += dS^T q.
 void blocked_attention_backward(const Head& h, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                 const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                                 const Tensor& dv, float scale, int threads) {
-  const std::int64_t ld = h.stride();
   int failed = dnnl_success;
-  const HeadGemm gemm{&failed};
-  for_each_head(h.count(q), threads, [&](std::int64_t head) {
-    const std::int64_t at_q = h.at(head, h.queries), at_k = h.at(head, h.keys);
-    const float *qh = q.data<float>() + at_q, *kh = k.data<float>() + at_k, *vh = v.data<float>() + at_k;
-    const float *oh = out.data<float>() + at_q, *doh = dout.data<float>() + at_q;
-    float *dqh = dq.data<float>() + at_q, *dkh = dk.data<float>() + at_k, *dvh = dv.data<float>() + at_k;
-    const float* lse = logsumexp.data<float>() + head * h.queries;
-    std::vector<float> weights(static_cast<std::size_t>(kBlockRows * h.keys)), dweights(weights.size());
-    static const WeightsOfRows weights_of =
-        widest(weights_of_rows_avx512, weights_of_rows_avx2, weights_of_rows_sse);
-    static const ScoreGradientRows score_gradient =
-        widest(score_gradient_rows_avx512, score_gradient_rows_avx2, score_gradient_rows_sse);
-    zero_rows(dkh, h.keys, h.width, ld);
-    zero_rows(dvh, h.keys, h.width, ld);
-    for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
-      const std::int64_t rows = std::min(kBlockRows, h.queries - first), keys = block_keys(h, first, rows);
-      if (keys == 0) {  // no keys (Tk = 0)
-        zero_rows(dqh + first * ld, rows, h.width, ld);
-        continue;
-      }
-      const float *q_rows = qh + first * ld, *dout_rows = doh + first * ld;
-      gemm('N', 'T', rows, keys, h.width, scale, q_rows, ld, kh, ld, 0.0f, weights.data(), keys);
-      weights_of(weights.data(), rows, keys, h, first, lse);
-      gemm('T', 'N', keys, h.width, rows, 1.0f, weights.data(), keys, dout_rows, ld, 1.0f, dvh, ld);
-      gemm('N', 'T', rows, keys, h.width, 1.0f, dout_rows, ld, vh, ld, 0.0f, dweights.data(), keys);
-      score_gradient(weights.data(), dweights.data(), rows, keys, dout_rows, oh + first * ld, ld, h.width, scale);
-      gemm('N', 'N', rows, h.width, keys, 1.0f, dweights.data(), keys, kh, ld, 0.0f, dqh + first * ld, ld);
-      gemm('T', 'N', keys, h.width, rows, 1.0f, dweights.data(), keys, q_rows, ld, 1.0f, dkh, ld);
-    }
-  });
+  const Operands o{h, scale, {&failed}, q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
+                   dout.data<float>(), nullptr, logsumexp.data<float>(), dq.data<float>(), dk.data<float>(),
+                   dv.data<float>()};
+  static const HeadKernel kernel =
+      widest(attend_head_backward_avx512, attend_head_backward_avx2, attend_head_backward_sse);
+  for_each_head(h.count(q), threads, [&](std::int64_t head) { kernel(o, head); });
   throw_if_failed(failed, "attention backward", q);
 }
 
