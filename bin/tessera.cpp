@@ -121,10 +121,12 @@ int inspect(const std::string& file, const std::vector<std::string>& overrides, 
   return kOk;
 }
 
-// `arguments`: the command line after the program's name, for the command
-// that resumes the run if a signal stops it.
+// `command_line`: the program as invoked and its arguments, for the commands
+// the last line shows (to resume the run a signal stopped, to evaluate what
+// it saved).
 int train(const std::string& file, const std::vector<std::string>& overrides, const std::string& log_path,
-          const std::string& resume_dir, NonFinite non_finite, bool profile, const std::vector<std::string>& arguments) {
+          const std::string& resume_dir, NonFinite non_finite, bool profile,
+          const std::vector<std::string>& command_line) {
   RunConfig run = load_config(file, overrides);
   run.training.checkpoint.resolved_config = run.root.dump();
   if (!run.train_data) throw ConfigError(file + ": data.train is required to train");
@@ -264,17 +266,21 @@ int train(const std::string& file, const std::vector<std::string>& overrides, co
     if (saved && saved->step == now.step)
       fmt::print("\n{}: saved in '{}'. To go on{}: {}\n", where, checkpoint.dir.string(),
                  job != nullptr ? " (under mpirun, as this job was started)" : "",
-                 resume_command(arguments, checkpoint.dir.string()));
+                 resume_command(command_line, checkpoint.dir.string()));
     else
       fmt::print("\n{}; nothing was saved (training.checkpoint: false).\n", where);
     return 128 + caught;  // as a shell reports a process the signal ended
   }
+  auto evaluate = [&](const std::string& dir) {
+    const std::string program = command_line.empty() ? "tessera" : command_line.front();
+    return fmt::format("{} eval {} --checkpoint {}", shell_word(program), shell_word(file), shell_word(dir));
+  };
   if (saved)  // the last line says where the weights are and what to run on them
-    fmt::print("\nWeights of epoch {} are in '{}'. Next: tessera eval {} --checkpoint {}\n", saved->epoch,
-               checkpoint.dir.string(), file, checkpoint.dir.string());
+    fmt::print("\nWeights of epoch {} are in '{}'. Next: {}\n", saved->epoch, checkpoint.dir.string(),
+               evaluate(checkpoint.dir.string()));
   else if (!resume_dir.empty() && logs.empty() && now.batch == 0)  // a callback stopped it before its first step
-    fmt::print("\nNothing trained: the weights of epoch {} stay in '{}'. Next: tessera eval {} --checkpoint {}\n",
-               now.epoch, resume_dir, file, resume_dir);
+    fmt::print("\nNothing trained: the weights of epoch {} stay in '{}'. Next: {}\n", now.epoch, resume_dir,
+               evaluate(resume_dir));
   else
     fmt::print("\nNothing was saved (training.checkpoint: false).\n");
   return kOk;
@@ -685,7 +691,7 @@ int main(int argc, char** argv) {
     if (*generate_cmd)
       return generate(config, overrides, checkpoint, prompts, prompt_file, generation, ignore_end_of_text, non_finite);
     if (*train_cmd)
-      return train(config, overrides, log_path, resume_dir, non_finite, profile, {argv + 1, argv + argc});
+      return train(config, overrides, log_path, resume_dir, non_finite, profile, {argv, argv + argc});
     if (*plan_cmd) return plan(config, overrides, recalibrate);
     if (*export_cmd) return export_checkpoint(checkpoint, export_out);
     if (*verify_cmd) return verify(checkpoint);

@@ -92,7 +92,7 @@ kill -TERM "$pid"
 set +e; wait "$pid"; rc=$?; set -e
 [ "$rc" = 143 ] || fail "a train stopped by SIGTERM exited $rc, not 143: $(tail -3 "$work/interrupted.txt")"
 last=$(tail -1 "$work/interrupted.txt")
-resume="tessera train $work/run.yaml --set training.checkpoint.dir=$work/interrupted --set training.epochs=1000000 --resume $work/interrupted"
+resume="$tessera train $work/run.yaml --set training.checkpoint.dir=$work/interrupted --set training.epochs=1000000 --resume $work/interrupted"
 grep -qF "To go on: $resume" <<<"$last" && grep -q "^Interrupted by SIGTERM .*: saved in '$work/interrupted'" <<<"$last" ||
   fail "the last line of an interrupted train does not say how to go on: $last"
 epoch=$(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$last")
@@ -133,7 +133,7 @@ mkdir "$work/default" && cd "$work/default"
 out=$("$tessera" train ../run.yaml --set training.epochs=1)
 grep -q "Checkpoints: 'runs/run/1'" <<<"$out" || fail "the first lines do not name the run folder: $out"
 last=$(tail -1 <<<"$out")
-grep -q "Weights of epoch 1 are in 'runs/run/1'. Next: tessera eval ../run.yaml --checkpoint runs/run/1" <<<"$last" ||
+grep -qF "Weights of epoch 1 are in 'runs/run/1'. Next: $tessera eval ../run.yaml --checkpoint runs/run/1" <<<"$last" ||
   fail "the last line does not say where the weights are: $last"
 "$tessera" train ../run.yaml --set training.epochs=1 > /dev/null
 [ "$(readlink runs/run/latest)" = 2 ] || fail "runs/run/latest does not point at the second run"

@@ -136,7 +136,8 @@ set +e; wait "$job"; rc=$?; set -e; job=""
 [ "$rc" = 143 ] || fail "a job whose process 1 got SIGTERM exited $rc, not 143: $(tail -20 "$work/intr.out")"
 interrupted=$(grep "^Interrupted by" "$work/intr.out" || true)
 [ "$(grep -c "^Interrupted by" "$work/intr.out")" = 1 ] &&
-  grep -q "^Interrupted by SIGTERM .*: saved in '$work/intr'. To go on (under mpirun, as this job was started): tessera train" <<<"$interrupted" ||
+  grep -qF "To go on (under mpirun, as this job was started): $tessera train" <<<"$interrupted" &&
+  grep -q "^Interrupted by SIGTERM .*: saved in '$work/intr'" <<<"$interrupted" ||
   fail "the interrupted job does not say once how to go on: $(tail -20 "$work/intr.out")"
 epochs=$(( $(sed -E 's/.* (at|after) epoch ([0-9]+).*/\2/' <<<"$interrupted") + 1 ))
 "${job_of_2[@]}" --set training.epochs="$epochs" --set training.checkpoint.dir="$work/intr" --resume "$work/intr" \
