@@ -93,7 +93,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
                      " values for shape " + shape.str());
   Tensor t = empty(shape, dtype_of<T>(), device);
   t.check_host("from_vector");
-  std::memcpy(t.raw_data(), values.data(), t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.raw_data(), values.data(), t.nbytes());  // an empty vector's data() may be null
   return t;
 }
 
