@@ -5,6 +5,15 @@
 #include <fmt/core.h>
 
 namespace tessera {
+namespace {
+
+// A rate to three significant figures where it is small: a large model's
+// 0.4 samples/s is not "0".
+std::string format_rate(double rate) {
+  return rate >= 100 ? fmt::format("{:.0f}", rate) : rate >= 10 ? fmt::format("{:.1f}", rate) : fmt::format("{:.2f}", rate);
+}
+
+}  // namespace
 
 std::string format_evaluation(const Evaluation& e, const std::string& prefix) {
   std::string s = fmt::format("{}loss {:.4f}", prefix, e.loss);
@@ -45,9 +54,10 @@ void ProgressBar::on_batch(std::int64_t epoch, std::int64_t batch, std::int64_t 
   int filled = static_cast<int>(kWidth * batch / std::max<std::int64_t>(1, batches));
   // On a terminal: back to the line's start, and clear what a longer line left.
   const std::string title = title_.empty() ? fmt::format("Epoch {}/{}", epoch, epochs_) : title_;
-  fmt::print("{}{} [{}{}] {}/{} - {}{:.0f} {}/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
+  fmt::print("{}{} [{}{}] {}/{} - {}{} {}/s - ETA {:.0f}s{}", terminal_ ? "\r\033[K" : "", title,
              std::string(static_cast<std::size_t>(filled), '='), std::string(static_cast<std::size_t>(kWidth - filled), ' '),
-             batch, batches, with_loss_ ? format_evaluation(running) + " - " : "", rate, unit_, eta, terminal_ ? "" : "\n");
+             batch, batches, with_loss_ ? format_evaluation(running) + " - " : "", format_rate(rate), unit_, eta,
+             terminal_ ? "" : "\n");
   std::fflush(stdout);
 }
 
@@ -58,8 +68,8 @@ void ProgressBar::finish() {
 
 void ProgressBar::on_epoch(const EpochLog& log) {
   double rate = log.seconds > 0 ? static_cast<double>(log.train.samples) / log.seconds : 0;
-  std::string line = fmt::format("Epoch {}/{} - {:.1f}s - {:.0f} samples/s - {}", log.epoch, epochs_,
-                                 log.seconds, rate, format_evaluation(log.train));
+  std::string line = fmt::format("Epoch {}/{} - {:.1f}s - {} samples/s - {}", log.epoch, epochs_, log.seconds,
+                                 format_rate(rate), format_evaluation(log.train));
   if (log.validation.samples > 0) line += " - " + format_evaluation(log.validation, "val_");
   fmt::print("{}{}\n", terminal_ ? "\r\033[K" : "", line);
   std::fflush(stdout);
