@@ -272,7 +272,8 @@ template <class V>
   const std::int64_t ld = h.stride(), at_q = h.at(head, h.queries), at_k = h.at(head, h.keys);
   const float *qh = o.q + at_q, *kh = o.k + at_k, *vh = o.v + at_k;
   float *oh = o.attended + at_q, *lse = o.logsumexp + head * h.queries;
-  // Zeros: the columns past a block's keys stay 0 (the products write `keys` columns).
+  // The products write a block's `keys` columns; the rest of its padded rows
+  // hold 0 or an earlier block's finite values, which the masks weigh 0.
   std::vector<float> weights(static_cast<std::size_t>(kBlockRows * whole_vectors<V>(h.keys)));
   float inverse_sum[kBlockRows];
   for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
