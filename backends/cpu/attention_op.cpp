@@ -254,27 +254,40 @@ void throw_if_failed(int failed, const char* op, const Tensor& q) {
                 q.describe());
 }
 
-// One call's operands, the heads' layout and the scale.
+// One call's operands, the heads' layout and the scale, and the scratch
+// of its threads: `scratch_per_thread` floats each from `scratch`, allocated
+// once a call rather than once a head.
 struct Operands {
   Head h;
   float scale;
   HeadGemm gemm;
   const float *q, *k, *v, *out, *dout;
   float *attended, *logsumexp, *dq, *dk, *dv;
+  float* scratch;
+  std::int64_t scratch_per_thread;
+  float* thread_scratch() const { return scratch + omp_get_thread_num() * scratch_per_thread; }
 };
 
+// Floats of a block of scores: rows of Tk rounded up to whole vectors of
+// the widest instruction set (16 lanes), which covers the narrower ones.
+std::int64_t block_floats(const Head& h) { return kBlockRows * ((h.keys + 15) / 16 * 16); }
+
+// Zeros: the products write a block's `keys` columns; the rest of its padded
+// rows hold 0 or an earlier block's finite values, which the masks weigh 0.
+std::vector<float> scratch_of(const Head& h, int threads, int buffers) {
+  return std::vector<float>(static_cast<std::size_t>(std::max(threads, 1) * buffers * block_floats(h)));
+}
+
 // Head `head` forward: per block of query rows, S = scale q k^T over the
-// keys the block sees (its padding: products with zero columns of k^T), the
-// e^ of each row in place, out = S v scaled by each row's 1 / sum.
+// keys the block sees, the e^ of each row in place, out = S v scaled by each
+// row's 1 / sum.
 template <class V>
 [[gnu::always_inline]] inline void attend_head(const Operands& o, std::int64_t head) {
   const Head& h = o.h;
   const std::int64_t ld = h.stride(), at_q = h.at(head, h.queries), at_k = h.at(head, h.keys);
   const float *qh = o.q + at_q, *kh = o.k + at_k, *vh = o.v + at_k;
   float *oh = o.attended + at_q, *lse = o.logsumexp + head * h.queries;
-  // The products write a block's `keys` columns; the rest of its padded rows
-  // hold 0 or an earlier block's finite values, which the masks weigh 0.
-  std::vector<float> weights(static_cast<std::size_t>(kBlockRows * whole_vectors<V>(h.keys)));
+  float* weights = o.thread_scratch();
   float inverse_sum[kBlockRows];
   for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
     const std::int64_t rows = std::min(kBlockRows, h.queries - first), keys = block_keys(h, first, rows);
@@ -285,9 +298,9 @@ template <class V>
     }
     const std::int64_t padded = whole_vectors<V>(keys);
     float* out_rows = oh + first * ld;
-    o.gemm('N', 'T', rows, keys, h.width, o.scale, qh + first * ld, ld, kh, ld, 0.0f, weights.data(), padded);
-    exp_rows<V>(weights.data(), rows, padded, h, first, lse, inverse_sum);
-    o.gemm('N', 'N', rows, h.width, keys, 1.0f, weights.data(), padded, vh, ld, 0.0f, out_rows, ld);
+    o.gemm('N', 'T', rows, keys, h.width, o.scale, qh + first * ld, ld, kh, ld, 0.0f, weights, padded);
+    exp_rows<V>(weights, rows, padded, h, first, lse, inverse_sum);
+    o.gemm('N', 'N', rows, h.width, keys, 1.0f, weights, padded, vh, ld, 0.0f, out_rows, ld);
     for (std::int64_t r = 0; r < rows; ++r)
       for_vectors<V>(h.width, Times{inverse_sum[r]}, out_rows + r * ld, out_rows + r * ld);
   }
@@ -303,7 +316,8 @@ template <class V>
   const float *qh = o.q + at_q, *kh = o.k + at_k, *vh = o.v + at_k, *oh = o.out + at_q, *doh = o.dout + at_q;
   float *dqh = o.dq + at_q, *dkh = o.dk + at_k, *dvh = o.dv + at_k;
   const float* lse = o.logsumexp + head * h.queries;
-  std::vector<float> weights(static_cast<std::size_t>(kBlockRows * whole_vectors<V>(h.keys))), dweights(weights.size());
+  float* p = o.thread_scratch();
+  float* ds = p + block_floats(h);
   zero_rows(dkh, h.keys, h.width, ld);
   zero_rows(dvh, h.keys, h.width, ld);
   for (std::int64_t first = 0; first < h.queries; first += kBlockRows) {
@@ -314,7 +328,6 @@ template <class V>
     }
     const std::int64_t padded = whole_vectors<V>(keys);
     const float *q_rows = qh + first * ld, *dout_rows = doh + first * ld;
-    float *p = weights.data(), *ds = dweights.data();
     o.gemm('N', 'T', rows, keys, h.width, o.scale, q_rows, ld, kh, ld, 0.0f, p, padded);
     weights_of_rows<V>(p, rows, padded, h, first, lse);
     o.gemm('T', 'N', keys, h.width, rows, 1.0f, p, padded, dout_rows, ld, 1.0f, dvh, ld);
@@ -340,6 +353,7 @@ void attend_head_backward_sse(const Operands& o, std::int64_t head) { attend_hea
 
 using HeadKernel = void (*)(const Operands&, std::int64_t);
 
+// Without AVX2 (VectorIsa::scalar for GELU), SSE2's 4 lanes: every x86-64 has them.
 HeadKernel widest(HeadKernel avx512, HeadKernel avx2, HeadKernel sse) {
   const VectorIsa isa = widest_vector_isa();
   return isa == VectorIsa::avx512 ? avx512 : isa == VectorIsa::avx2 ? avx2 : sse;
@@ -348,8 +362,11 @@ HeadKernel widest(HeadKernel avx512, HeadKernel avx2, HeadKernel sse) {
 void blocked_attention(const Head& h, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& logsumexp, float scale, int threads) {
   int failed = dnnl_success;
-  const Operands o{h, scale, {&failed}, q.data<float>(), k.data<float>(), v.data<float>(), nullptr, nullptr,
-                   out.data<float>(), logsumexp.data<float>(), nullptr, nullptr, nullptr};
+  std::vector<float> scratch = scratch_of(h, threads, 1);
+  const Operands o{.h = h, .scale = scale, .gemm = {&failed}, .q = q.data<float>(), .k = k.data<float>(),
+                   .v = v.data<float>(), .out = nullptr, .dout = nullptr, .attended = out.data<float>(),
+                   .logsumexp = logsumexp.data<float>(), .dq = nullptr, .dk = nullptr, .dv = nullptr,
+                   .scratch = scratch.data(), .scratch_per_thread = block_floats(h)};
   static const HeadKernel kernel = widest(attend_head_avx512, attend_head_avx2, attend_head_sse);
   for_each_head(h.count(q), threads, [&](std::int64_t head) { kernel(o, head); });
   throw_if_failed(failed, "attention", q);
@@ -359,9 +376,11 @@ void blocked_attention_backward(const Head& h, const Tensor& q, const Tensor& k,
                                 const Tensor& logsumexp, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                                 const Tensor& dv, float scale, int threads) {
   int failed = dnnl_success;
-  const Operands o{h, scale, {&failed}, q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
-                   dout.data<float>(), nullptr, logsumexp.data<float>(), dq.data<float>(), dk.data<float>(),
-                   dv.data<float>()};
+  std::vector<float> scratch = scratch_of(h, threads, 2);  // the weights and their gradients
+  const Operands o{.h = h, .scale = scale, .gemm = {&failed}, .q = q.data<float>(), .k = k.data<float>(),
+                   .v = v.data<float>(), .out = out.data<float>(), .dout = dout.data<float>(), .attended = nullptr,
+                   .logsumexp = logsumexp.data<float>(), .dq = dq.data<float>(), .dk = dk.data<float>(),
+                   .dv = dv.data<float>(), .scratch = scratch.data(), .scratch_per_thread = 2 * block_floats(h)};
   static const HeadKernel kernel =
       widest(attend_head_backward_avx512, attend_head_backward_avx2, attend_head_backward_sse);
   for_each_head(h.count(q), threads, [&](std::int64_t head) { kernel(o, head); });
