@@ -43,6 +43,7 @@ using F4 = float __attribute__((vector_size(16)));  // SSE2, every x86-64
 using F8 = float __attribute__((vector_size(32)));
 using F16 = float __attribute__((vector_size(64)));
 
+// scripts/erf_fit.py's output. exp: largest relative error in f32 1.2e-07
 constexpr float kExpC[] = {0.49999994f, 0.16666521f, 0.04166839f, 0.00836871f, 0.00138146f};
 constexpr float kExpLowest = -87.0f;  // e^-87 > 2^-126: 2^n stays a normal float
 constexpr float kLog2e = 1.44269504088896341f;
