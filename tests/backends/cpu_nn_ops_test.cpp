@@ -366,12 +366,11 @@ TEST_CASE("conv2d backward data skips input rows no window reaches") {
 
 TEST_CASE("max and avg pool2d forward and backward, with and without padding") {
   Backend& cpu = backend_for(Device::cpu(0));
-  Tensor x = random_tensor({2, 7, 6, 3}, 41);
   struct Case {
     const char* name;
     Pool2dArgs args;
   };
-  std::vector<Case> cases{
+  const std::vector<Case> cases{
       {"max 2x2/2", {.kind = PoolKind::max}},
       {"avg 2x2/2", {.kind = PoolKind::avg}},
       // Overlapping windows: one input can be the max of several windows.
@@ -380,55 +379,67 @@ TEST_CASE("max and avg pool2d forward and backward, with and without padding") {
       {"avg 3x3/1 pad 1", {PoolKind::avg, 3, 3, 1, 1, 1, 1, 1, 1}},
       {"avg 3x2/2 pad 0,1,1,0", {PoolKind::avg, 3, 2, 2, 2, 0, 1, 1, 0}},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.name);
-    Tensor y = Tensor::empty(pool2d_output_shape(x.shape(), c.args), DType::f32);
-    Tensor dy = random_tensor(y.shape(), 42);
-    auto ref = reference_pool(x, dy, c.args);
-    cpu.pool2d_forward(x, y, c.args);
-    check_close(y, ref.y, 1e-5, 1e-6);
-    Tensor dx = random_tensor(x.shape(), 43);  // garbage the kernel must overwrite
-    cpu.pool2d_backward(x, dy, dx, c.args);
-    check_close(dx, ref.dx, 1e-5, 1e-6);
-  }
+  // 7 rows: 2x2/2 windows leave the last row out; 8 rows: they tile x.
+  for (const Shape& shape : {Shape{2, 7, 6, 3}, Shape{2, 8, 6, 3}})
+    for (const auto& c : cases) {
+      CAPTURE(shape.str());
+      CAPTURE(c.name);
+      Tensor x = random_tensor(shape, 41);
+      Tensor y = Tensor::empty(pool2d_output_shape(x.shape(), c.args), DType::f32);
+      Tensor dy = random_tensor(y.shape(), 42);
+      auto ref = reference_pool(x, dy, c.args);
+      cpu.pool2d_forward(x, y, c.args);
+      check_close(y, ref.y, 1e-5, 1e-6);
+      Tensor dx = random_tensor(x.shape(), 43);  // garbage the kernel must overwrite
+      cpu.pool2d_backward(x, dy, dx, c.args);
+      check_close(dx, ref.dx, 1e-5, 1e-6);
+    }
 }
 
 TEST_CASE("max pool2d backward through the ReLU before it zeroes dx where x is not positive") {
-  // x as a ReLU's output: zeros (ties among them too) and positives.
   Backend& cpu = backend_for(Device::cpu(0));
-  Tensor pre = random_tensor({3, 7, 6, 70}, 44);  // 70 channels: whole vectors of every width and a rest
-  Tensor x = Tensor::empty(pre.shape(), DType::f32);
-  cpu.unary(UnaryOp::relu, pre, x);
-  for (const Pool2dArgs& args : {Pool2dArgs{.kind = PoolKind::max}, Pool2dArgs{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1}}) {
-    CAPTURE(args.window_h);
-    Tensor dy = random_tensor(pool2d_output_shape(x.shape(), args), 45);
-    auto ref = reference_pool(x, dy, args);
+  // x as a ReLU's output: zeros (ties among them too) and positives.
+  auto relu_of_random = [&](const Shape& shape, unsigned seed) {
+    Tensor x = Tensor::empty(shape, DType::f32);
+    cpu.unary(UnaryOp::relu, random_tensor(shape, seed), x);
+    return x;
+  };
+  // The reference's dx, zero where x is not positive.
+  auto reference_dx = [](const Tensor& x, const Tensor& dy, const Pool2dArgs& args) {
+    auto dx = reference_pool(x, dy, args).dx;
     auto xv = x.to_vector<float>();
     for (std::size_t i = 0; i < xv.size(); ++i)
-      if (!(xv[i] > 0.0f)) ref.dx[i] = 0.0f;
-    Pool2dArgs fused = args;
-    fused.relu_before = true;
-    Tensor dx = random_tensor(x.shape(), 46);  // garbage the kernel must overwrite
-    cpu.pool2d_backward(x, dy, dx, fused);
-    check_close(dx, ref.dx, 1e-5, 1e-6);
-  }
+      if (!(xv[i] > 0.0f)) dx[i] = 0.0f;
+    return dx;
+  };
+  const Pool2dArgs tiling{.kind = PoolKind::max, .relu_before = true},       // 2x2/2: tile an even x
+      overlapping{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1, true};
+  // 70 channels: whole vectors of every width and a rest; 8 rows: 2x2/2 windows tile x.
+  for (const Shape& shape : {Shape{3, 7, 6, 70}, Shape{3, 8, 6, 70}})
+    for (const Pool2dArgs& args : {tiling, overlapping}) {
+      CAPTURE(shape.str());
+      CAPTURE(args.window_h);
+      Tensor x = relu_of_random(shape, 44);
+      Tensor dy = random_tensor(pool2d_output_shape(x.shape(), args), 45);
+      Tensor dx = random_tensor(x.shape(), 46);  // garbage the kernel must overwrite
+      cpu.pool2d_backward(x, dy, dx, args);
+      check_close(dx, reference_dx(x, dy, args), 1e-5, 1e-6);
+    }
   SUBCASE("one image, its 16-channel blocks split over 2 threads") {
     auto& backend = dynamic_cast<CpuBackend&>(cpu);
     const int saved = backend.threads();
-    Tensor one = Tensor::empty({1, 40, 30, 70}, DType::f32);  // above the parallel threshold
-    cpu.unary(UnaryOp::relu, random_tensor(one.shape(), 48), one);
-    const Pool2dArgs args{PoolKind::max, 3, 3, 2, 2, 1, 1, 1, 1, true};
-    Tensor dy = random_tensor(pool2d_output_shape(one.shape(), args), 49);
-    auto ref = reference_pool(one, dy, args);
-    auto xv = one.to_vector<float>();
-    for (std::size_t i = 0; i < xv.size(); ++i)
-      if (!(xv[i] > 0.0f)) ref.dx[i] = 0.0f;
-    Tensor dx = random_tensor(one.shape(), 50);
-    backend.set_threads(2);
-    cpu.pool2d_backward(one, dy, dx, args);
-    backend.set_threads(saved);
-    check_close(dx, ref.dx, 1e-5, 1e-6);
+    Tensor one = relu_of_random({1, 40, 30, 70}, 48);  // above the parallel threshold
+    for (const Pool2dArgs& args : {tiling, overlapping}) {
+      CAPTURE(args.window_h);
+      Tensor dy = random_tensor(pool2d_output_shape(one.shape(), args), 49);
+      Tensor dx = random_tensor(one.shape(), 50);
+      backend.set_threads(2);
+      cpu.pool2d_backward(one, dy, dx, args);
+      backend.set_threads(saved);
+      check_close(dx, reference_dx(one, dy, args), 1e-5, 1e-6);
+    }
   }
+  Tensor x = relu_of_random({3, 7, 6, 70}, 44);
   Pool2dArgs avg{.kind = PoolKind::avg, .relu_before = true};
   Tensor dy = random_tensor(pool2d_output_shape(x.shape(), avg), 47);
   Tensor dx = Tensor::empty(x.shape(), DType::f32);
