@@ -7,7 +7,8 @@
 //   (the [Tq, Tk] weights are never kept for the backward: its logsumexp is),
 //   and a causal block's keys only up to its last row's; the softmax in
 //   whole vectors (vector_math's exp), each row's 1 / sum applied to its
-//   output row. prefers_attention_op is true for it. In the zoo GPT's
+//   output row. prefers_attention_op is true for it, and inference's fused
+//   attention (supports_fused_attention, f32) runs its forward. In the zoo GPT's
 //   training step (2026-11-29, Zen 5, --profile) the graph's transposes,
 //   matmuls and softmax took 12.0 ms on one thread and 6.5 on two, this op
 //   10.3-10.6 and 5.3-5.5 (three runs).
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -456,6 +458,39 @@ void CpuBackend::run_attention_backward(const Tensor& q, const Tensor& k, const 
 
 bool CpuBackend::prefers_attention_op(DType operands, DType out, std::int64_t) const {
   return operands == DType::f32 && out == DType::f32;
+}
+
+// Inference's attention (fusion.hpp) in f32: the attention op's forward
+// kernel, its logsumexp thrown away.
+bool CpuBackend::supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t) const {
+  return stored == DType::f32 && multiply == DType::f32 && out == DType::f32;
+}
+
+void CpuBackend::run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const FusedAttentionArgs& args) {
+  const bool tokens_first = args.q_tokens_first;
+  if (args.k_tokens_first == tokens_first && args.v_tokens_first == tokens_first &&
+      args.out_tokens_first == tokens_first) {
+    const Head h = head_of(q, k, AttentionArgs{.scale = args.scale, .causal = args.causal, .tokens_first = tokens_first});
+    const Tensor logsumexp = scratch_tensor("fused attention logsumexp", Shape{h.count(q) * h.queries}, DType::f32);
+    return blocked_attention(h, q, k, v, out, logsumexp, args.scale, threads());
+  }
+  // Layouts that differ (a head transpose the plan left, as something else
+  // reads it): the tokens-first operands copied heads first.
+  const std::vector<int> swap{0, 2, 1, 3};
+  auto swapped = [](const Shape& s) { return Shape{s[0], s[2], s[1], s[3]}; };
+  auto heads_first = [&](const Tensor& t, bool is_tokens_first, const std::string& role) {
+    if (!is_tokens_first) return t;
+    Tensor copy = scratch_tensor("fused attention " + role, swapped(t.shape()), DType::f32);
+    run_transpose(t, copy, swap);
+    return copy;
+  };
+  const Tensor product =
+      args.out_tokens_first ? scratch_tensor("fused attention out", swapped(out.shape()), DType::f32) : out;
+  FusedAttentionArgs uniform{.scale = args.scale, .causal = args.causal, .multiply = args.multiply};
+  run_fused_attention(heads_first(q, args.q_tokens_first, "q"), heads_first(k, args.k_tokens_first, "k"),
+                      heads_first(v, args.v_tokens_first, "v"), product, uniform);
+  if (args.out_tokens_first) run_transpose(product, out, swap);
 }
 
 }  // namespace tessera

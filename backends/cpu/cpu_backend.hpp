@@ -108,6 +108,9 @@ class CpuBackend final : public Backend {
   void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                             bool log) override;
   bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
+  bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
+  void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const FusedAttentionArgs& args) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
                      const AttentionArgs& args) override;
   void run_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

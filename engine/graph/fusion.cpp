@@ -183,22 +183,27 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
     NodeId p = graph.value(v).producer;
     return p < 0 ? nullptr : &graph.node(p);
   };
-  // operand = cast(transpose(x, [0, 2, 1, 3])) from f32 to bf16, read by
-  // `reader` alone through both: x [B, T, H, K], and the two nodes.
+  // operand = cast(transpose(x, [0, 2, 1, 3])) from f32 to bf16, or in f32
+  // transpose(x, [0, 2, 1, 3]) alone, read by `reader` alone through them:
+  // x [B, T, H, K], and the nodes (no cast: -1).
   struct Projected {
     ValueId x;
     NodeId transpose, cast;
   };
   auto projected = [&](ValueId operand, NodeId reader) -> std::optional<Projected> {
-    const NodeId cast = graph.value(operand).producer;
-    const Node* c = producer(operand);
-    if (c == nullptr || c->kind != OpKind::cast || graph.dtype(operand) != DType::bf16 ||
-        graph.dtype(c->inputs[0]) != DType::f32 || readers.sole_reader(operand) != reader)
+    if (readers.sole_reader(operand) != reader) return std::nullopt;
+    NodeId cast = -1;
+    ValueId swapped = operand;
+    if (const Node* c = producer(operand); c != nullptr && c->kind == OpKind::cast) {
+      if (graph.dtype(operand) != DType::bf16 || graph.dtype(c->inputs[0]) != DType::f32) return std::nullopt;
+      cast = graph.value(operand).producer;
+      swapped = c->inputs[0];
+    } else if (graph.dtype(operand) != DType::f32) {
       return std::nullopt;
-    const ValueId swapped = c->inputs[0];
+    }
     const Node* t = producer(swapped);
     if (t == nullptr || t->kind != OpKind::transpose || t->attrs.axes != heads_swap ||
-        readers.sole_reader(swapped) != cast)
+        (cast >= 0 && readers.sole_reader(swapped) != cast))
       return std::nullopt;
     return Projected{t->inputs[0], graph.value(swapped).producer, cast};
   };
@@ -249,7 +254,10 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
       f.k = pk->x;
       f.v = pv->x;
       f.args.q_tokens_first = f.args.k_tokens_first = f.args.v_tokens_first = true;
-      for (const Projected* p : {&*pq, &*pk, &*pv}) replaced.insert(replaced.end(), {p->transpose, p->cast});
+      for (const Projected* p : {&*pq, &*pk, &*pv}) {
+        replaced.push_back(p->transpose);
+        if (p->cast >= 0) replaced.push_back(p->cast);
+      }
     }
     if (const NodeId back = readers.sole_reader(f.out); back >= 0 && graph.node(back).kind == OpKind::transpose &&
                                                         graph.node(back).attrs.axes == heads_swap) {

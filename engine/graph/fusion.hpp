@@ -33,9 +33,9 @@
 // where the backend has a kernel for it and nothing else reads the scores or
 // the weights: an inference pass (training's backward reads the weights). The
 // [.., Tq, Tk] scores and weights are then never in memory. Where q, k and v
-// are each a head transpose of an f32 [B, T, H, K] value cast to bf16, and
-// nothing else reads the transposes and casts, the call reads those values
-// instead (rounding them as the casts would); where the product's only reader
+// are each a head transpose of an f32 [B, T, H, K] value (cast to bf16, or in
+// f32), and nothing else reads the transposes and casts, the call reads those
+// values instead (rounding them as the casts would); where the product's only reader
 // transposes it back to [B, T, H, K], the call writes that; and where mixed
 // precision only casts that (or the product) to bf16, through reshapes or
 // not (the output projection's operand), the call writes the cast's value.

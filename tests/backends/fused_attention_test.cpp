@@ -69,6 +69,11 @@ struct ProjectedAttentionGraph {
   ValueId q, k, v, out;
 };
 
+// The call reads q, k and v as projected and writes its output so ([B, T, H, K]).
+bool all_tokens_first(const FusedAttentionArgs& a) {
+  return a.q_tokens_first && a.k_tokens_first && a.v_tokens_first && a.out_tokens_first;
+}
+
 std::int64_t count(const Graph& g, const MemoryPlan& plan, OpKind kind) {
   std::int64_t n = 0;
   for (NodeId node : plan.schedule) n += g.node(node).kind == kind;
@@ -158,10 +163,7 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     CHECK(f.k == a.k);
     CHECK(f.v == a.v);
     CHECK(f.out == a.out);
-    CHECK(f.args.q_tokens_first);
-    CHECK(f.args.k_tokens_first);
-    CHECK(f.args.v_tokens_first);
-    CHECK(f.args.out_tokens_first);
+    CHECK(all_tokens_first(f.args));
     CHECK(f.args.multiply == DType::bf16);
     CHECK(plan.schedule.size() == 4);  // the three inputs and the fused call
     CHECK(std::find(asked.begin(), asked.end(), std::tuple{DType::f32, DType::bf16, DType::f32, std::int64_t{8}}) !=
@@ -175,12 +177,19 @@ TEST_CASE("fused attention: the plan joins matmul, softmax, cast and matmul only
     CHECK(bf16_only.attentions.begin()->second.args.out_tokens_first);
     CHECK(count(a.g, bf16_only, OpKind::cast) == 3);
     CHECK(count(a.g, bf16_only, OpKind::transpose) == 3);
-    // In f32 there are no casts: the transposes stay, the product's is still written by the call.
+    // In f32 there are no casts: the call reads through the transposes alone (the CPU's case).
     ProjectedAttentionGraph f32({2, 7, 3, 8}, DType::f32);
     MemoryPlan in_f32 = plan_memory(f32.g, {f32.out}, yes);
     REQUIRE(in_f32.attentions.size() == 1);
-    CHECK_FALSE(in_f32.attentions.begin()->second.args.q_tokens_first);
-    CHECK(count(f32.g, in_f32, OpKind::transpose) == 3);
+    const FusedAttention& g = in_f32.attentions.begin()->second;
+    CHECK(g.q == f32.q);
+    CHECK(all_tokens_first(g.args));
+    CHECK(g.args.multiply == DType::f32);
+    CHECK(in_f32.schedule.size() == 4);
+    // A backend that multiplies in bf16 only (CUDA's) fuses no f32 attention.
+    CHECK(plan_memory(f32.g, {f32.out}, [](DType, DType multiply, DType, std::int64_t) {
+            return multiply == DType::bf16;
+          }).attentions.empty());
   }
   SUBCASE("not where a cache write comes between the products: the keys would be read after it") {
     Graph g;
@@ -236,10 +245,7 @@ TEST_CASE("fused attention: the zoo GPT's bf16 inference fuses each block's atte
   REQUIRE(plan.attentions.size() == 4);  // models/gpt.yaml: 4 blocks
   for (const auto& [node, f] : plan.attentions) {
     CHECK(f.args.causal);
-    CHECK(f.args.q_tokens_first);
-    CHECK(f.args.k_tokens_first);
-    CHECK(f.args.v_tokens_first);
-    CHECK(f.args.out_tokens_first);
+    CHECK(all_tokens_first(f.args));
   }
   CHECK(count(g, plan, OpKind::softmax) == 0);
   CHECK(count(g, plan, OpKind::transpose) == 0);
@@ -270,26 +276,78 @@ TEST_CASE("fused attention: the zoo GPT's bf16 inference fuses each block's atte
   CHECK(plan_memory(t, outputs, [](DType, DType, DType, std::int64_t) { return true; }).attentions.empty());
 }
 
-TEST_CASE("fused attention: the CPU backend has no kernel for it and says so, after checking the operands") {
+TEST_CASE("fused attention on the CPU in f32, in every layout, equals matmul, softmax and matmul") {
+  // 70 queries (a whole block of 64 and a part), 90 keys; heads of 16.
+  const Shape q_shape{2, 3, 70, 16}, kv_shape{2, 3, 90, 16};
+  const Tensor q = random_tensor(q_shape, 61), k = random_tensor(kv_shape, 62), v = random_tensor(kv_shape, 63);
+  const std::vector<int> swap{0, 2, 1, 3};
+  auto swapped = [&](const Tensor& t) {
+    const Shape& s = t.shape();
+    Tensor out = Tensor::empty({s[0], s[2], s[1], s[3]}, DType::f32);
+    cpu().transpose(t, out, swap);
+    return out;
+  };
+  CHECK(cpu().supports_fused_attention(DType::f32, DType::f32, DType::f32, 16));
+  CHECK_FALSE(cpu().supports_fused_attention(DType::f32, DType::bf16, DType::f32, 16));
+  CHECK_FALSE(cpu().supports_fused_attention(DType::bf16, DType::bf16, DType::f32, 16));
+  const float scale = 0.25f;
+  // The three ops, heads first.
+  auto reference = [&](const Tensor& queries, const Tensor& keys, const Tensor& values, bool causal) {
+    const Shape& s = queries.shape();
+    Tensor scores = Tensor::empty({s[0], s[1], s[2], keys.shape()[2]}, DType::f32);
+    Tensor weights = Tensor::empty(scores.shape(), DType::f32), out = Tensor::empty(s, DType::f32);
+    cpu().matmul(queries, keys, nullptr, scores, {.transpose_b = true, .alpha = scale});
+    cpu().softmax(scores, weights, -1, /*log=*/false, causal);
+    cpu().matmul(weights, values, nullptr, out, {});
+    return out;
+  };
+  for (bool causal : {false, true}) {
+    const Tensor expected = reference(q, k, v, causal);
+    // Each operand heads first or tokens first: all alike (one pass), or mixed (copied heads first).
+    for (int layout = 0; layout < 16; ++layout) {
+      const bool q_tf = layout & 1, k_tf = layout & 2, v_tf = layout & 4, out_tf = layout & 8;
+      CAPTURE(causal);
+      CAPTURE(layout);
+      const FusedAttentionArgs args{.scale = scale, .causal = causal, .multiply = DType::f32, .q_tokens_first = q_tf,
+                                    .k_tokens_first = k_tf, .v_tokens_first = v_tf, .out_tokens_first = out_tf};
+      Tensor out = out_tf ? random_tensor({2, 70, 3, 16}, 64) : random_tensor(q_shape, 64);  // garbage to overwrite
+      cpu().fused_attention(q_tf ? swapped(q) : q, k_tf ? swapped(k) : k, v_tf ? swapped(v) : v, out, args);
+      check_close(out_tf ? swapped(out) : out, expected.to_vector<float>(), 1e-5, 1e-6);
+    }
+  }
+  // As a MultiHeadAttention layer makes it (causal, scale 1/sqrt(16), as many
+  // keys as queries): an executor on the CPU plans the call, the head
+  // transposes its own.
+  const Tensor k70 = random_tensor(q_shape, 65), v70 = random_tensor(q_shape, 66);
+  ProjectedAttentionGraph layer({2, 70, 3, 16}, DType::f32);
+  Executor run(layer.g, {layer.out});
+  CHECK(run.plan().attentions.size() == 1);
+  CHECK(run.plan().schedule.size() == 4);
+  run.bind(layer.q, swapped(q));
+  run.bind(layer.k, swapped(k70));
+  run.bind(layer.v, swapped(v70));
+  run.run();
+  check_close(swapped(run.output(layer.out)), reference(q, k70, v70, /*causal=*/true).to_vector<float>(), 1e-5, 1e-6);
+}
+
+TEST_CASE("fused attention on the CPU checks its operands and refuses what it has no kernel for") {
   const Tensor q = zeros({2, 4, 8}), k = zeros({2, 6, 8}), out = zeros({2, 4, 8});
   const FusedAttentionArgs causal{.causal = true, .multiply = DType::f32}, open{.multiply = DType::f32};
-  CHECK_FALSE(cpu().supports_fused_attention(DType::f32, DType::f32, DType::f32, 8));
-  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, causal), doctest::Contains("fused_attention"),
-                       UnsupportedError);
+  CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, FusedAttentionArgs{.multiply = DType::bf16}),
+                       doctest::Contains("has no kernel"), UnsupportedError);
   CHECK_THROWS_WITH_AS(cpu().fused_attention(q, zeros({3, 6, 8}), zeros({3, 6, 8}), out, open),
                        doctest::Contains("the same leading axes"), ShapeError);
   CHECK_THROWS_WITH_AS(cpu().fused_attention(k, q, q, zeros({2, 6, 8}), causal), doctest::Contains("Tq <= Tk"),
                        ShapeError);
   CHECK_THROWS_AS(cpu().fused_attention(q, k, zeros({2, 6, 4}), out, open), ShapeError);
   // [B, T, H, K] operands: checked as [B, H, T, K].
-  const Tensor heads_first = zeros({2, 3, 5, 8}), tokens_first = zeros({2, 5, 3, 8});
+  const Tensor heads_first = zeros({2, 3, 5, 8});
   const FusedAttentionArgs mixed{.multiply = DType::f32, .q_tokens_first = true};
-  CHECK_THROWS_AS(cpu().fused_attention(tokens_first, heads_first, heads_first, heads_first, mixed), UnsupportedError);
   CHECK_THROWS_WITH_AS(cpu().fused_attention(heads_first, heads_first, heads_first, heads_first, mixed),
                        doctest::Contains("heads-first"), ShapeError);
   CHECK_THROWS_WITH_AS(cpu().fused_attention(q, k, k, out, FusedAttentionArgs{.multiply = DType::f32, .k_tokens_first = true}),
                        doctest::Contains("not of rank 4"), ShapeError);
-  // bf16 values are not multiplied in f32, nor f32 ones in i32.
+  // bf16 values are not multiplied in f32.
   const Tensor q16 = zeros({2, 4, 8}, DType::bf16), k16 = zeros({2, 6, 8}, DType::bf16);
   CHECK_THROWS_AS(cpu().fused_attention(q16, k16, k16, out, open), DTypeError);
 }
