@@ -264,13 +264,14 @@ int main(int argc, char** argv) {
   const bool progress = isatty(STDERR_FILENO) != 0;
 
   TorchPeer peer = TorchPeer::find(python, std::filesystem::path(source_dir) / "bench", thread_counts);
-  // The yardstick of every row: this machine's FMA peak at each thread count.
-  std::map<int, double> peak;
-  {
-    const bench::Isa isa = bench::detect_isa();
-    const std::int64_t iters = bench::calibrate_probe(isa, 0.3);
-    for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 5).gflops;  // as bench_matmul
-  }
+  // The yardstick of every row: this machine's FMA peak at each thread count,
+  // probed before the rows and again after them; the higher probe counts, as
+  // bench_matmul's `used` (a probe that a busy minute slowed would flatter
+  // every row by as much).
+  const bench::Isa isa = bench::detect_isa();
+  const std::int64_t iters = bench::calibrate_probe(isa, 0.3);
+  std::map<int, double> peak, peak_after;
+  for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 5).gflops;
   auto dnnl_v = dnnl::version();
   const std::string load_before = bench::first_line_of("/proc/loadavg");
   if (table) {
@@ -283,8 +284,8 @@ int main(int argc, char** argv) {
       fmt::print("  peer: unavailable: {}\n", peer.why);
     for (int t : thread_counts) {
       double sgemm = peer.available && peer.sgemm_gflops.contains(t) ? peer.sgemm_gflops.at(t) : 0.0;
-      fmt::print("  {} thread(s): FP32 FMA peak {:.1f} GFLOP/s measured; PyTorch's sgemm 1024^3 {:.1f} GFLOP/s = "
-                 "{:.0f}% of it{}\n",
+      fmt::print("  {} thread(s): FP32 FMA peak {:.1f} GFLOP/s measured (probed again after the rows); "
+                 "PyTorch's sgemm 1024^3 {:.1f} GFLOP/s = {:.0f}% of it{}\n",
                  t, peak[t], sgemm, 100 * sgemm / peak[t],
                  peer.available && sgemm < bench::kPeerGemmFloor * peak[t] ? " (under 60%: a broken peer, no row is met)"
                                                                             : "");
@@ -344,6 +345,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_models: {}\n", e.what());
     return 2;
   }
+  for (int t : thread_counts) peak_after[t] = bench::measure_peak(isa, t, iters, 5).gflops;
+  for (Row& row : rows) row.peak_gflops = std::max(peak[row.threads], peak_after[row.threads]);
 
   const int cpus = omp_get_num_procs();
   // A little background (this shell, the VM's agent) is normal; a fifth of a
@@ -445,10 +448,16 @@ int main(int argc, char** argv) {
     for (const auto& w : param_warnings(r, peer.available)) fmt::print("  ! warning: {}\n", w);
     if (!r.peer_error.empty()) fmt::print("  ! peer: {}\n", r.peer_error);
   }
+  std::string probes;
+  for (int t : thread_counts)
+    probes += fmt::format("{}{} thread(s) {:.1f} / {:.1f}", probes.empty() ? "" : ", ", t, peak[t], peak_after[t]);
   fmt::print("\n  % peak: the step's matmul FLOPs per second (shared/REFERENCE_MODELS.md) over the measured FMA\n"
-             "  peak at the row's threads. ratio: Tessera median / PyTorch median (target <= 1.0, met only\n"
-             "  against a peer whose sgemm reaches 60% of the peak; peer✗: it did not, a failed measurement).\n"
-             "  busy: other processes' CPU use during the kept rounds, in cores.\n");
+             "  peak at the row's threads: the higher of the probes before and after the rows (GFLOP/s:\n"
+             "  {}).\n"
+             "  ratio: Tessera median / PyTorch median (target <= 1.0, met only against a peer whose sgemm\n"
+             "  reaches 60% of the peak; peer✗: it did not, a failed measurement).\n"
+             "  busy: other processes' CPU use during the kept rounds, in cores.\n",
+             probes);
   std::string optimizers;
   for (const auto& r : rows)
     if (!r.torch_optimizer.empty())
