@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/bf16_rounding.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/float_to_integer.hpp"
 #include "backends/cpu/strided_loop.hpp"
@@ -132,11 +133,7 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
     const float* from = x.data<float>();
     bf16* to = out.data<bf16>();
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) {  // to_bf16 without its early return, which kept this loop scalar
-      const std::uint32_t u = std::bit_cast<std::uint32_t>(from[i]);
-      const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-      to[i].bits = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-    }
+    for (std::int64_t i = 0; i < n; ++i) to[i] = bf16_rounded(from[i]);
     return;
   }
   if (x.dtype() == DType::bf16 && out.dtype() == DType::f32) {

@@ -24,8 +24,13 @@ bool matmul_gelu_in_house() {
 }
 
 void CpuBackend::run_unary(UnaryOp op, const Tensor& x, const Tensor& y) {
-  if (y.dtype() != x.dtype())  // f32 x, bf16 y
+  if (y.dtype() != x.dtype()) {  // f32 x, bf16 y
+    if (in_house(op, {&x})) {
+      KernelScope scope(threads());
+      return gelu_erf_to_bf16(x.data<float>(), y.data<bf16>(), x.numel());
+    }
     return rounded_from_f32("unary f32 out", y, [&](const Tensor& wide) { run_unary(op, x, wide); });
+  }
   if (in_house(op, {&x, &y})) {
     KernelScope scope(threads());
     return gelu_erf(x.data<float>(), y.data<float>(), x.numel());

@@ -145,6 +145,34 @@ TEST_CASE("gelu_erf: in place, any length, the same value wherever an element li
   }
 }
 
+TEST_CASE("gelu_erf_to_bf16 is gelu_erf rounded as to_bf16 rounds it, bit for bit, NaN included") {
+  std::vector<float> x = grid();
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[x.size() / 2] = std::numeric_limits<float>::infinity();
+  x.push_back(1.0e-40f);  // a denormal input
+  const auto n = static_cast<std::int64_t>(x.size());  // several blocks of 4096 and a part, not whole vectors
+  for (VectorIsa kernel : kernels()) {
+    CAPTURE(static_cast<int>(kernel));
+    std::vector<float> wide(x.size());
+    gelu_erf(x.data(), wide.data(), n, kernel);
+    std::vector<bf16> rounded(x.size());
+    gelu_erf_to_bf16(x.data(), rounded.data(), n, kernel);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(x[i]);
+      REQUIRE(rounded[i].bits == to_bf16(wide[i]).bits);
+    }
+  }
+  // The CPU backend's op with a bf16 output (mixed precision's cast fused into it) is the cast of its f32 one.
+  Backend& cpu = backend_for(Device::cpu(0));
+  const Tensor in = random_tensor({3, 1000}, 7, -6.0f, 6.0f);
+  Tensor f32 = Tensor::empty(in.shape(), DType::f32), cast = Tensor::empty(in.shape(), DType::bf16),
+         fused = Tensor::empty(in.shape(), DType::bf16);
+  cpu.unary(UnaryOp::gelu_erf, in, f32);
+  cpu.cast(f32, cast);
+  cpu.unary(UnaryOp::gelu_erf, in, fused);
+  for (std::int64_t i = 0; i < in.numel(); ++i) REQUIRE(fused.data<bf16>()[i].bits == cast.data<bf16>()[i].bits);
+}
+
 TEST_CASE("the CPU backend's GELU op, its gradient and a matmul's GELU match the formula") {
   Backend& cpu = backend_for(Device::cpu(0));
   CAPTURE(matmul_gelu_in_house());
