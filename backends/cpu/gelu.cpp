@@ -83,39 +83,12 @@ template <class V>
   for_vectors<V>(n, GeluBackward{}, dx, x, dy);
 }
 
-// y = wide rounded to bf16 as bf16_rounded rounds it, a vector at a time:
-// the lanes' bits as 32-bit integers, narrowed to 16 (vpmovdw on AVX-512).
-// Through bf16_rounded's loop, without a target, the rounding took 0.3 ms
-// of a 1M-element GELU's 0.5 (one thread of a Zen 5).
-template <int kBytes>
-struct IntegerLanes {  // in a struct: GCC makes no vector type of a dependent size in a `using`
-  typedef std::uint32_t bits __attribute__((vector_size(kBytes)));
-  typedef std::uint16_t half __attribute__((vector_size(kBytes / 2)));
-};
-
-template <class V>
-[[gnu::always_inline]] inline void round_to_bf16(const float* wide, bf16* y, std::int64_t n) {
-  constexpr std::int64_t lanes = vector_math::kLanes<V>;
-  using Bits = typename IntegerLanes<sizeof(V)>::bits;
-  using Half = typename IntegerLanes<sizeof(V)>::half;
-  std::int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    Bits u;
-    std::memcpy(&u, wide + i, sizeof u);
-    const Bits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-    const Bits chosen = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
-    const Half bits = __builtin_convertvector(chosen, Half);
-    std::memcpy(static_cast<void*>(y + i), &bits, sizeof bits);
-  }
-  for (; i < n; ++i) y[i] = bf16_rounded(wide[i]);
-}
-
 // A block's GELU, then its rounding to bf16 from the L1 cache.
 template <class V>
 [[gnu::always_inline]] inline void gelu_block_to_bf16(const float* x, bf16* y, std::int64_t n) {
   float wide[kBlock];
   gelu_block<V>(x, wide, n);
-  round_to_bf16<V>(wide, y, n);
+  round_to_bf16_in_lanes<sizeof(V)>(wide, y, n);
 }
 
 [[gnu::target("avx2,fma")]] void gelu_block_to_bf16_avx2(const float* x, bf16* y, std::int64_t n) {
