@@ -1,13 +1,12 @@
 #include "backends/cpu/gelu.hpp"
 
-#include "backends/cpu/bf16_rounding.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "backends/cpu/bf16_rounding.hpp"
 
 namespace tessera {
 namespace {
@@ -158,15 +157,16 @@ void gelu_erf(const float* x, float* y, std::int64_t n, VectorIsa kernel) {
 }
 
 void gelu_erf_to_bf16(const float* x, bf16* y, std::int64_t n, VectorIsa kernel) {
-  const ForwardBlock scalar = forward_block(kernel);
-  const auto block = kernel == VectorIsa::avx512 ? gelu_block_to_bf16_avx512
+  const ForwardBlock forward = forward_block(kernel);
+  // The vector kernels round in their own lanes; the C library's rounds after.
+  const auto fused = kernel == VectorIsa::avx512 ? gelu_block_to_bf16_avx512
                      : kernel == VectorIsa::avx2 ? gelu_block_to_bf16_avx2
                                                   : nullptr;
   over_blocks(n, [&](std::int64_t first, std::int64_t count) {
-    if (block != nullptr) return block(x + first, y + first, count);
+    if (fused != nullptr) return fused(x + first, y + first, count);
     float wide[kBlock];
-    scalar(x + first, wide, count);
-    for (std::int64_t i = 0; i < count; ++i) y[first + i] = bf16_rounded(wide[i]);
+    forward(x + first, wide, count);
+    round_to_bf16(wide, y + first, count);
   });
 }
 
