@@ -7,9 +7,11 @@
 // offered to oneDNN in any layout it prefers (`any`), which lets it pick its
 // direct AVX-512 kernels over the gemm-based ones (3-4x faster on the CNN's
 // second convolution); the small kernel tensor is reordered to and from the
-// blocked layout around each call, through a cached per-shape buffer. Where
-// oneDNN runs its AVX2 kernels, the weight gradient goes through sgemm instead
+// blocked layout around each call, through a cached per-shape buffer. The
+// weight gradient is our own on AVX-512 (conv2d_weights_direct.hpp), and
+// goes through sgemm where oneDNN runs its AVX2 kernels
 // (conv2d_weights_gemm.hpp).
+#include "backends/cpu/conv2d_weights_direct.hpp"
 #include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
@@ -104,6 +106,12 @@ void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, con
 
 void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                              const Tensor* db, const Conv2dArgs& args) {
+  if (conv_weights_direct(x, dy, dw)) {
+    const auto floats = conv_weights_direct_scratch(x.shape(), dy.shape(), dw.shape(), args, threads());
+    Buffer& scratch = scratch_buffer("conv2d_backward_weights direct", floats * sizeof(float));
+    KernelScope scope(threads());
+    return conv2d_backward_weights_direct(x, dy, dw, db, args, static_cast<float*>(scratch.data()), threads());
+  }
   if (conv_weights_through_gemm(x, dy, dw, threads())) {
     const auto floats = conv_weights_gemm_scratch(x.shape(), dy.shape(), dw.shape(), threads());
     Buffer& scratch = scratch_buffer("conv2d_backward_weights gemm", floats * sizeof(float));

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/conv2d_weights_direct.hpp"
 #include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/vector_math.hpp"
 #include "backends/registry.hpp"
 #include "tests/test_util.hpp"
 
@@ -350,6 +352,53 @@ TEST_CASE("conv2d weight gradient through sgemm over im2col bands matches refere
   CHECK_FALSE(conv_weights_through_gemm(x, dy, w, 4));  // three images, one band each
   Tensor x7 = random_tensor({3, 9, 8, 7}, 47);  // 3x3x7 windows: 63 inputs
   CHECK_FALSE(conv_weights_through_gemm(x7, dy, random_tensor({3, 3, 7, 6}, 48), 1));
+}
+
+TEST_CASE("conv2d weight gradient through register-tiled outer products matches reference loops") {
+  if (!vector_isa_runs(VectorIsa::avx512)) {
+    MESSAGE("no AVX-512 on this CPU: the direct weight gradient does not run here");
+    CHECK_FALSE(conv_weights_direct(random_tensor({1, 3, 3, 1}, 1), random_tensor({1, 1, 1, 16}, 2),
+                                    random_tensor({3, 3, 1, 16}, 3)));
+    return;
+  }
+  // Windows of 27 and 30 inputs (tiles of 6 rows and a last one of 3, and
+  // whole tiles), outputs of 16, 48 and 80 (one, three and 4 + 1 vectors);
+  // 5 output rows per image split unevenly among threads, and three threads
+  // on one image of 2 rows (stride 2) leave one with no rows.
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c : {Case{{2, 7, 6, 3}, {3, 3, 3, 16}}, Case{{1, 6, 9, 5}, {2, 3, 5, 80}},
+                        Case{{3, 5, 5, 3}, {3, 3, 3, 48}}})
+    for (int stride : {1, 2})
+      for (bool same : {false, true})
+        for (int threads : {1, 2, 3})
+          for (bool with_bias : {false, true}) {
+            CAPTURE(c.x);
+            CAPTURE(c.w);
+            CAPTURE(stride);
+            CAPTURE(same);
+            CAPTURE(threads);
+            CAPTURE(with_bias);
+            Tensor x = random_tensor(c.x, 51), w = random_tensor(c.w, 52);
+            auto args = conv_args(x.shape(), w.shape(), stride, same);
+            Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 53);
+            Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({w.shape()[3]}, DType::f32);
+            REQUIRE(conv_weights_direct(x, dy, dw));
+            std::vector<float> scratch(conv_weights_direct_scratch(x.shape(), dy.shape(), w.shape(), args, threads), NAN);
+            conv2d_backward_weights_direct(x, dy, dw, with_bias ? &db : nullptr, args, scratch.data(), threads);
+            check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+            if (with_bias) check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
+          }
+  // The backend takes it for whole vectors of f32 outputs only.
+  Tensor x = random_tensor({2, 5, 5, 3}, 54);
+  Tensor dy16 = random_tensor({2, 3, 3, 16}, 55), dy5 = random_tensor({2, 3, 3, 5}, 56);
+  CHECK(conv_weights_direct(x, dy16, random_tensor({3, 3, 3, 16}, 57)));
+  CHECK_FALSE(conv_weights_direct(x, dy5, random_tensor({3, 3, 3, 5}, 58)));
+  Tensor w16 = random_tensor({3, 3, 3, 16}, 59);
+  Tensor dw16 = Tensor::empty(w16.shape(), DType::f32);
+  cpu_backend().conv2d_backward_weights(x, dy16, dw16, nullptr, {});
+  check_close(dw16, reference_conv_backward_weights(x, w16, dy16, {}), 1e-4, 1e-5);
 }
 
 TEST_CASE("conv2d backward data skips input rows no window reaches") {
