@@ -519,6 +519,46 @@ void Backend::adam_update(const Tensor& param, const Tensor& grad, const Tensor&
   run_adam_update(param, grad, m, v, args);
 }
 
+namespace {
+
+// The operands of an update by a^T b: a [K, M], b [K, N] and param [M, N],
+// in f32 as the updates' state is; and where the backend takes them.
+void check_update_by_product(const Backend& backend, const Check& c, const Tensor& param, const Tensor& a,
+                             const Tensor& b) {
+  if (a.rank() != 2 || b.rank() != 2 || a.shape()[0] != b.shape()[0])
+    throw ShapeError(c.label() + ": a " + a.describe() + " and b " + b.describe() +
+                     " must be [K, M] and [K, N] (the gradient a^T b)");
+  c.shape("param", param, Shape{a.shape()[1], b.shape()[1]});
+  if (!backend.supports_update_by_product(a.dtype(), a.shape(), b.shape()))
+    throw UnsupportedError(c.label() + ": the " + backend.name() + " backend on " + backend.device().str() +
+                           " does not update by the product of a " + a.describe() + " and b " + b.describe());
+}
+
+}  // namespace
+
+void Backend::sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& velocity,
+                                    const SgdArgs& args) {
+  Check c(*this, "sgd_update", "by product");
+  c.on_device({{"param", &param}, {"a", &a}, {"b", &b}, {"velocity", &velocity}});
+  c.dtype(DType::f32, {{"param", &param}, {"a", &a}, {"b", &b}, {"velocity", &velocity}});
+  c.shape("velocity", velocity, param.shape());
+  check_update_by_product(*this, c, param, a, b);
+  run_sgd_update_by_product(param, a, b, velocity, args);
+}
+
+void Backend::adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
+                                     const Tensor& v, const AdamArgs& args) {
+  Check c(*this, "adam_update", "by product");
+  c.on_device({{"param", &param}, {"a", &a}, {"b", &b}, {"m", &m}, {"v", &v}});
+  c.dtype(DType::f32, {{"param", &param}, {"a", &a}, {"b", &b}, {"m", &m}, {"v", &v}});
+  c.shape("m", m, param.shape()).shape("v", v, param.shape());
+  if (args.step < 1) throw Error("adam_update: step must be >= 1 (it is 1-based)");
+  check_update_by_product(*this, c, param, a, b);
+  run_adam_update_by_product(param, a, b, m, v, args);
+}
+
+bool Backend::supports_update_by_product(DType, const Shape&, const Shape&) const { return false; }
+
 void Backend::unsupported(std::string_view kernel) const {
   throw UnsupportedError("kernel '" + std::string(kernel) +
                          "' is not implemented by the " + name() + " backend on " +
@@ -573,5 +613,12 @@ void Backend::run_moving_average(const Tensor&, const Tensor&, float) { unsuppor
 void Backend::run_cache_write(const Tensor&, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::cache_write)); }
 void Backend::run_sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) { unsupported(tessera::name(OpKind::sgd_update)); }
 void Backend::run_adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamArgs&) { unsupported(tessera::name(OpKind::adam_update)); }
+void Backend::run_sgd_update_by_product(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdArgs&) {
+  unsupported("sgd_update by product");
+}
+void Backend::run_adam_update_by_product(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const AdamArgs&) {
+  unsupported("adam_update by product");
+}
 
 }  // namespace tessera

@@ -211,6 +211,16 @@ class Backend {
                   const SgdArgs& args);
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                    const AdamArgs& args);
+  // The same updates of param [M, N] by the gradient a^T b (a [K, M], b [K,
+  // N]: a dense layer's input and output gradient), the product computed in
+  // the update's own kernel and never written: the gradient's pass to memory
+  // and back goes. Only where supports_update_by_product() says so (the memory
+  // plan fuses a weight gradient's matmul into its update there).
+  void sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& velocity,
+                             const SgdArgs& args);
+  void adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
+                              const Tensor& v, const AdamArgs& args);
+  virtual bool supports_update_by_product(DType dtype, const Shape& a, const Shape& b) const;
 
  protected:
   // Device-kind slots, called after the operands were checked. The defaults
@@ -272,6 +282,10 @@ class Backend {
                               const SgdArgs& args);
   virtual void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamArgs& args);
+  virtual void run_sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b,
+                                         const Tensor& velocity, const SgdArgs& args);
+  virtual void run_adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
+                                          const Tensor& v, const AdamArgs& args);
 
  private:
   [[noreturn]] void unsupported(std::string_view kernel) const;

@@ -109,6 +109,7 @@ class CpuBackend final : public Backend {
                             bool log) override;
   bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
   bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
+  bool supports_update_by_product(DType dtype, const Shape& a, const Shape& b) const override;
   void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const FusedAttentionArgs& args) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,
@@ -149,6 +150,10 @@ class CpuBackend final : public Backend {
                       const SgdArgs& args) override;
   void run_adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamArgs& args) override;
+  void run_sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& velocity,
+                                 const SgdArgs& args) override;
+  void run_adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
+                                  const Tensor& v, const AdamArgs& args) override;
 
  private:
   CpuAllocator allocator_;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/adam_step.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -105,17 +106,10 @@ void CpuBackend::run_adam_update(const Tensor& param, const Tensor& grad, const 
   float* __restrict pm = m.data<float>();
   float* __restrict pv = v.data<float>();
   const std::int64_t n = param.numel();
-  const auto t = static_cast<double>(args.step);
-  const float b1 = args.beta1, b2 = args.beta2, eps = args.epsilon, lr = args.learning_rate;
-  // Keras 3's form: the bias corrections fold into the step size, and epsilon
-  // is added to sqrt(v) itself (not to the corrected sqrt(v / (1 - b2^t))).
-  const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)) /
-                                        (1.0 - std::pow(static_cast<double>(b1), t)));
-  const float decay = args.decoupled_weight_decay ? 1.0f - lr * args.weight_decay : 1.0f;
-  const float l2 = args.decoupled_weight_decay ? 0.0f : args.weight_decay;
+  const AdamStep s = adam_step(args);
   KernelScope scope(threads());
   for_blocks(n, [&](std::int64_t begin, std::int64_t end) {
-    adam_loop(p + begin, g + begin, pm + begin, pv + begin, end - begin, b1, b2, eps, alpha, decay, l2);
+    adam_loop(p + begin, g + begin, pm + begin, pv + begin, end - begin, s.b1, s.b2, s.eps, s.alpha, s.decay, s.l2);
   });
 }
 

@@ -12,10 +12,14 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device devi
     : graph_(graph),
       outputs_(std::move(outputs)),
       backend_(backend_for(device)),
-      plan_(plan_memory(graph, outputs_,
-                        [&backend = backend_](DType stored, DType multiply, DType out, std::int64_t width) {
-                          return backend.supports_fused_attention(stored, multiply, out, width);
-                        })),
+      plan_(plan_memory(
+          graph, outputs_,
+          [&backend = backend_](DType stored, DType multiply, DType out, std::int64_t width) {
+            return backend.supports_fused_attention(stored, multiply, out, width);
+          },
+          [&backend = backend_](DType dtype, const Shape& a, const Shape& b) {
+            return backend.supports_update_by_product(dtype, a, b);
+          })),
       tensors_(static_cast<std::size_t>(graph.value_count())) {}
 
 void Executor::bind(ValueId leaf, const Tensor& tensor) {
@@ -185,6 +189,8 @@ std::string Executor::profile_key(NodeId n) const {
   if (node.kind == OpKind::unary || node.kind == OpKind::unary_grad) key += std::string(" ") + std::string(name(node.attrs.unary));
   if (node.kind == OpKind::binary) key += std::string(" ") + std::string(name(node.attrs.binary));
   if (node.kind == OpKind::reduce) key += " " + std::string(name(node.attrs.reduce)) + " " + shape_of(node.inputs[0]);
+  if (auto u = plan_.update_products.find(n); u != plan_.update_products.end())
+    key += " by product " + shape_of(u->second.a) + "^T x " + shape_of(u->second.b);
   return key;
 }
 
@@ -228,7 +234,9 @@ void Executor::run_node(NodeId n) {
               .update_step = update_step_,
               .runs = runs_,
               .learning_rate = learning_rate_,
-              .transposed_b = nullptr};
+              .transposed_b = nullptr,
+              .update_product = nullptr};
+  if (auto u = plan_.update_products.find(n); u != plan_.update_products.end()) run.update_product = &u->second;
   if (auto kept = against_transposed_b_.find(n); kept != against_transposed_b_.end())
     run.transposed_b = &transposed_b_.at(kept->second);
   op_rules(node.kind).run(run);

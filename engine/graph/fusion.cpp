@@ -1,6 +1,7 @@
 #include "engine/graph/fusion.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 
 namespace tessera {
@@ -39,6 +40,20 @@ struct ScheduleReaders {
   bool side_effect_between(int from, int to) const {
     for (int at = from + 1; at < to; ++at)
       if (op_info(graph.node(schedule[static_cast<std::size_t>(at)]).kind).side_effect) return true;
+    return false;
+  }
+
+  // Whether a node strictly between positions `from` and `to` writes in
+  // place the storage of one of `values`.
+  bool writes_between(int from, int to, std::initializer_list<ValueId> values) const {
+    for (int at = from + 1; at < to; ++at) {
+      const Node& node = graph.node(schedule[static_cast<std::size_t>(at)]);
+      for (int i : op_info(node.kind).writes) {
+        const ValueId written = storage_root(graph, node.inputs[static_cast<std::size_t>(i)]);
+        for (ValueId v : values)
+          if (storage_root(graph, v) == written) return true;
+      }
+    }
     return false;
   }
 
@@ -285,6 +300,48 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
     if (readers.side_effect_between(first, readers.position[next])) continue;
     for (NodeId r : replaced) absorbed[r] = true;
     fused.emplace(next, f);
+  }
+  std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
+  return fused;
+}
+
+ValueId storage_root(const Graph& graph, ValueId v) {
+  for (;;) {
+    NodeId producer = graph.value(v).producer;
+    if (producer < 0) return v;
+    const Node& node = graph.node(producer);
+    if (!op_info(node.kind).view) return v;
+    v = node.inputs[0];
+  }
+}
+
+std::unordered_map<NodeId, UpdateProduct> fuse_update_products(const Graph& graph, std::vector<NodeId>& schedule,
+                                                               const std::vector<ValueId>& outputs,
+                                                               const std::unordered_map<NodeId, Epilogue>& epilogues,
+                                                               const UpdateProductSupport& supported) {
+  std::unordered_map<NodeId, UpdateProduct> fused;
+  if (!supported) return fused;
+  ScheduleReaders readers(graph, schedule, outputs);
+  std::vector<bool> absorbed(static_cast<std::size_t>(graph.node_count()), false);
+  for (NodeId n : schedule) {
+    const Node& update = graph.node(n);
+    if (update.kind != OpKind::adam_update && update.kind != OpKind::sgd_update) continue;
+    const ValueId grad = update.inputs[1];
+    const NodeId p = graph.value(grad).producer;
+    if (p < 0 || readers.position[p] < 0 || graph.node(p).kind != OpKind::matmul || epilogues.contains(p) ||
+        readers.sole_reader(grad) != n)
+      continue;
+    const Node& product = graph.node(p);
+    const MatmulArgs& args = product.attrs.matmul;
+    const ValueId a = product.inputs[0], b = product.inputs[1];
+    if (!args.transpose_a || args.transpose_b || args.activation != Activation::none || args.alpha != 1.0f ||
+        graph.dtype(a) != DType::f32 || graph.dtype(b) != DType::f32 || graph.dtype(grad) != DType::f32 ||
+        !supported(DType::f32, graph.shape(a), graph.shape(b)))
+      continue;
+    // The update reads a and b where it runs, later than the matmul did.
+    if (readers.writes_between(readers.position[p], readers.position[n], {a, b})) continue;
+    absorbed[p] = true;
+    fused.emplace(n, UpdateProduct{a, b});
   }
   std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
   return fused;

@@ -27,6 +27,13 @@
 // training step 6-10% slower (five alternating pairs, AMD EPYC Zen 5,
 // 2026-11-24) than the separate sum.
 //
+// Update fusion: an SGD or Adam update whose gradient is a matmul a^T b (a
+// dense layer's weight gradient: its input and output gradient) runs as one
+// Backend::*_update_by_product call where the backend has the kernel and
+// nothing else reads the gradient: the product is summed in registers and
+// applied to the parameter and state tile by tile, and the gradient's pass
+// to memory and back goes.
+//
 // Attention fusion: scores = matmul(q, k^T, alpha), weights = softmax(scores)
 // over the last axis (causal or not), an optional cast of the weights to v's
 // dtype, then matmul(weights, v), runs as one Backend::fused_attention call
@@ -87,5 +94,29 @@ std::unordered_map<NodeId, FusedAttention> fuse_attention(const Graph& graph, st
                                                           const std::vector<ValueId>& outputs,
                                                           const std::unordered_map<NodeId, Epilogue>& epilogues,
                                                           const FusedAttentionSupport& supported);
+
+// A weight gradient's matmul fused into its optimizer update: the update's
+// kernel computes the gradient a^T b itself (Backend::*_update_by_product),
+// and the gradient is never in memory.
+struct UpdateProduct {
+  ValueId a = -1, b = -1;  // the gradient's operands: a [K, M], b [K, N]
+};
+
+// Whether a backend updates by the product of a and b in `dtype`
+// (Backend::supports_update_by_product).
+using UpdateProductSupport = std::function<bool(DType dtype, const Shape& a, const Shape& b)>;
+
+// Finds the sgd and adam updates in `schedule` whose gradient is a matmul a^T
+// b of f32 operands (no alpha, bias nor activation) that `supported` takes,
+// read by nothing else, whose operands nothing writes between the matmul and
+// the update; returns them by update, and removes their matmuls from
+// `schedule` (the update reads a and b where it runs).
+std::unordered_map<NodeId, UpdateProduct> fuse_update_products(const Graph& graph, std::vector<NodeId>& schedule,
+                                                               const std::vector<ValueId>& outputs,
+                                                               const std::unordered_map<NodeId, Epilogue>& epilogues,
+                                                               const UpdateProductSupport& supported);
+
+// The root of a value's storage: views (reshape, block_view) share their input's.
+ValueId storage_root(const Graph& graph, ValueId v);
 
 }  // namespace tessera

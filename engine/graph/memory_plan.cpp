@@ -7,17 +7,6 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-// The root of a value's storage: views (reshape, block_view) share their input's.
-ValueId storage_root(const Graph& graph, ValueId v) {
-  for (;;) {
-    NodeId producer = graph.value(v).producer;
-    if (producer < 0) return v;
-    const Node& node = graph.node(producer);
-    if (!op_info(node.kind).view) return v;
-    v = node.inputs[0];
-  }
-}
-
 // Moves every update node to just after the last node it must follow: the
 // producers of its inputs, and every earlier node that reads or writes what it
 // writes. A parameter is then updated as soon as its gradient is final, while
@@ -86,6 +75,10 @@ std::size_t aligned_bytes(const Value& v) {
 std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
   if (auto a = attentions.find(n); a != attentions.end()) return {a->second.q, a->second.k, a->second.v};
   std::vector<ValueId> in = graph.node(n).inputs;
+  if (auto u = update_products.find(n); u != update_products.end()) {  // a and b instead of the gradient
+    in[1] = u->second.a;
+    in.push_back(u->second.b);
+  }
   if (auto e = epilogues.find(n); e != epilogues.end() && e->second.bias >= 0) in.push_back(e->second.bias);
   return in;
 }
@@ -101,7 +94,7 @@ std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
 }
 
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
-                       const FusedAttentionSupport& attention) {
+                       const FusedAttentionSupport& attention, const UpdateProductSupport& update_products) {
   auto values = static_cast<std::size_t>(graph.value_count());
   MemoryPlan plan;
   plan.offset.assign(values, MemoryPlan::kExternal);
@@ -127,6 +120,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
   plan.schedule = updates_early(graph, needed);
   plan.epilogues = fuse_epilogues(graph, plan.schedule, outputs);
   plan.attentions = fuse_attention(graph, plan.schedule, outputs, plan.epilogues, attention);
+  plan.update_products = fuse_update_products(graph, plan.schedule, outputs, plan.epilogues, update_products);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());

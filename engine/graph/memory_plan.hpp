@@ -27,6 +27,7 @@ struct MemoryPlan {
   std::size_t unshared_bytes = 0;     // what the values would take without sharing
   std::unordered_map<NodeId, Epilogue> epilogues;  // per fused producer: its bias and activation
   std::unordered_map<NodeId, FusedAttention> attentions;  // per attention's second matmul: the fused call
+  std::unordered_map<NodeId, UpdateProduct> update_products;  // per update: its gradient's operands
 
   // What a scheduled node reads and writes, its epilogue's bias and output included.
   std::vector<ValueId> reads(const Graph& graph, NodeId n) const;
@@ -39,8 +40,9 @@ struct MemoryPlan {
 // that order, guarantees it); the schedule runs each one as early as that
 // allows, right after its gradient is final. Bias adds and activations after a
 // matmul or convolution are fused into it (fusion.hpp); so is attention where
-// `attention` says the backend runs it fused.
+// `attention` says the backend runs it fused, and a weight gradient's matmul
+// into its update where `update_products` says the backend updates by it.
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
-                       const FusedAttentionSupport& attention = {});
+                       const FusedAttentionSupport& attention = {}, const UpdateProductSupport& update_products = {});
 
 }  // namespace tessera

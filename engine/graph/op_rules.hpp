@@ -20,6 +20,7 @@ namespace tessera {
 class Backend;
 class CollectiveContext;
 struct Epilogue;
+struct UpdateProduct;
 
 // A node as its run rule sees it: its tensors, the device's backend, and the
 // executor's state that some ops read (the step for updates and dropout, the
@@ -35,8 +36,11 @@ struct NodeRun {
   std::int64_t runs;                       // earlier runs of this executor
   float learning_rate;                     // 0: the attributes'
   const Tensor* transposed_b;              // matmul: a kept transposed copy of b to multiply instead, or null
+  const UpdateProduct* update_product;     // sgd or adam update: the gradient's operands a and b, the
+                                           // product computed by the update (fusion.hpp), or null
 
   const Tensor& in(int i) const { return values[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]; }
+  const Tensor& value(ValueId v) const { return values[static_cast<std::size_t>(v)]; }
   const Tensor& out(int i) const { return values[static_cast<std::size_t>(node.outputs[static_cast<std::size_t>(i)])]; }
   // For ops whose output is a view of an input (reshape, block_view).
   void set_out(int i, Tensor view) { values[static_cast<std::size_t>(node.outputs[static_cast<std::size_t>(i)])] = std::move(view); }

@@ -389,6 +389,63 @@ TEST_CASE("adam_update: Adam and AdamW with Keras' bias correction, steps 1 to 3
   }
 }
 
+TEST_CASE("an update by the product a^T b equals the product's matmul and then the update") {
+  auto copy_of = [](const Tensor& t) { return Tensor::from_vector(t.to_vector<float>(), t.shape()); };
+  // K below and above the next tile's lines (the prefetches), M not a multiple
+  // of the 6-row tiles, N one vector, three, and a panel of four and one more.
+  struct Shapes {
+    std::int64_t k, m, n;
+  };
+  const Shapes shapes[] = {{5, 7, 16}, {33, 13, 80}, {128, 20, 48}};
+  const AdamArgs adams[] = {{.learning_rate = 1e-2f, .step = 2},
+                            {.learning_rate = 1e-2f, .beta1 = 0.8f, .weight_decay = 0.1f, .step = 1},
+                            {.learning_rate = 1e-2f, .weight_decay = 0.1f, .decoupled_weight_decay = true, .step = 3}};
+  const SgdArgs sgds[] = {{.learning_rate = 0.1f, .weight_decay = 0.01f},
+                          {.learning_rate = 0.1f, .momentum = 0.9f},
+                          {.learning_rate = 0.02f, .momentum = 0.9f, .nesterov = true, .weight_decay = 0.1f}};
+  for (const Shapes& sh : shapes) {
+    const Shape a_shape{sh.k, sh.m}, b_shape{sh.k, sh.n}, p_shape{sh.m, sh.n};
+    if (!cpu().supports_update_by_product(DType::f32, a_shape, b_shape)) {
+      MESSAGE("this CPU has no kernel for the update by product (AVX-512)");
+      Tensor a = random_tensor(a_shape, 1), b = random_tensor(b_shape, 2), p = random_tensor(p_shape, 3);
+      CHECK_THROWS_AS(cpu().sgd_update_by_product(p, a, b, zeros(p_shape), {}), UnsupportedError);
+      return;
+    }
+    for (int threads : {1, 2, 3}) {
+      set_cpu_device_count(1, threads);
+      CAPTURE(sh.k);
+      CAPTURE(sh.m);
+      CAPTURE(sh.n);
+      CAPTURE(threads);
+      Tensor a = random_tensor(a_shape, 171), b = random_tensor(b_shape, 172);
+      Tensor grad = Tensor::empty(p_shape, DType::f32);
+      cpu().matmul(a, b, nullptr, grad, {.transpose_a = true});
+      for (const AdamArgs& args : adams) {
+        CAPTURE(args.weight_decay);
+        Tensor p = random_tensor(p_shape, 173), m = random_tensor(p_shape, 174, -0.1f, 0.1f),
+               v = random_tensor(p_shape, 175, 0.0f, 0.1f);
+        Tensor p_want = copy_of(p), m_want = copy_of(m), v_want = copy_of(v);
+        cpu().adam_update(p_want, grad, m_want, v_want, args);
+        cpu().adam_update_by_product(p, a, b, m, v, args);
+        check_close(p, p_want.to_vector<float>(), 1e-5, 1e-6);
+        check_close(m, m_want.to_vector<float>(), 1e-5, 1e-6);
+        check_close(v, v_want.to_vector<float>(), 1e-5, 1e-6);
+      }
+      for (const SgdArgs& args : sgds) {
+        CAPTURE(args.momentum);
+        CAPTURE(args.nesterov);
+        Tensor p = random_tensor(p_shape, 176), velocity = random_tensor(p_shape, 177, -0.1f, 0.1f);
+        Tensor p_want = copy_of(p), velocity_want = copy_of(velocity);
+        cpu().sgd_update(p_want, grad, velocity_want, args);
+        cpu().sgd_update_by_product(p, a, b, velocity, args);
+        check_close(p, p_want.to_vector<float>(), 1e-5, 1e-6);
+        check_close(velocity, velocity_want.to_vector<float>(), 1e-5, 1e-6);
+      }
+    }
+  }
+  set_cpu_device_count(1);
+}
+
 // ---------------------------------------------------------- error messages ----
 
 namespace {
@@ -448,6 +505,12 @@ TEST_CASE("operand errors name the op and the shapes or dtypes") {
                            {"adam_update", "[4, 3]", "[2, 3]"});
   expect_error<Error>([&] { cpu().adam_update(a23, out23, out23, out23, {.step = 0}); },
                       {"adam_update", "step"});
+  // The update by a^T b: a [K, M] and b [K, N] for param [M, N].
+  Tensor k4m3 = random_tensor({4, 3}, 21), k5m2 = random_tensor({5, 2}, 22), k4n2 = random_tensor({4, 2}, 23);
+  expect_error<ShapeError>([&] { cpu().sgd_update_by_product(out23, k4m3, k5m2, out23, {}); },
+                           {"sgd_update by product", "[4, 3]", "[5, 2]", "[K, M] and [K, N]"});
+  expect_error<ShapeError>([&] { cpu().adam_update_by_product(out23, k4m3, k4n2, out23, out23, {}); },
+                           {"adam_update by product", "param", "[2, 3]", "expected [3, 2]"});
 }
 
 TEST_CASE("embedding_block looks up its block of the vocabulary and zeroes the other rows") {

@@ -161,11 +161,14 @@ struct TinyTrainer {
   std::vector<ValueId> params, grads, ms, vs;
   std::vector<std::pair<ValueId, Tensor>> bindings;
 
-  explicit TinyTrainer(bool with_updates = true) {
+  // 30 units by default: no kernel gradient is a multiple of 16 wide, so no
+  // update multiplies its gradient itself (fusion.hpp, fuse_update_products)
+  // and the early updates can be compared exactly with updates last.
+  explicit TinyTrainer(bool with_updates = true, std::int64_t units = 30) {
     x = g.input("x", {16, 8});
     labels = g.input("labels", {16, 4});
-    ValueId w1 = g.variable("dense/kernel", {8, 32}), b1 = g.variable("dense/bias", {32});
-    ValueId w2 = g.variable("dense_1/kernel", {32, 4}), b2 = g.variable("dense_1/bias", {4});
+    ValueId w1 = g.variable("dense/kernel", {8, units}), b1 = g.variable("dense/bias", {units});
+    ValueId w2 = g.variable("dense_1/kernel", {units, 4}), b2 = g.variable("dense_1/bias", {4});
     ValueId h = g.unary(UnaryOp::relu, g.add(g.matmul(x, w1), b1));
     ValueId logp = g.softmax(g.add(g.matmul(h, w2), b2), -1, /*log=*/true);
     loss = g.scale(g.reduce(ReduceOp::sum, g.mul(logp, labels), {0, 1}), -1.0 / 16);
@@ -283,6 +286,64 @@ TEST_CASE("each update runs as soon as its gradient is final, and the step compu
   }
   for (std::size_t i = 0; i < early.bindings.size(); ++i)
     CHECK(early.bindings[i].second.to_vector<float>() == last.bindings[i].second.to_vector<float>());
+}
+
+TEST_CASE("a weight gradient's matmul runs inside its update where the backend takes it, with the same step") {
+  // 32 units: the first kernel's gradient x^T dh is [8, 32]; the second's, [32, 4].
+  TinyTrainer fused_graph(/*with_updates=*/true, 32);
+  const Graph& g = fused_graph.g;
+  const auto wide = [](DType, const Shape&, const Shape& b) { return b[1] % 16 == 0; };
+  MemoryPlan plan = plan_memory(g, {fused_graph.loss}, {}, wide);
+  auto update_of = [&](ValueId p) {
+    for (NodeId n = 0; n < g.node_count(); ++n)
+      if (g.node(n).kind == OpKind::adam_update && g.node(n).inputs[0] == p) return n;
+    return NodeId{-1};
+  };
+  const NodeId update_w1 = update_of(fused_graph.params[0]), update_w2 = update_of(fused_graph.params[2]);
+  REQUIRE(plan.update_products.size() == 1);
+  REQUIRE(plan.update_products.contains(update_w1));
+  CHECK_FALSE(plan.update_products.contains(update_w2));  // 4 wide: `wide` refuses it
+  const ValueId grad_w1 = fused_graph.grads[0];
+  const NodeId product = g.value(grad_w1).producer;
+  const UpdateProduct& operands = plan.update_products.at(update_w1);
+  CHECK(operands.a == g.node(product).inputs[0]);
+  CHECK(operands.b == g.node(product).inputs[1]);
+  // The matmul is gone, its gradient never written; the update reads its operands.
+  CHECK(std::find(plan.schedule.begin(), plan.schedule.end(), product) == plan.schedule.end());
+  CHECK(plan.offset[static_cast<std::size_t>(grad_w1)] == MemoryPlan::kExternal);
+  const std::vector<ValueId> reads = plan.reads(g, update_w1);
+  CHECK(std::find(reads.begin(), reads.end(), grad_w1) == reads.end());
+  CHECK(std::find(reads.begin(), reads.end(), operands.a) != reads.end());
+  CHECK(std::find(reads.begin(), reads.end(), operands.b) != reads.end());
+  // Nothing is fused where the gradient is read elsewhere (here: an output).
+  CHECK(plan_memory(g, {fused_graph.loss, grad_w1}, {}, wide).update_products.empty());
+
+  // On the CPU (which fuses where it has AVX-512), three steps give the
+  // parameters of three steps of gradients then Adam, up to the order of the
+  // gradient's sums.
+  TinyTrainer last(/*with_updates=*/false, 32);
+  std::vector<ValueId> outputs = last.grads;
+  outputs.push_back(last.loss);
+  Executor grads_only(last.g, outputs);
+  Executor fused(g, {fused_graph.loss});
+  std::map<std::string, StepRunner::OpTime> profile;
+  fused.enable_profiling(&profile);
+  for (auto& [id, tensor] : last.bindings) grads_only.bind(id, tensor);
+  for (auto& [id, tensor] : fused_graph.bindings) fused.bind(id, tensor);
+  Backend& backend = backend_for(Device::cpu(0));
+  for (int step = 1; step <= 3; ++step) {
+    fused.run();
+    grads_only.run();
+    for (std::size_t i = 0; i < last.params.size(); ++i)
+      backend.adam_update(last.bindings[3 * i].second, grads_only.output(last.grads[i]),
+                          last.bindings[3 * i + 1].second, last.bindings[3 * i + 2].second,
+                          {.learning_rate = 1e-2f, .step = step});
+  }
+  for (std::size_t i = 0; i < fused_graph.bindings.size(); ++i)
+    check_close(fused_graph.bindings[i].second, last.bindings[i].second.to_vector<float>(), 1e-5, 1e-6);
+  const bool by_product = std::any_of(profile.begin(), profile.end(),
+                                      [](const auto& entry) { return entry.first == "adam_update by product [16, 8]^T x [16, 32]"; });
+  CHECK(by_product == backend.supports_update_by_product(DType::f32, {16, 8}, {16, 32}));
 }
 
 TEST_CASE("a bias add and activation after a matmul or convolution run as its epilogue, with the same result") {

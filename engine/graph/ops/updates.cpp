@@ -4,7 +4,10 @@
 //   moving_average: (state, value) -> (): state = m * state + (1 - m) * value, m = attrs.scalar
 //   cache_write:    (cache, rows, positions) -> (): rows written into a KV cache at each sequence's position
 // The executor's update step and learning rate (set_update_step) override the attributes'.
+// Where the memory plan fused a weight gradient's matmul into its update
+// (fusion.hpp), the update multiplies its operands itself.
 #include "backends/backend.hpp"
+#include "engine/graph/fusion.hpp"
 #include "engine/graph/op_rules.hpp"
 
 namespace tessera {
@@ -56,7 +59,11 @@ void ops::add_update_rules(OpRuleTable& t) {
                                   [](NodeRun& r) {
                                     SgdArgs args = r.node.attrs.sgd;
                                     if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
-                                    r.backend.sgd_update(r.in(0), r.in(1), r.in(2), args);
+                                    if (const UpdateProduct* product = r.update_product)
+                                      r.backend.sgd_update_by_product(r.in(0), r.value(product->a),
+                                                                      r.value(product->b), r.in(2), args);
+                                    else
+                                      r.backend.sgd_update(r.in(0), r.in(1), r.in(2), args);
                                   },
                                   [](const Graph&, const Node&) { return follow_first_rule(2); }};
   entry(t, OpKind::adam_update) = {nullptr,
@@ -64,7 +71,11 @@ void ops::add_update_rules(OpRuleTable& t) {
                                      AdamArgs args = r.node.attrs.adam;
                                      args.step = r.update_step > 0 ? r.update_step : args.step + r.runs;  // advances every run
                                      if (r.learning_rate > 0) args.learning_rate = r.learning_rate;
-                                     r.backend.adam_update(r.in(0), r.in(1), r.in(2), r.in(3), args);
+                                     if (const UpdateProduct* product = r.update_product)
+                                       r.backend.adam_update_by_product(r.in(0), r.value(product->a),
+                                                                        r.value(product->b), r.in(2), r.in(3), args);
+                                     else
+                                       r.backend.adam_update(r.in(0), r.in(1), r.in(2), r.in(3), args);
                                    },
                                    [](const Graph&, const Node&) { return follow_first_rule(2); }};
   entry(t, OpKind::moving_average) = {
