@@ -182,15 +182,18 @@ struct Row {
   std::string peer_error;
   std::vector<bench::ZooCase::OpTime> ops;  // --profile: Tessera's ms per step by op
   double step_gflop = 0;          // matmul FLOPs of one step
-  double peak_gflops = 0;         // the measured FMA peak at this row's threads
+  double peak_gflops = 0;         // the measured FMA peak at this row's threads: the higher probe
+  double probe_before = 0, probe_after = 0;  // probes just before and just after the row's rounds
   double peer_sgemm_gflops = 0;   // PyTorch's torch.mm 1024^3 at this row's threads
   std::optional<double> ratio() const {
     if (!tessera.valid() || !torch.valid() || torch.median_ms <= 0) return std::nullopt;
     return tessera.median_ms / torch.median_ms;
   }
-  // Tessera's step in matmul FLOPs per second, as a share of the FMA peak.
-  double tessera_peak_share() const {
-    return tessera.valid() && peak_gflops > 0 ? step_gflop / (tessera.median_ms * 1e-3) / peak_gflops : 0;
+  // Tessera's step in matmul FLOPs per second, as a share of the FMA peak
+  // (by default the row's own).
+  double tessera_peak_share() const { return tessera_share_of(peak_gflops); }
+  double tessera_share_of(double peak) const {
+    return tessera.valid() && peak > 0 ? step_gflop / (tessera.median_ms * 1e-3) / peak : 0;
   }
   double peer_gemm_share() const { return peak_gflops > 0 ? peer_sgemm_gflops / peak_gflops : 0; }
   // A peer whose own GEMM runs far below the peak makes the ratio meaningless.
@@ -264,14 +267,19 @@ int main(int argc, char** argv) {
   const bool progress = isatty(STDERR_FILENO) != 0;
 
   TorchPeer peer = TorchPeer::find(python, std::filesystem::path(source_dir) / "bench", thread_counts);
-  // The yardstick of every row: this machine's FMA peak at each thread count,
-  // probed before the rows and again after them; the higher probe counts, as
-  // bench_matmul's `used` (a probe that a busy minute slowed would flatter
-  // every row by as much).
+  // The yardstick of a row: this machine's FMA peak at its thread count,
+  // probed just before its rounds and again just after them; the higher
+  // probe counts (a probe that a busy second slowed would flatter the row).
+  // The VM's clock moves by 5-6% within minutes (2026-11-29, Zen 5: 531.5
+  // GFLOP/s on two threads before a run's rows, 564.7 after them), so each
+  // row is measured against the peak of its own minutes; the footer also
+  // reads every row against the run's highest probe. The header's probe
+  // rates the peer's sgemm.
   const bench::Isa isa = bench::detect_isa();
   const std::int64_t iters = bench::calibrate_probe(isa, 0.3);
-  std::map<int, double> peak, peak_after;
-  for (int t : thread_counts) peak[t] = bench::measure_peak(isa, t, iters, 5).gflops;
+  auto probe = [&](int threads, int repeats) { return bench::measure_peak(isa, threads, iters, repeats).gflops; };
+  std::map<int, double> peak;
+  for (int t : thread_counts) peak[t] = probe(t, 5);
   auto dnnl_v = dnnl::version();
   const std::string load_before = bench::first_line_of("/proc/loadavg");
   if (table) {
@@ -284,7 +292,7 @@ int main(int argc, char** argv) {
       fmt::print("  peer: unavailable: {}\n", peer.why);
     for (int t : thread_counts) {
       double sgemm = peer.available && peer.sgemm_gflops.contains(t) ? peer.sgemm_gflops.at(t) : 0.0;
-      fmt::print("  {} thread(s): FP32 FMA peak {:.1f} GFLOP/s measured (probed again after the rows); "
+      fmt::print("  {} thread(s): FP32 FMA peak {:.1f} GFLOP/s measured (probed again around each row); "
                  "PyTorch's sgemm 1024^3 {:.1f} GFLOP/s = {:.0f}% of it{}\n",
                  t, peak[t], sgemm, 100 * sgemm / peak[t],
                  peer.available && sgemm < bench::kPeerGemmFloor * peak[t] ? " (under 60%: a broken peer, no row is met)"
@@ -309,7 +317,6 @@ int main(int argc, char** argv) {
           row.batch = spec.batch;
           row.reference_params = spec.reference_params;
           row.step_gflop = mode == "train" ? spec.train_gflop : spec.infer_gflop;
-          row.peak_gflops = peak[threads];
           if (peer.sgemm_gflops.contains(threads)) row.peer_sgemm_gflops = peer.sgemm_gflops.at(threads);
           // cpu:0 gets `threads`; a changed share drops the cached primitives.
           set_cpu_device_count(1, threads);
@@ -317,6 +324,7 @@ int main(int argc, char** argv) {
           // Inference as an embedder's InferenceModel runs it: weights fixed.
           if (mode == "infer") tessera.trainer->fix_weights();
           row.tessera_params = tessera.params;
+          row.probe_before = probe(threads, 3);
           for (int r = 0; r < rounds; ++r) {
             if (progress)
               fmt::print(stderr, "\r  {} {} {} thread(s): round {}/{} Tessera   ", name, mode, threads, r + 1,
@@ -335,6 +343,8 @@ int main(int argc, char** argv) {
             if (!row.torch.valid() || p.stats.median_ms < row.torch.median_ms) row.torch_optimizer = p.optimizer;
             keep_best(row.torch, p.stats);
           }
+          row.probe_after = probe(threads, 3);
+          row.peak_gflops = std::max(row.probe_before, row.probe_after);
           if (profile) row.ops = tessera.profile(mode == "train", steps);
           if (progress) fmt::print(stderr, "\r{:60}\r", "");
           if (!param_warnings(row, peer.available).empty()) status = 1;
@@ -345,8 +355,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_models: {}\n", e.what());
     return 2;
   }
-  for (int t : thread_counts) peak_after[t] = bench::measure_peak(isa, t, iters, 5).gflops;
-  for (Row& row : rows) row.peak_gflops = std::max(peak[row.threads], peak_after[row.threads]);
+  std::map<int, double> highest = peak;  // the run's highest probe at each thread count
+  for (const Row& row : rows) highest[row.threads] = std::max(highest[row.threads], row.peak_gflops);
 
   const int cpus = omp_get_num_procs();
   // A little background (this shell, the VM's agent) is normal; a fifth of a
@@ -356,11 +366,13 @@ int main(int argc, char** argv) {
   if (csv) {
     fmt::print("model,mode,threads,batch,params_tessera,params_torch,tessera_min_ms,tessera_median_ms,"
                "tessera_max_ms,torch_min_ms,torch_median_ms,torch_max_ms,ratio,target_met,tessera_cores,"
-               "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer,tessera_pct_peak,peer_sgemm_pct_peak\n");
+               "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer,tessera_pct_peak,peer_sgemm_pct_peak,"
+               "peak_gflops,tessera_pct_highest_probe\n");
     for (const auto& r : rows) {
       auto ratio = r.ratio();
       std::string peer_state = peer.available ? (r.peer_error.empty() ? "ok" : "failed") : "unavailable";
-      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{},{:.1f},{:.1f}\n", r.model,
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{},{:.1f},{:.1f},"
+                 "{:.1f},{:.1f}\n", r.model,
                  r.mode, r.threads, r.batch, r.tessera_params, r.torch.valid() ? std::to_string(r.torch_params) : "",
                  r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms,
                  r.torch.valid() ? fmt::format("{:.3f}", r.torch.min_ms) : "",
@@ -369,7 +381,7 @@ int main(int argc, char** argv) {
                  ratio ? fmt::format("{:.3f}", *ratio) : "", r.met() ? (*r.met() ? "1" : "0") : "",
                  r.tessera.cores, r.tessera.busy, r.torch.valid() ? fmt::format("{:.2f}", r.torch.busy) : "",
                  r.torch_optimizer, steps, warmup, rounds, peer_state, 100 * r.tessera_peak_share(),
-                 100 * r.peer_gemm_share());
+                 100 * r.peer_gemm_share(), r.peak_gflops, 100 * r.tessera_share_of(highest[r.threads]));
     }
     for (const auto& r : rows)
       for (const auto& w : param_warnings(r, peer.available)) fmt::print("# warning: {}\n", w);
@@ -400,6 +412,8 @@ int main(int argc, char** argv) {
       j["tessera"]["cores"] = r.tessera.cores;
       j["tessera"]["pct_peak"] = 100 * r.tessera_peak_share();
       j["peak_gflops"] = r.peak_gflops;
+      j["peak_probes"] = {r.probe_before, r.probe_after};
+      j["tessera"]["pct_highest_probe"] = 100 * r.tessera_share_of(highest[r.threads]);
       j["peer_sgemm_gflops"] = r.peer_sgemm_gflops;
       if (r.torch.valid()) {
         j["params"]["torch"] = r.torch_params;
@@ -448,16 +462,23 @@ int main(int argc, char** argv) {
     for (const auto& w : param_warnings(r, peer.available)) fmt::print("  ! warning: {}\n", w);
     if (!r.peer_error.empty()) fmt::print("  ! peer: {}\n", r.peer_error);
   }
-  std::string probes;
+  std::string probes, strictest, highest_probes;
+  for (const auto& r : rows) {
+    const std::string row = fmt::format("{} {} {}t", r.model, r.mode, r.threads);
+    probes += fmt::format("{}{} {:.0f}/{:.0f}", probes.empty() ? "" : ", ", row, r.probe_before, r.probe_after);
+    strictest += fmt::format("{}{} {:.0f}%", strictest.empty() ? "" : ", ", row,
+                             100 * r.tessera_share_of(highest[r.threads]));
+  }
   for (int t : thread_counts)
-    probes += fmt::format("{}{} thread(s) {:.1f} / {:.1f}", probes.empty() ? "" : ", ", t, peak[t], peak_after[t]);
+    highest_probes += fmt::format("{}{}t {:.1f}", highest_probes.empty() ? "" : ", ", t, highest[t]);
   fmt::print("\n  % peak: the step's matmul FLOPs per second (shared/REFERENCE_MODELS.md) over the measured FMA\n"
-             "  peak at the row's threads: the higher of the probes before and after the rows (GFLOP/s:\n"
-             "  {}).\n"
+             "  peak at the row's threads: the higher of the probes just before and just after its rounds\n"
+             "  (GFLOP/s: {}).\n"
+             "  Against the run's highest probe ({}): {}.\n"
              "  ratio: Tessera median / PyTorch median (target <= 1.0, met only against a peer whose sgemm\n"
              "  reaches 60% of the peak; peer✗: it did not, a failed measurement).\n"
              "  busy: other processes' CPU use during the kept rounds, in cores.\n",
-             probes);
+             probes, highest_probes, strictest);
   std::string optimizers;
   for (const auto& r : rows)
     if (!r.torch_optimizer.empty())
