@@ -1,12 +1,9 @@
 // f32 to bf16 as to_bf16 (engine/core/dtype.hpp) rounds it: to nearest, ties
-// to even, a NaN kept a (quiet) NaN. One element, written without to_bf16's
-// early return so that loops over it vectorise; a whole array in the widest
-// vectors this CPU has; and the same over GCC vector lanes, for kernels that
-// round what they computed while it is in cache (inlined into their target
-// functions).
+// to even, a NaN kept a (quiet) NaN. A whole array in the widest vectors this
+// CPU has; and the same over GCC vector lanes, for kernels that round what
+// they computed while it is in cache (inlined into their target functions).
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -14,16 +11,10 @@
 
 namespace tessera {
 
-inline bf16 bf16_rounded(float value) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(value);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-  return bf16{static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
-}
-
-// to[i] = bf16_rounded(from[i]) for i < n, on the calling thread, in
-// AVX-512 or AVX2 vectors where the CPU has them. Through bf16_rounded's
-// loop, compiled without a target (SSE), 1M elements took 0.29 ms on one
-// thread of a Zen 5 (2026-11-29); in AVX-512, 0.061.
+// to[i] = to_bf16(from[i]) for i < n, on the calling thread, in AVX-512 or
+// AVX2 vectors where the CPU has them. Through to_bf16's loop, compiled
+// without a target (SSE), 1M elements took 0.29 ms on one thread of a Zen 5
+// (2026-11-29); in AVX-512, 0.061.
 void round_to_bf16(const float* from, bf16* to, std::int64_t n);
 
 template <int kBytes>
@@ -32,8 +23,8 @@ struct IntegerLanes {  // in a struct: GCC makes no vector type of a dependent s
   typedef std::uint16_t half __attribute__((vector_size(kBytes / 2)));
 };
 
-// round_to_bf16 in vectors of kBytes: the lanes' bits as 32-bit integers,
-// narrowed to 16 (vpmovdw on AVX-512).
+// round_to_bf16 in vectors of kBytes: to_bf16's arithmetic on the lanes' bits
+// as 32-bit integers, narrowed to 16 (vpmovdw on AVX-512).
 template <int kBytes>
 [[gnu::always_inline]] inline void round_to_bf16_in_lanes(const float* from, bf16* to, std::int64_t n) {
   using Bits = typename IntegerLanes<kBytes>::bits;
@@ -48,7 +39,7 @@ template <int kBytes>
     const Half bits = __builtin_convertvector(chosen, Half);
     std::memcpy(static_cast<void*>(to + i), &bits, sizeof bits);
   }
-  for (; i < n; ++i) to[i] = bf16_rounded(from[i]);
+  for (; i < n; ++i) to[i] = to_bf16(from[i]);
 }
 
 }  // namespace tessera

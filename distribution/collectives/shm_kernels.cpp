@@ -1,5 +1,7 @@
 #include "distribution/collectives/shm_kernels.hpp"
 
+#include "engine/core/dtype.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -240,15 +242,9 @@ TESSERA_SIMD_CLONES void max_bf16(float* __restrict acc, const std::uint16_t* __
     acc[i] = v > acc[i] ? v : acc[i];
   }
 }
-// to_bf16, as a loop that vectorises.
+// to_bf16, which has no branch: the loop vectorises.
 TESSERA_SIMD_CLONES void store_bf16(std::uint16_t* __restrict y, const float* __restrict acc, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &acc[i], sizeof u);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const std::uint32_t nan = (u >> 16) | 0x40u;
-    y[i] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] = to_bf16(acc[i]).bits;
 }
 TESSERA_SIMD_CLONES void add_i32(std::int32_t* __restrict acc, const std::int32_t* __restrict x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) acc[i] += x[i];
