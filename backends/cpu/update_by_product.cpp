@@ -70,6 +70,7 @@ struct AdamVector {
 };
 
 // Keras' SGD on one vector of 16 (sgd_loop's arithmetic, in the same order).
+// Without momentum the velocity is never read (the tiles still prefetch it).
 struct SgdVector {
   static constexpr int kArrays = 2;  // param, velocity
   SgdArgs a;
@@ -191,7 +192,10 @@ void pack_panels(const float* b, std::int64_t k, std::int64_t n, float* panels) 
 // Every tile of param, the threads of the team taking whole rows of tiles in
 // order, each tile prefetching the one its thread does next.
 template <class Update>
-void update_by_product(const float* b, const Operands<Update>& o, int threads) {
+void update_by_product(const Tensor& a, const Tensor& b, std::array<float*, Update::kArrays> arrays,
+                       const Update& update, float* panels, int threads) {
+  const Operands<Update> o{.a = a.data<float>(), .panels = panels, .k = a.shape()[0], .m = a.shape()[1],
+                           .n = b.shape()[1], .arrays = arrays, .update = update};
   const std::int64_t row_tiles = (o.m + kTileRows - 1) / kTileRows;
   auto tile_at = [&](std::int64_t index) {  // index over row tiles, then column panels
     const std::int64_t per_row = (o.n + kPanelColumns - 1) / kPanelColumns;
@@ -205,7 +209,7 @@ void update_by_product(const float* b, const Operands<Update>& o, int threads) {
   const std::int64_t tiles = row_tiles * ((o.n + kPanelColumns - 1) / kPanelColumns);
 #pragma omp parallel num_threads(threads)
   {
-    pack_panels(b, o.k, o.n, o.panels);  // ends in the team's barrier
+    pack_panels(b.data<float>(), o.k, o.n, o.panels);  // ends in the team's barrier
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
     const std::int64_t per_row = tiles / row_tiles;
     const std::int64_t begin = row_tiles * t / team * per_row, end = row_tiles * (t + 1) / team * per_row;
@@ -217,6 +221,9 @@ void update_by_product(const float* b, const Operands<Update>& o, int threads) {
   }
 }
 
+constexpr const char* kPanelsKey = "update by product: b's panels";  // the backend's scratch buffer
+std::size_t panel_bytes(const Tensor& b) { return static_cast<std::size_t>(b.numel()) * sizeof(float); }
+
 }  // namespace
 
 bool CpuBackend::supports_update_by_product(DType dtype, const Shape& a, const Shape& b) const {
@@ -226,25 +233,17 @@ bool CpuBackend::supports_update_by_product(DType dtype, const Shape& a, const S
 
 void CpuBackend::run_adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
                                             const Tensor& v, const AdamArgs& args) {
-  const std::int64_t k = a.shape()[0];
-  Buffer& panels = scratch_buffer("update by product: b's panels", static_cast<std::size_t>(b.numel()) * sizeof(float));
-  const Operands<AdamVector> o{.a = a.data<float>(), .panels = static_cast<float*>(panels.data()), .k = k,
-                               .m = a.shape()[1], .n = b.shape()[1],
-                               .arrays = {param.data<float>(), m.data<float>(), v.data<float>()},
-                               .update = {adam_step(args)}};
+  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(b)).data());
   KernelScope scope(threads());
-  update_by_product(b.data<float>(), o, threads());
+  update_by_product(a, b, {param.data<float>(), m.data<float>(), v.data<float>()}, AdamVector{adam_step(args)}, panels,
+                    threads());
 }
 
 void CpuBackend::run_sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b,
                                            const Tensor& velocity, const SgdArgs& args) {
-  const std::int64_t k = a.shape()[0];
-  Buffer& panels = scratch_buffer("update by product: b's panels", static_cast<std::size_t>(b.numel()) * sizeof(float));
-  const Operands<SgdVector> o{.a = a.data<float>(), .panels = static_cast<float*>(panels.data()), .k = k,
-                              .m = a.shape()[1], .n = b.shape()[1],
-                              .arrays = {param.data<float>(), velocity.data<float>()}, .update = {args}};
+  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(b)).data());
   KernelScope scope(threads());
-  update_by_product(b.data<float>(), o, threads());
+  update_by_product(a, b, {param.data<float>(), velocity.data<float>()}, SgdVector{args}, panels, threads());
 }
 
 }  // namespace tessera
