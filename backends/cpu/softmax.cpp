@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/vector_math.hpp"
 
 namespace tessera {
 namespace {
@@ -32,16 +33,12 @@ std::string view_key(const Shape& view, DType dtype, bool log) {
   return std::string(log ? "log " : "") + std::string(dtype_name(dtype)) + view.str();
 }
 
-// dx of one row of n from y and dy: softmax y * (dy - sum(dy * y)), log-softmax
-// dy - exp(y) * sum(dy). oneDNN 2.6 runs this backward in its reference
-// implementation where it has no AVX-512 (ref:any: 6.8 ms a call on the zoo
-// GPT's attention weights on a Zen 1, 6x its jitted forward). The sum's order
-// is fixed, so every run repeats its bits. dx may be dy (an in-place
-// backward): each element is read before it is written.
+// The sum of one row's backward, from y and dy: softmax's sum(dy * y),
+// log-softmax's sum(dy). In 16 running partial sums, which vectorise without
+// reordering any one of them, then those in order and the tail: the order
+// is fixed, so every run repeats its bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void softmax_backward_row(const float* __restrict y, const float* dy, float* dx, std::int64_t n, bool log) {
-  // The sum in 16 running partial sums, which vectorise without reordering
-  // any one of them, then those in order and the tail.
+float backward_row_sum(const float* __restrict y, const float* __restrict dy, std::int64_t n, bool log) {
   constexpr std::int64_t kPartials = 16;
   float partial[kPartials] = {};
   const std::int64_t whole = n / kPartials * kPartials;
@@ -50,10 +47,58 @@ void softmax_backward_row(const float* __restrict y, const float* dy, float* dx,
   float sum = 0.0f;
   for (float p : partial) sum += p;
   for (std::int64_t i = whole; i < n; ++i) sum += log ? dy[i] : dy[i] * y[i];
-  if (log)
-    for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] - std::exp(y[i]) * sum;
-  else
-    for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - sum);
+  return sum;
+}
+
+// Softmax's dx = y * (dy - sum). dx may be dy: each element is read before
+// it is written.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void softmax_dx(const float* __restrict y, const float* dy, float* dx, std::int64_t n, float sum) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - sum);
+}
+
+// Log-softmax's dx = dy - e^y * sum, e^y in vector_math's vectors: the C
+// library's expf, one element at a time, made this pass 0.6 ms of the zoo
+// GPT's training step on one thread (its loss over [1024, 256] logits). y is
+// a log-probability, <= 0, where exp_fit holds; a NaN y gives a NaN dx, as
+// expf's would.
+struct LogSoftmaxDx {
+  float sum;
+  template <class V>
+  [[gnu::always_inline]] V operator()(V y, V dy) const {
+    const V e = vector_math::exp_fit(y);
+    return dy - (y == y ? e : y) * sum;
+  }
+};
+
+[[gnu::target("avx512f,fma")]] void log_softmax_dx_avx512(const float* y, const float* dy, float* dx,
+                                                          std::int64_t n, float sum) {
+  vector_math::for_vectors<vector_math::F16>(n, LogSoftmaxDx{sum}, dx, y, dy);
+}
+
+[[gnu::target("avx2,fma")]] void log_softmax_dx_avx2(const float* y, const float* dy, float* dx, std::int64_t n,
+                                                     float sum) {
+  vector_math::for_vectors<vector_math::F8>(n, LogSoftmaxDx{sum}, dx, y, dy);
+}
+
+void log_softmax_dx_scalar(const float* y, const float* dy, float* dx, std::int64_t n, float sum) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] - std::exp(y[i]) * sum;
+}
+
+// dx of one row of n from y and dy. oneDNN 2.6 runs this backward in its
+// reference implementation where it has no AVX-512 (ref:any: 6.8 ms a call on
+// the zoo GPT's attention weights on a Zen 1, 6x its jitted forward). dx may
+// be dy (an in-place backward).
+void softmax_backward_row(const float* y, const float* dy, float* dx, std::int64_t n, bool log) {
+  static const auto log_softmax_dx = [] {
+    const VectorIsa isa = widest_vector_isa();
+    return isa == VectorIsa::avx512 ? log_softmax_dx_avx512
+           : isa == VectorIsa::avx2 ? log_softmax_dx_avx2
+                                    : log_softmax_dx_scalar;
+  }();
+  const float sum = backward_row_sum(y, dy, n, log);
+  if (log) log_softmax_dx(y, dy, dx, n, sum);
+  else softmax_dx(y, dy, dx, n, sum);
 }
 
 // y = x over [..., m, n], but -inf where key j lies after query i's position

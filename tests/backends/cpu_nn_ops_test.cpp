@@ -524,6 +524,38 @@ TEST_CASE("softmax and log-softmax forward and backward over the last and a midd
   backend.set_threads(saved);
 }
 
+TEST_CASE("log-softmax backward: -inf log-probabilities weigh 0, a NaN one gives NaN, and dx may be dy") {
+  Backend& cpu = backend_for(Device::cpu(0));
+  // Rows of 37 (two whole vectors of 16 and a tail): row 0 has a masked
+  // element (-inf) and row 1 a NaN, each in a whole vector and in the tail.
+  const Shape shape{3, 37};
+  Tensor x = random_tensor(shape, 61, -4.0f, 4.0f);
+  Tensor y = Tensor::empty(shape, DType::f32);
+  cpu.softmax(x, y, -1, true);
+  float* py = y.data<float>();
+  py[5] = py[35] = -INFINITY;
+  py[37 + 3] = py[37 + 36] = NAN;
+  Tensor dy = random_tensor(shape, 62);
+  Tensor dx = Tensor::empty(shape, DType::f32);
+  cpu.softmax_backward(y, dy, dx, -1, true);
+  const auto expected = reference_softmax_backward(y, dy, 1, true);
+  const auto got = dx.to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    if (i / 37 == 1) {
+      CHECK(std::isnan(got[i]) == (i == 37 + 3 || i == 37 + 36));  // only where y is NaN: dy's sum is finite
+      if (std::isnan(got[i])) continue;
+    }
+    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-5).scale(1e-6));
+  }
+  cpu.softmax_backward(y, dy, dy, -1, true);  // in place
+  const auto in_place = dy.to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK((in_place[i] == got[i] || (std::isnan(in_place[i]) && std::isnan(got[i]))));
+  }
+}
+
 TEST_CASE("causal softmax equals softmax after adding a mask of -1e9 where keys lie past the query") {
   Backend& cpu = backend_for(Device::cpu(0));
   // Square [5, 5]; 3 queries that are the last 3 of 7 positions; rows enough
