@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/vector_math.hpp"
 #include "backends/registry.hpp"
 #include "tests/test_util.hpp"
 
@@ -44,6 +45,37 @@ TEST_CASE("matmul with either operand transposed") {
       cpu.matmul(a, b, nullptr, out, {.transpose_a = ta, .transpose_b = tb});
       check_close(out, reference_matmul(a, b, ta, tb), 1e-5, 1e-5);
     }
+}
+
+TEST_CASE("weight gradients a^T b: through oneDNN's sgemm up to 512 rows on AVX-512, its primitive past them") {
+  // backends/cpu/matmul.cpp (weight_gradient_by_sgemm): both paths against
+  // the reference, with alpha, a K of one and tails, on 1-3 threads (513
+  // rows split unevenly); where the CPU takes sgemm, no primitive is made.
+  CpuBackend& cpu = dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0)));
+  const int saved = cpu.threads();
+  const bool sgemm_here = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  struct Case {
+    std::int64_t k, m, n;
+  };
+  for (int threads : {1, 2, 3})
+    for (const Case& c : {Case{1, 37, 16}, Case{300, 512, 100}, Case{300, 513, 100}, Case{64, 7, 1}})
+      for (float alpha : {1.0f, 0.5f}) {
+        CAPTURE(threads);
+        CAPTURE(c.k);
+        CAPTURE(c.m);
+        CAPTURE(c.n);
+        CAPTURE(alpha);
+        cpu.set_threads(threads);
+        Tensor a = random_tensor({c.k, c.m}, 11), b = random_tensor({c.k, c.n}, 12);
+        Tensor out = Tensor::from_vector(std::vector<float>(static_cast<std::size_t>(c.m * c.n), NAN), {c.m, c.n});
+        const auto primitives = cpu.primitive_count();
+        cpu.matmul(a, b, nullptr, out, {.transpose_a = true, .alpha = alpha});
+        auto ref = reference_matmul(a, b, true, false);
+        for (float& r : ref) r *= alpha;
+        check_close(out, ref, 1e-5, 1e-5);
+        if (sgemm_here && c.m <= 512) CHECK(cpu.primitive_count() == primitives);
+      }
+  cpu.set_threads(saved);
 }
 
 TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
