@@ -41,6 +41,7 @@
 
 #include "backends/denormals.hpp"
 #include "bench/child_process.hpp"
+#include "bench/core_distance.hpp"
 #include "bench/fma_peak.hpp"
 #include "bench/machine_info.hpp"
 #include "bench/torch_peer.hpp"
@@ -69,6 +70,7 @@ struct FitRun {
 struct SideBySide {
   FitRun tessera, torch;
   std::vector<double> step_rate;  // Tessera's train_step samples/s, measured after each epoch
+  std::vector<double> round_trip_ns;  // the cores' distance after each epoch (core_distance.hpp; 0 on one thread)
   std::int64_t batch = 0;
 };
 
@@ -138,6 +140,7 @@ SideBySide fit_side_by_side(const std::filesystem::path& config, const std::stri
     r.tessera.epoch_seconds.push_back(log.seconds);
     r.tessera.final_loss = log.train.loss;
     r.step_rate.push_back(static_cast<double>(r.batch) / median_step_seconds(probe, inputs, targets, kProbeMinSteps, kProbeSeconds));
+    r.round_trip_ns.push_back(bench::cache_line_round_trip_ns(threads));
     if (child && r.torch.error.empty()) {
       child->write_line("epoch");
       nlohmann::json e = next_with(*child, "epoch");
@@ -226,8 +229,9 @@ int main(int argc, char** argv) {
       const FitRun& tessera = run.tessera;
       const FitRun& torch = run.torch;
 
-      fmt::print("  {:>5}  {:>17} {:>10} {:>9}  {:>17}{}\n", "epoch", "Tessera samples/s", "step rate", "of step",
-                 "PyTorch samples/s", ieee ? "  Tessera, denormals kept" : "");
+      const bool cores = threads >= 2;
+      fmt::print("  {:>5}  {:>17} {:>10} {:>9}  {:>17}{}{}\n", "epoch", "Tessera samples/s", "step rate", "of step",
+                 "PyTorch samples/s", cores ? "  cores" : "", ieee ? "  Tessera, denormals kept" : "");
       bool epochs_within = true;
       for (std::size_t e = 0; e < tessera.epoch_seconds.size(); ++e) {
         double share = tessera.rate(e) / run.step_rate[e];
@@ -235,8 +239,13 @@ int main(int argc, char** argv) {
         std::string peer_cell = e < torch.epoch_seconds.size() ? fmt::format("{:17.0f}", torch.rate(e))
                                                               : fmt::format("{:>17}", "-");
         std::string ieee_cell = ieee ? fmt::format("  {:22.0f}", ieee->tessera.rate(e)) : "";
-        fmt::print("  {:>5}  {:17.0f} {:10.0f} {:8.0f}%  {}{}\n", e + 1, tessera.rate(e), run.step_rate[e],
-                   100 * share, peer_cell, ieee_cell);
+        std::string cores_cell;
+        if (cores && e < run.round_trip_ns.size()) {
+          const char* where = run.round_trip_ns[e] > bench::kFarRoundTripNs ? "far" : "near";
+          cores_cell = ieee ? fmt::format("  {:<5}", where) : fmt::format("  {}", where);
+        }
+        fmt::print("  {:>5}  {:17.0f} {:10.0f} {:8.0f}%  {}{}{}\n", e + 1, tessera.rate(e), run.step_rate[e],
+                   100 * share, peer_cell, cores_cell, ieee_cell);
       }
       fmt::print("  every epoch within 10% of the step rate measured after it: {}\n", mark(epochs_within));
       // Whether the fit loses speed against steps at all, or the machine's
@@ -277,6 +286,9 @@ int main(int argc, char** argv) {
              "  shuffling; no validation). step rate: Tessera's train_step on one fixed batch, the median of\n"
              "  3 s of steps (at least 15) right after the epoch; of step: the epoch's rate over it. The sides\n"
              "  take turns epoch by epoch (Tessera, its step rate, PyTorch), so each row saw the same minute of\n"
-             "  the machine; whole fit: the fit's own seconds, without the other side's turns.\n");
+             "  the machine; whole fit: the fit's own seconds, without the other side's turns. cores: where the\n"
+             "  two threads sat after the epoch, from a cache line's round trip between them: near shares a cache\n"
+             "  (under {:.0f} ns), far does not and slows Tessera's steps (bench/core_distance.hpp).\n",
+             bench::kFarRoundTripNs);
   return status;
 }

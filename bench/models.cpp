@@ -48,6 +48,7 @@
 #include <omp.h>
 
 #include "bench/cpu_use.hpp"
+#include "bench/core_distance.hpp"
 #include "bench/fma_peak.hpp"
 #include "bench/machine_info.hpp"
 #include "bench/step_times.hpp"
@@ -184,6 +185,8 @@ struct Row {
   double step_gflop = 0;          // matmul FLOPs of one step
   double peak_gflops = 0;         // the measured FMA peak at this row's threads: the higher probe
   double probe_before = 0, probe_after = 0;  // probes just before and just after the row's rounds
+  // The cores' cache-line round trip in ns, with the probes (0 on one thread).
+  double round_trip_before = 0, round_trip_after = 0;
   double peer_sgemm_gflops = 0;   // PyTorch's torch.mm 1024^3 at this row's threads
   std::optional<double> ratio() const {
     if (!tessera.valid() || !torch.valid() || torch.median_ms <= 0) return std::nullopt;
@@ -203,6 +206,14 @@ struct Row {
     auto r = ratio();
     if (!r) return std::nullopt;
     return *r <= 1.0 && !peer_broken();
+  }
+  // Where the row's two threads sat (core_distance.hpp): "near" (sharing a
+  // cache), "far", "moved" between the probes, or "-" on one thread.
+  std::string cores() const {
+    if (threads < 2 || round_trip_before <= 0 || round_trip_after <= 0) return "-";
+    const bool far_before = round_trip_before > bench::kFarRoundTripNs;
+    const bool far_after = round_trip_after > bench::kFarRoundTripNs;
+    return far_before != far_after ? "moved" : far_before ? "far" : "near";
   }
 };
 
@@ -325,6 +336,7 @@ int main(int argc, char** argv) {
           if (mode == "infer") tessera.trainer->fix_weights();
           row.tessera_params = tessera.params;
           row.probe_before = probe(threads, 3);
+          row.round_trip_before = bench::cache_line_round_trip_ns(threads);
           for (int r = 0; r < rounds; ++r) {
             if (progress)
               fmt::print(stderr, "\r  {} {} {} thread(s): round {}/{} Tessera   ", name, mode, threads, r + 1,
@@ -344,6 +356,7 @@ int main(int argc, char** argv) {
             keep_best(row.torch, p.stats);
           }
           row.probe_after = probe(threads, 3);
+          row.round_trip_after = bench::cache_line_round_trip_ns(threads);
           row.peak_gflops = std::max(row.probe_before, row.probe_after);
           if (profile) row.ops = tessera.profile(mode == "train", steps);
           if (progress) fmt::print(stderr, "\r{:60}\r", "");
@@ -367,12 +380,12 @@ int main(int argc, char** argv) {
     fmt::print("model,mode,threads,batch,params_tessera,params_torch,tessera_min_ms,tessera_median_ms,"
                "tessera_max_ms,torch_min_ms,torch_median_ms,torch_max_ms,ratio,target_met,tessera_cores,"
                "tessera_busy,torch_busy,torch_optimizer,steps,warmup,rounds,peer,tessera_pct_peak,peer_sgemm_pct_peak,"
-               "peak_gflops,tessera_pct_highest_probe\n");
+               "peak_gflops,tessera_pct_highest_probe,round_trip_ns_before,round_trip_ns_after,cores\n");
     for (const auto& r : rows) {
       auto ratio = r.ratio();
       std::string peer_state = peer.available ? (r.peer_error.empty() ? "ok" : "failed") : "unavailable";
       fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{:.2f},{:.2f},{},{},{},{},{},{},{:.1f},{:.1f},"
-                 "{:.1f},{:.1f}\n", r.model,
+                 "{:.1f},{:.1f},{:.0f},{:.0f},{}\n", r.model,
                  r.mode, r.threads, r.batch, r.tessera_params, r.torch.valid() ? std::to_string(r.torch_params) : "",
                  r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms,
                  r.torch.valid() ? fmt::format("{:.3f}", r.torch.min_ms) : "",
@@ -381,7 +394,8 @@ int main(int argc, char** argv) {
                  ratio ? fmt::format("{:.3f}", *ratio) : "", r.met() ? (*r.met() ? "1" : "0") : "",
                  r.tessera.cores, r.tessera.busy, r.torch.valid() ? fmt::format("{:.2f}", r.torch.busy) : "",
                  r.torch_optimizer, steps, warmup, rounds, peer_state, 100 * r.tessera_peak_share(),
-                 100 * r.peer_gemm_share(), r.peak_gflops, 100 * r.tessera_share_of(highest[r.threads]));
+                 100 * r.peer_gemm_share(), r.peak_gflops, 100 * r.tessera_share_of(highest[r.threads]),
+                 r.round_trip_before, r.round_trip_after, r.cores());
     }
     for (const auto& r : rows)
       for (const auto& w : param_warnings(r, peer.available)) fmt::print("# warning: {}\n", w);
@@ -413,6 +427,10 @@ int main(int argc, char** argv) {
       j["tessera"]["pct_peak"] = 100 * r.tessera_peak_share();
       j["peak_gflops"] = r.peak_gflops;
       j["peak_probes"] = {r.probe_before, r.probe_after};
+      if (r.threads >= 2) {
+        j["round_trip_ns"] = {r.round_trip_before, r.round_trip_after};
+        j["cores"] = r.cores();
+      }
       j["tessera"]["pct_highest_probe"] = 100 * r.tessera_share_of(highest[r.threads]);
       j["peer_sgemm_gflops"] = r.peer_sgemm_gflops;
       if (r.torch.valid()) {
@@ -439,8 +457,8 @@ int main(int argc, char** argv) {
   }
 
   fmt::print("\n  {:<5} {:<5} {:>7}  {:^36}  {:>9}\n", "", "", "", "-------------- Tessera --------------", "PyTorch");
-  fmt::print("  {:<5} {:<5} {:>7}  {:>9} {:>9} {:>9} {:>6}  {:>9}  {:>6} {:>6}  {:>5}\n", "model", "mode", "threads",
-             "min ms", "median ms", "max ms", "% peak", "median ms", "ratio", "target", "busy");
+  fmt::print("  {:<5} {:<5} {:>7}  {:>9} {:>9} {:>9} {:>6}  {:>9}  {:>6} {:>6}  {:>5}  {}\n", "model", "mode",
+             "threads", "min ms", "median ms", "max ms", "% peak", "median ms", "ratio", "target", "busy", "cores");
   bool any_contended = false;
   int met = 0, compared = 0;
   for (const auto& r : rows) {
@@ -456,16 +474,19 @@ int main(int argc, char** argv) {
       ++compared;
       met += *r.met();
     }
-    fmt::print("  {:<5} {:<5} {:>7}  {:9.2f} {:9.2f} {:9.2f} {:5.0f}%  {}  {} {:>6}  {:5.2f}{}\n", r.model, r.mode,
-               r.threads, r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms, 100 * r.tessera_peak_share(),
-               peer_cell, ratio_cell, target_cell, busy, c ? "*" : "");
+    fmt::print("  {:<5} {:<5} {:>7}  {:9.2f} {:9.2f} {:9.2f} {:5.0f}%  {}  {} {:>6}  {:5.2f}{:1}  {}\n", r.model,
+               r.mode, r.threads, r.tessera.min_ms, r.tessera.median_ms, r.tessera.max_ms,
+               100 * r.tessera_peak_share(), peer_cell, ratio_cell, target_cell, busy, c ? "*" : "", r.cores());
     for (const auto& w : param_warnings(r, peer.available)) fmt::print("  ! warning: {}\n", w);
     if (!r.peer_error.empty()) fmt::print("  ! peer: {}\n", r.peer_error);
   }
-  std::string probes, strictest, highest_probes;
+  std::string probes, strictest, highest_probes, round_trips;
   for (const auto& r : rows) {
     const std::string row = fmt::format("{} {} {}t", r.model, r.mode, r.threads);
     probes += fmt::format("{}{} {:.0f}/{:.0f}", probes.empty() ? "" : ", ", row, r.probe_before, r.probe_after);
+    if (r.threads >= 2)
+      round_trips += fmt::format("{}{} {:.0f}/{:.0f}", round_trips.empty() ? "" : ", ", row, r.round_trip_before,
+                                 r.round_trip_after);
     strictest += fmt::format("{}{} {:.0f}%", strictest.empty() ? "" : ", ", row,
                              100 * r.tessera_share_of(highest[r.threads]));
   }
@@ -479,6 +500,12 @@ int main(int argc, char** argv) {
              "  reaches 60% of the peak; peer✗: it did not, a failed measurement).\n"
              "  busy: other processes' CPU use during the kept rounds, in cores.\n",
              probes, highest_probes, strictest);
+  if (!round_trips.empty())
+    fmt::print("  cores: where a row's two threads sat, from a cache line's round trip between them just before\n"
+               "  and just after its rounds (ns: {}): near (under {:.0f} ns) shares a\n"
+               "  cache, far does not, and slows every op that one thread writes and the other reads (on this\n"
+               "  VM's Zen 4, 2026-12-01: the GPT's 2-thread step 108-113 ms near, 128-134 ms far).\n",
+               round_trips, bench::kFarRoundTripNs);
   std::string optimizers;
   for (const auto& r : rows)
     if (!r.torch_optimizer.empty())

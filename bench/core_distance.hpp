@@ -1,0 +1,29 @@
+// How far apart the cores of a two-thread run sit: the round trip of one
+// cache line between two OpenMP threads, the threads the CPU kernels use.
+//
+// On the 2-vCPU VMs these benchmarks run on, the hypervisor places the two
+// vCPUs sometimes on cores that share an L3 (a round trip of about 50 ns on
+// a Zen 4) and sometimes on cores that do not (about 330 ns), and moves them
+// between minutes. The FMA peak and each core's own bandwidth do not change,
+// but every op whose output one thread writes and the other reads does: the
+// zoo GPT's two-thread step took 108-113 ms near and 128-134 ms far
+// (bench/README.md, 2026-12-01). The benchmarks print this probe beside
+// their two-thread rows so that a reader can tell the machine's placement
+// from the engine's speed.
+//
+//   double ns = cache_line_round_trip_ns(2);  // 0 where OpenMP gave one thread
+#pragma once
+
+namespace tessera::bench {
+
+// Median of three measurements of `trips` round trips each, in ns per round
+// trip, between threads 0 and 1 of an OpenMP team of `threads` (the others
+// wait). 0 when the team has fewer than two threads.
+double cache_line_round_trip_ns(int threads, int trips = 20000);
+
+// A round trip this long means the two threads share no cache: the lines
+// cross between chiplets (or sockets). Near cores measured 50-56 ns, far
+// ones 318-339 ns.
+inline constexpr double kFarRoundTripNs = 150;
+
+}  // namespace tessera::bench
