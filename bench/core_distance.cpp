@@ -15,10 +15,14 @@ namespace {
 // Thread 0 stops after `trips` or 0.2 s (two threads on one CPU hand over
 // only when the scheduler preempts) and sets 2, which ends thread 1's loop.
 double one_measurement(int threads, int trips) {
-  alignas(64) std::atomic<int> line{0};
+  // The line alone in its 64 bytes: a counter beside it would move too.
+  struct alignas(64) Line {
+    std::atomic<int> value{0};
+  } line;
+  static_assert(sizeof(Line) == 64);
   using Clock = std::chrono::steady_clock;
   double seconds = 0;
-  int done = 0, team = 1;
+  int trips_done = 0, team = 1;
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp single
@@ -26,20 +30,22 @@ double one_measurement(int threads, int trips) {
     // single's barrier: every thread knows the team's size here.
     if (team >= 2 && omp_get_thread_num() == 0) {
       const auto start = Clock::now(), limit = start + std::chrono::milliseconds(200);
+      int done = 0;
       while (done < trips && (done % 256 != 0 || Clock::now() < limit)) {
-        line.store(1, std::memory_order_release);
-        while (line.load(std::memory_order_acquire) != 0) {
+        line.value.store(1, std::memory_order_release);
+        while (line.value.load(std::memory_order_acquire) != 0) {
         }
         ++done;
       }
       seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      line.store(2, std::memory_order_release);
+      trips_done = done;
+      line.value.store(2, std::memory_order_release);
     } else if (team >= 2 && omp_get_thread_num() == 1) {
-      for (int seen; (seen = line.load(std::memory_order_acquire)) != 2;)
-        if (seen == 1) line.store(0, std::memory_order_release);
+      for (int seen; (seen = line.value.load(std::memory_order_acquire)) != 2;)
+        if (seen == 1) line.value.store(0, std::memory_order_release);
     }
   }
-  return team >= 2 && done > 0 ? seconds * 1e9 / done : 0;
+  return team >= 2 && trips_done > 0 ? seconds * 1e9 / trips_done : 0;
 }
 
 }  // namespace
