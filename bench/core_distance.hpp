@@ -26,4 +26,10 @@ double cache_line_round_trip_ns(int threads, int trips = 20000);
 // read 61-90 ns near and 306-328 ns far.
 inline constexpr double kFarRoundTripNs = 150;
 
+// What a round trip says of the two threads: "near" (they share a cache),
+// "far", or "-" where none was measured (0: one thread).
+inline const char* core_placement(double round_trip_ns) {
+  return round_trip_ns <= 0 ? "-" : round_trip_ns > kFarRoundTripNs ? "far" : "near";
+}
+
 }  // namespace tessera::bench

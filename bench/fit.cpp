@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
         std::string ieee_cell = ieee ? fmt::format("  {:22.0f}", ieee->tessera.rate(e)) : "";
         std::string cores_cell;
         if (cores && e < run.round_trip_ns.size()) {
-          const char* where = run.round_trip_ns[e] > bench::kFarRoundTripNs ? "far" : "near";
+          const char* where = bench::core_placement(run.round_trip_ns[e]);
           cores_cell = ieee ? fmt::format("  {:<5}", where) : fmt::format("  {}", where);
         }
         fmt::print("  {:>5}  {:17.0f} {:10.0f} {:8.0f}%  {}{}{}\n", e + 1, tessera.rate(e), run.step_rate[e],

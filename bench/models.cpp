@@ -207,13 +207,12 @@ struct Row {
     if (!r) return std::nullopt;
     return *r <= 1.0 && !peer_broken();
   }
-  // Where the row's two threads sat (core_distance.hpp): "near" (sharing a
-  // cache), "far", "moved" between the probes, or "-" on one thread.
+  // Where the row's two threads sat (core_distance.hpp): near, far, "moved"
+  // when the probes before and after its rounds disagree, or "-".
   std::string cores() const {
-    if (threads < 2 || round_trip_before <= 0 || round_trip_after <= 0) return "-";
-    const bool far_before = round_trip_before > bench::kFarRoundTripNs;
-    const bool far_after = round_trip_after > bench::kFarRoundTripNs;
-    return far_before != far_after ? "moved" : far_before ? "far" : "near";
+    const std::string before = bench::core_placement(round_trip_before);
+    const std::string after = bench::core_placement(round_trip_after);
+    return before == "-" || after == "-" ? "-" : before == after ? before : "moved";
   }
 };
 
