@@ -129,9 +129,9 @@ void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t 
 // fused (a dense weight's gradient: the layer's input and its output's
 // gradient), runs through oneDNN's sgemm rather than its matmul primitive:
 // where oneDNN runs AVX-512 and M <= 512. On a Zen 5 its sgemm ran these
-// products 8-70% faster (most at few rows), and from M = 1024 the primitive
-// won; on a Zen 4 the two ran alike (bench/README.md, "Weight gradients
-// through sgemm").
+// products 7-72% faster (most at few rows), and from M = 1024 the primitive
+// won; on a Zen 4 the two ran alike in the GPT's step (bench/README.md,
+// "Weight gradients through sgemm").
 bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                               const MatmulArgs& args) {
   static const bool avx512 = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
