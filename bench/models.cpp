@@ -26,6 +26,7 @@
 //   bench_models --models gpt --modes train --threads 1
 //   bench_models --csv  |  bench_models --json     # machine-readable
 //   bench_models --profile                         # + Tessera's heaviest ops per row
+//   bench_models --profile --profile-ops 0         # + every op, with its calls per step
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -244,7 +245,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models{"mlp", "cnn", "gpt"};
   std::vector<std::string> modes{"train", "infer"};
   std::vector<int> thread_counts{1, 2};
-  int steps = 30, warmup = 10, rounds = 2;
+  int steps = 30, warmup = 10, rounds = 2, profile_ops = 8;
   bool csv = false, as_json = false, profile = false;
   std::string python = "/usr/bin/python3";
   std::string source_dir = tessera::test::source_dir();
@@ -265,6 +266,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "JSON instead of the table");
   app.add_flag("--profile", profile,
                "Then time Tessera's ops over --steps more steps per row and list the heaviest");
+  app.add_option("--profile-ops", profile_ops, "--profile: ops listed per row, a line each with its calls (0: all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--python", python, "The python3 that has torch (Debian's)")->capture_default_str();
   app.add_option("--source-dir", source_dir, "Tessera's source tree (models/, bench/torch_models.py)")
       ->capture_default_str();
@@ -524,15 +527,16 @@ int main(int argc, char** argv) {
     fmt::print("  {} of {} rows meet the target.\n", met, compared);
 
   if (profile) {
-    fmt::print("\nTessera's heaviest ops, ms per step (--profile; {} extra steps per row)\n", steps);
+    fmt::print("\nTessera's heaviest ops per step (--profile; {} extra steps per row): ms, share of the ops' total, calls\n",
+               steps);
     for (const auto& r : rows) {
       double total = 0;
       for (const auto& op : r.ops) total += op.ms_per_step;
-      std::string line;
-      for (std::size_t i = 0; i < r.ops.size() && i < 8; ++i)
-        line += fmt::format("{}{} {:.2f} ({:.0f}%)", i ? ", " : "", r.ops[i].op, r.ops[i].ms_per_step,
-                            total > 0 ? 100 * r.ops[i].ms_per_step / total : 0.0);
-      fmt::print("  {:<5} {:<5} {}t  total {:7.2f}: {}\n", r.model, r.mode, r.threads, total, line);
+      fmt::print("  {:<5} {:<5} {}t  total {:7.2f} ms\n", r.model, r.mode, r.threads, total);
+      const std::size_t listed = profile_ops == 0 ? r.ops.size() : std::min<std::size_t>(r.ops.size(), profile_ops);
+      for (std::size_t i = 0; i < listed; ++i)
+        fmt::print("    {:8.2f} ms {:4.0f}% {:6.1f} calls  {}\n", r.ops[i].ms_per_step,
+                   total > 0 ? 100 * r.ops[i].ms_per_step / total : 0.0, r.ops[i].calls_per_step, r.ops[i].op);
     }
   }
   return status;
