@@ -505,8 +505,8 @@ int main(int argc, char** argv) {
   if (!round_trips.empty())
     fmt::print("  cores: where a row's two threads sat, from a cache line's round trip between them just before\n"
                "  and just after its rounds (ns: {}): near (under {:.0f} ns) shares a\n"
-               "  cache, far does not, and slows every op that one thread writes and the other reads (on this\n"
-               "  VM's Zen 4, 2026-12-01: the GPT's 2-thread step 108-113 ms near, 128-134 ms far).\n",
+               "  cache, far does not and slows memory-bound passes 2.4-2.9x, even where the threads share no\n"
+               "  line (Zen 5, 2026-12-02; on a Zen 4 the GPT's 2-thread step 108-113 ms near, 128-134 far).\n",
                round_trips, bench::kFarRoundTripNs);
   std::string optimizers;
   for (const auto& r : rows)
