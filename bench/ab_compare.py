@@ -65,7 +65,9 @@ def main():
     parser.add_argument("options", nargs=argparse.REMAINDER, help="bench_models options, given to both")
     args = parser.parse_args()
     if args.pairs < 1:
-        parser.error("--pairs must be at least 1")
+        parser.error(f"--pairs must be at least 1, got {args.pairs}")
+    if args.ops < 0:
+        parser.error(f"--ops must be 0 (no ops) or more, got {args.ops}")
 
     runs = {"base": [], "candidate": []}
     for pair in range(args.pairs):

@@ -37,4 +37,9 @@ grep -Eq "^  unary gelu_erf +1\.000 +1\.000 +1\.000 .* 0 of 3$" <<<"$out" || fai
 printf '#!/usr/bin/env bash\necho "bad option" >&2\nexit 109\n' > "$work/broken" && chmod +x "$work/broken"
 expect_fail 1 "ab_compare: $work/broken exited with 109: bad option" -- \
   python3 "$src/bench/ab_compare.py" "$work/broken" "$work/candidate"
+# Counts that make no sense are refused, naming the option and the value.
+expect_fail 2 "ab_compare.py: error: --ops must be 0 (no ops) or more, got -1" -- \
+  python3 "$src/bench/ab_compare.py" --ops -1 "$work/base" "$work/candidate"
+expect_fail 2 "ab_compare.py: error: --pairs must be at least 1, got 0" -- \
+  python3 "$src/bench/ab_compare.py" --pairs 0 "$work/base" "$work/candidate"
 echo "ab_compare: ok"
