@@ -5,9 +5,10 @@
 // param [M, N] is updated in tiles of 6 rows by 64 columns (or what is left).
 // A tile's gradient, the sum over k of a[k, rows] b[k, columns], grows in 24
 // registers over the K rows of a and b: per k, 4 vectors of b and 6 broadcasts
-// of a feed 24 FMAs. b is first copied into panels of 64 columns, so that a
-// panel's K rows lie together (N floats apart in b, its rows would fall into
-// the same few L1 sets). Then the step reads the tile's param and state,
+// of a feed 24 FMAs. b is first copied into panels of 64 columns and a into
+// panels of 6 rows, so that a panel's K rows lie together (N or M floats
+// apart in place, they would fall into the same few L1 sets where N or M is a
+// multiple of 1024). Then the step reads the tile's param and state,
 // applies itself to the gradient in registers, and writes them back. While a
 // tile multiplies, it prefetches the next tile's param and state lines, one
 // per k, so that its update finds them in L1.
@@ -21,7 +22,10 @@
 // update's saved pass pays back. In the MLP's training step (bench_models
 // --profile) the two layers' weight gradients and Adam took 2.51-2.62 ms on
 // one thread, their two calls 2.26-2.39; on two threads 1.31 against
-// 1.20-1.33.
+// 1.20-1.33. Packing a as well (bench_update, Intel Xeon family 6 model 207,
+// 2026-12-02, that layer on one thread, state in the caches): this call over
+// the matmul and Adam 0.90-0.96, against 0.95-1.01 with a read in place; on
+// two threads 1.02-1.05 both ways (there the fusion loses a little).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -91,12 +95,12 @@ struct SgdVector {
   }
 };
 
-// One call's operands: a [K, M], b's panels, and the update's arrays
-// (param first), each [M, N].
+// One call's operands: a's and b's panels, and the update's arrays (param
+// first), each [M, N].
 template <class Update>
 struct Operands {
-  const float* a;
-  float* panels;  // b packed: panel j, K rows of its width, from panels + j * 64 * K
+  float* a_panels;  // a [K, M] packed: the panel of rows [r, r + 6), K rows of its height, from a_panels + r * K
+  float* panels;    // b packed: panel j, K rows of its width, from panels + j * 64 * K
   std::int64_t k, m, n;
   std::array<float*, Update::kArrays> arrays;
   Update update;
@@ -114,7 +118,7 @@ template <class Update, int kRows, int kVectors>
   for (int i = 0; i < kRows; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) sum[i][v] = _mm512_setzero_ps();
-  const float* a = o.a + tile.row;
+  const float* a = o.a_panels + tile.row * o.k;  // its panel, whose rows are kRows wide
   const float* b = o.panels + tile.column * o.k;  // its panel, whose rows are kVectors * 16 wide
   // The next tile's lines: array by array, row by row, vector by vector
   // (counted without divisions: the loop over k has few cycles to spare).
@@ -130,7 +134,7 @@ template <class Update, int kRows, int kVectors>
     row = 0;
     ++array;
   };
-  for (std::int64_t k = 0; k < o.k; ++k, a += o.m, b += kVectors * kLanes) {
+  for (std::int64_t k = 0; k < o.k; ++k, a += kRows, b += kVectors * kLanes) {
     if (array < Update::kArrays) prefetch();
     __m512 column[kVectors];
 #pragma GCC unroll 8
@@ -189,16 +193,30 @@ void pack_panels(const float* b, std::int64_t k, std::int64_t n, float* panels) 
   }
 }
 
+// a [K, M]'s rows [begin, end) into panels of 6 of them (a tile's height),
+// each K rows of its height: read in place, a tile's K lines of a lie M floats
+// apart, in the same few L1 sets where M is a multiple of 1024 (the MLP's),
+// and every tile of the row would fetch them again from L2.
+void pack_row_panels(const float* a, std::int64_t k, std::int64_t m, std::int64_t begin, std::int64_t end,
+                     float* panels) {
+  for (std::int64_t row = begin; row < end; row += kTileRows) {
+    const std::int64_t height = std::min<std::int64_t>(kTileRows, m - row);
+    float* panel = panels + row * k;
+    for (std::int64_t i = 0; i < k; ++i)
+      std::memcpy(panel + i * height, a + i * m + row, static_cast<std::size_t>(height) * sizeof(float));
+  }
+}
+
 // Every tile of param, the threads of the team taking whole rows of tiles in
 // order, each tile prefetching the one its thread does next.
 template <class Update>
 void update_by_product(const Tensor& a, const Tensor& b, std::array<float*, Update::kArrays> arrays,
-                       const Update& update, float* panels, int threads) {
-  const Operands<Update> o{.a = a.data<float>(), .panels = panels, .k = a.shape()[0], .m = a.shape()[1],
-                           .n = b.shape()[1], .arrays = arrays, .update = update};
+                       const Update& update, float* scratch, int threads) {
+  const Operands<Update> o{.a_panels = scratch + b.numel(), .panels = scratch, .k = a.shape()[0],
+                           .m = a.shape()[1], .n = b.shape()[1], .arrays = arrays, .update = update};
   const std::int64_t row_tiles = (o.m + kTileRows - 1) / kTileRows;
+  const std::int64_t per_row = (o.n + kPanelColumns - 1) / kPanelColumns;
   auto tile_at = [&](std::int64_t index) {  // index over row tiles, then column panels
-    const std::int64_t per_row = (o.n + kPanelColumns - 1) / kPanelColumns;
     Tile t;
     t.row = index / per_row * kTileRows;
     t.rows = std::min<std::int64_t>(kTileRows, o.m - t.row);
@@ -206,13 +224,15 @@ void update_by_product(const Tensor& a, const Tensor& b, std::array<float*, Upda
     t.vectors = std::min(kPanelColumns, o.n - t.column) / kLanes;
     return t;
   };
-  const std::int64_t tiles = row_tiles * ((o.n + kPanelColumns - 1) / kPanelColumns);
 #pragma omp parallel num_threads(threads)
   {
-    pack_panels(b.data<float>(), o.k, o.n, o.panels);  // ends in the team's barrier
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    const std::int64_t per_row = tiles / row_tiles;
-    const std::int64_t begin = row_tiles * t / team * per_row, end = row_tiles * (t + 1) / team * per_row;
+    const std::int64_t first_row_tile = row_tiles * t / team, end_row_tile = row_tiles * (t + 1) / team;
+    // Each thread reads only the rows of a it packed itself.
+    pack_row_panels(a.data<float>(), o.k, o.m, first_row_tile * kTileRows, std::min(end_row_tile * kTileRows, o.m),
+                    o.a_panels);
+    pack_panels(b.data<float>(), o.k, o.n, o.panels);  // ends in the team's barrier
+    const std::int64_t begin = first_row_tile * per_row, end = end_row_tile * per_row;
     for (std::int64_t index = begin; index < end; ++index) {
       const Tile tile = tile_at(index);
       const Tile next = index + 1 < end ? tile_at(index + 1) : Tile{};
@@ -221,8 +241,11 @@ void update_by_product(const Tensor& a, const Tensor& b, std::array<float*, Upda
   }
 }
 
-constexpr const char* kPanelsKey = "update by product: b's panels";  // the backend's scratch buffer
-std::size_t panel_bytes(const Tensor& b) { return static_cast<std::size_t>(b.numel()) * sizeof(float); }
+constexpr const char* kPanelsKey = "update by product: panels";  // the backend's scratch buffer
+// b's panels, then a's.
+std::size_t panel_bytes(const Tensor& a, const Tensor& b) {
+  return static_cast<std::size_t>(a.numel() + b.numel()) * sizeof(float);
+}
 
 }  // namespace
 
@@ -233,7 +256,7 @@ bool CpuBackend::supports_update_by_product(DType dtype, const Shape& a, const S
 
 void CpuBackend::run_adam_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b, const Tensor& m,
                                             const Tensor& v, const AdamArgs& args) {
-  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(b)).data());
+  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(a, b)).data());
   KernelScope scope(threads());
   update_by_product(a, b, {param.data<float>(), m.data<float>(), v.data<float>()}, AdamVector{adam_step(args)}, panels,
                     threads());
@@ -241,7 +264,7 @@ void CpuBackend::run_adam_update_by_product(const Tensor& param, const Tensor& a
 
 void CpuBackend::run_sgd_update_by_product(const Tensor& param, const Tensor& a, const Tensor& b,
                                            const Tensor& velocity, const SgdArgs& args) {
-  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(b)).data());
+  float* panels = static_cast<float*>(scratch_buffer(kPanelsKey, panel_bytes(a, b)).data());
   KernelScope scope(threads());
   update_by_product(a, b, {param.data<float>(), velocity.data<float>()}, SgdVector{args}, panels, threads());
 }
