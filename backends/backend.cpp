@@ -559,6 +559,8 @@ void Backend::adam_update_by_product(const Tensor& param, const Tensor& a, const
 
 bool Backend::supports_update_by_product(DType, const Shape&, const Shape&) const { return false; }
 
+bool Backend::computes_conv_bias_gradient(DType, const Shape&, const Shape&, const Shape&) const { return false; }
+
 void Backend::unsupported(std::string_view kernel) const {
   throw UnsupportedError("kernel '" + std::string(kernel) +
                          "' is not implemented by the " + name() + " backend on " +

@@ -75,6 +75,10 @@ class Backend {
                             const Conv2dArgs& args);
   void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                const Tensor* db, const Conv2dArgs& args);
+  // Whether conv2d_backward_weights sums db at little cost beside dw for
+  // these shapes (it reads dy anyway), so that the memory plan drops the
+  // separate sum of dy (fusion.hpp). Any backend takes db; this says it pays.
+  virtual bool computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const;
 
   // Max/average pooling over channels-last x; the backward pass takes the
   // forward input (max pooling finds its arg-max again rather than keeping a

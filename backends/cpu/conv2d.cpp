@@ -104,15 +104,22 @@ void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, con
               {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
 }
 
+// Where the weight gradient runs through a kernel of ours, which sums db from
+// dy while dy is in cache; oneDNN 2.6's diff_bias made the reference CNN's
+// step slower than a separate sum (fusion.hpp).
+bool CpuBackend::computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const {
+  return conv_weights_direct(dtype, dw) || conv_weights_through_gemm(dtype, x, dy, dw, threads());
+}
+
 void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                              const Tensor* db, const Conv2dArgs& args) {
-  if (conv_weights_direct(x, dy, dw)) {
+  if (conv_weights_direct(x.dtype(), dw.shape())) {
     const auto floats = conv_weights_direct_scratch(x.shape(), dy.shape(), dw.shape(), args, threads());
     Buffer& scratch = scratch_buffer("conv2d_backward_weights direct", floats * sizeof(float));
     KernelScope scope(threads());
     return conv2d_backward_weights_direct(x, dy, dw, db, args, static_cast<float*>(scratch.data()), threads());
   }
-  if (conv_weights_through_gemm(x, dy, dw, threads())) {
+  if (conv_weights_through_gemm(x.dtype(), x.shape(), dy.shape(), dw.shape(), threads())) {
     const auto floats = conv_weights_gemm_scratch(x.shape(), dy.shape(), dw.shape(), threads());
     Buffer& scratch = scratch_buffer("conv2d_backward_weights gemm", floats * sizeof(float));
     KernelScope scope(threads());

@@ -131,9 +131,8 @@ void lay_out_padded(const Tensor& x, const Geometry& g, const Conv2dArgs& a, flo
 
 }  // namespace
 
-bool conv_weights_direct(const Tensor& x, const Tensor& dy, const Tensor& dw) {
-  return x.dtype() == DType::f32 && dy.dtype() == DType::f32 && dw.dtype() == DType::f32 &&
-         dw.shape()[3] % kLanes == 0 && widest_vector_isa() == VectorIsa::avx512;
+bool conv_weights_direct(DType dtype, const Shape& dw) {
+  return dtype == DType::f32 && dw[3] % kLanes == 0 && widest_vector_isa() == VectorIsa::avx512;
 }
 
 std::size_t conv_weights_direct_scratch(const Shape& x, const Shape& dy, const Shape& dw, const Conv2dArgs& args,

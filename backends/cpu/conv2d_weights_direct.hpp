@@ -24,9 +24,10 @@
 
 namespace tessera {
 
-// Whether this path runs x[N, H, W, C], dy[N, OH, OW, F] and dw[KH, KW, C, F]:
-// f32, F a multiple of 16 (whole vectors), and a CPU with AVX-512.
-bool conv_weights_direct(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// Whether this path runs x[N, H, W, C], dy[N, OH, OW, F] and dw[KH, KW, C, F]
+// of `dtype` (all three): f32, F a multiple of 16 (whole vectors), and a CPU
+// with AVX-512.
+bool conv_weights_direct(DType dtype, const Shape& dw);
 
 // Floats of scratch that conv2d_backward_weights_direct needs.
 std::size_t conv_weights_direct_scratch(const Shape& x, const Shape& dy, const Shape& dw, const Conv2dArgs& args,

@@ -69,10 +69,9 @@ void im2col_band(const float* x, float* col, const Geometry& g, const Conv2dArgs
 
 }  // namespace
 
-bool conv_weights_through_gemm(const Tensor& x, const Tensor& dy, const Tensor& dw, int threads) {
-  if (x.dtype() != DType::f32 || dy.dtype() != DType::f32 || dw.dtype() != DType::f32 || !onednn_runs_avx2())
-    return false;
-  const Geometry g(x.shape(), dy.shape(), dw.shape());
+bool conv_weights_through_gemm(DType dtype, const Shape& x, const Shape& dy, const Shape& dw, int threads) {
+  if (dtype != DType::f32 || !onednn_runs_avx2()) return false;
+  const Geometry g(x, dy, dw);
   return g.window >= 64 && g.units() >= threads;
 }
 

@@ -25,7 +25,7 @@ namespace tessera {
 // least 64 inputs (KH*KW*C; below that the product is too thin for sgemm),
 // enough bands to give every thread one, and oneDNN running its AVX2 kernels
 // (on AVX-512 its direct kernels are the faster ones).
-bool conv_weights_through_gemm(const Tensor& x, const Tensor& dy, const Tensor& dw, int threads);
+bool conv_weights_through_gemm(DType dtype, const Shape& x, const Shape& dy, const Shape& dw, int threads);
 
 // Floats of scratch that conv2d_backward_weights_gemm needs.
 std::size_t conv_weights_gemm_scratch(const Shape& x, const Shape& dy, const Shape& dw, int threads);

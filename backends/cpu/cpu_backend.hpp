@@ -110,6 +110,7 @@ class CpuBackend final : public Backend {
   bool prefers_attention_op(DType operands, DType out, std::int64_t width) const override;
   bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
   bool supports_update_by_product(DType dtype, const Shape& a, const Shape& b) const override;
+  bool computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const override;
   void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const FusedAttentionArgs& args) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,

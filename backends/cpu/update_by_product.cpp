@@ -22,7 +22,7 @@
 // update's saved pass pays back. In the MLP's training step (bench_models
 // --profile) the two layers' weight gradients and Adam took 2.51-2.62 ms on
 // one thread, their two calls 2.26-2.39; on two threads 1.31 against
-// 1.20-1.33. Packing a as well (bench_update, Intel Xeon family 6 model 207,
+// 1.20-1.33. Packing a as well (bench_fusions, Intel Xeon family 6 model 207,
 // 2026-12-02, that layer on one thread, state in the caches): this call over
 // the matmul and Adam 0.90-0.96, against 0.95-1.01 with a read in place; on
 // two threads 1.02-1.05 both ways (there the fusion loses a little).

@@ -19,6 +19,9 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device devi
           },
           [&backend = backend_](DType dtype, const Shape& a, const Shape& b) {
             return backend.supports_update_by_product(dtype, a, b);
+          },
+          [&backend = backend_](DType dtype, const Shape& x, const Shape& dy, const Shape& dw) {
+            return backend.computes_conv_bias_gradient(dtype, x, dy, dw);
           })),
       tensors_(static_cast<std::size_t>(graph.value_count())) {}
 
@@ -183,6 +186,7 @@ std::string Executor::profile_key(NodeId n) const {
     key += " " + std::string(dtype_name(graph_.dtype(node.inputs[0])));
     for (std::size_t i = 0; i < node.inputs.size(); ++i) key += (i == 0 ? " " : ", ") + shape_of(node.inputs[i]);
     key += " -> " + shape_of(node.outputs[0]);  // which tells strides and windows apart
+    if (plan_.conv_bias_gradients.contains(n)) key += " and bias";
   }
   if (node.kind == OpKind::cast)
     key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);
@@ -237,6 +241,7 @@ void Executor::run_node(NodeId n) {
               .transposed_b = nullptr,
               .update_product = nullptr};
   if (auto u = plan_.update_products.find(n); u != plan_.update_products.end()) run.update_product = &u->second;
+  if (auto b = plan_.conv_bias_gradients.find(n); b != plan_.conv_bias_gradients.end()) run.bias_gradient = b->second;
   if (auto kept = against_transposed_b_.find(n); kept != against_transposed_b_.end())
     run.transposed_b = &transposed_b_.at(kept->second);
   op_rules(node.kind).run(run);

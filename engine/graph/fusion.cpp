@@ -347,4 +347,58 @@ std::unordered_map<NodeId, UpdateProduct> fuse_update_products(const Graph& grap
   return fused;
 }
 
+std::unordered_map<NodeId, ValueId> fuse_conv_bias_gradients(const Graph& graph, std::vector<NodeId>& schedule,
+                                                             const std::vector<ValueId>& outputs,
+                                                             const ConvBiasGradientSupport& supported) {
+  std::unordered_map<NodeId, ValueId> fused;
+  if (!supported) return fused;
+  const ScheduleReaders readers(graph, schedule, outputs);
+  // The sum over N, OH and OW of dy [N, OH, OW, F] among dy's readers.
+  auto bias_sum_of = [&](ValueId dy) -> NodeId {
+    for (NodeId r : readers.readers[dy]) {
+      const Node& node = graph.node(r);
+      if (node.kind != OpKind::reduce || node.attrs.reduce != ReduceOp::sum) continue;
+      std::vector<int> axes;
+      for (int a : node.attrs.axes) axes.push_back(graph.shape(dy).normalize_axis(a));
+      std::sort(axes.begin(), axes.end());
+      if (axes == std::vector<int>{0, 1, 2}) return r;
+    }
+    return -1;
+  };
+  std::vector<NodeId> replaced_by(static_cast<std::size_t>(graph.node_count()), -1);  // a sum: its weight gradient
+  std::vector<bool> moved(static_cast<std::size_t>(graph.node_count()), false);
+  for (NodeId n : schedule) {
+    const Node& node = graph.node(n);
+    if (node.kind != OpKind::conv2d_grad_weight) continue;
+    const ValueId x = node.inputs[0], dy = node.inputs[1];
+    const DType dtype = graph.dtype(dy);
+    if (dtype != DType::f32 || graph.dtype(x) != dtype ||
+        !supported(dtype, graph.shape(x), graph.shape(dy), graph.shape(node.outputs[0])))
+      continue;
+    const NodeId sum = bias_sum_of(dy);
+    if (sum < 0 || replaced_by[sum] >= 0) continue;
+    const int at = readers.position[sum], here = readers.position[n];
+    // Run at the sum's place when that is earlier: the sum's readers may run
+    // before the weight gradient's place (the bias's update does).
+    if (at < here) {
+      const NodeId producer = graph.value(x).producer;
+      if (producer >= 0 && readers.position[producer] >= at) continue;
+      if (readers.writes_between(at, here, {x, dy})) continue;
+      moved[n] = true;
+    }
+    replaced_by[sum] = n;
+    fused.emplace(n, graph.node(sum).outputs[0]);
+  }
+  std::vector<NodeId> order;
+  for (NodeId n : schedule) {
+    if (replaced_by[n] >= 0) {
+      if (moved[replaced_by[n]]) order.push_back(replaced_by[n]);
+      continue;
+    }
+    if (!moved[n]) order.push_back(n);
+  }
+  schedule = std::move(order);
+  return fused;
+}
+
 }  // namespace tessera

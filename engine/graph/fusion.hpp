@@ -22,10 +22,16 @@
 // and v split into heads, the gradient of its output joined from them): the
 // matmul writes the cast's value (Epilogue::out, of the reshapes' shape).
 //
-// A convolution's bias gradient is not fused into its weight gradient: with
-// diff_bias, oneDNN 2.6's backward-weights primitive made the reference CNN's
-// training step 6-10% slower (five alternating pairs, AMD EPYC Zen 5,
-// 2026-11-24) than the separate sum.
+// Bias-gradient fusion: a convolution's bias gradient, the sum of dy over all
+// but its channels, is written by the weight gradient's call that reads the
+// same dy, where the backend says that pays (Backend::
+// computes_conv_bias_gradient: the CPU's own weight-gradient kernels, which
+// sum dy while it is in cache; with diff_bias, oneDNN 2.6's backward-weights
+// primitive made the reference CNN's step 6-10% slower than the separate sum,
+// five alternating pairs, AMD EPYC Zen 5, 2026-11-24). The weight gradient
+// then runs where the sum ran, if that is earlier. The reference CNN's second
+// convolution, dy cold (bench_fusions, Intel Xeon, 2026-12-02): 0.94-0.95 of
+// the two calls' time.
 //
 // Update fusion: an SGD or Adam update whose gradient is a matmul a^T b (a
 // dense layer's weight gradient: its input and output gradient) runs as one
@@ -115,6 +121,20 @@ std::unordered_map<NodeId, UpdateProduct> fuse_update_products(const Graph& grap
                                                                const std::vector<ValueId>& outputs,
                                                                const std::unordered_map<NodeId, Epilogue>& epilogues,
                                                                const UpdateProductSupport& supported);
+
+// Whether a backend's weight gradient of a convolution of x, dy and dw sums
+// the bias gradient too at little cost (Backend::computes_conv_bias_gradient).
+using ConvBiasGradientSupport =
+    std::function<bool(DType dtype, const Shape& x, const Shape& dy, const Shape& dw)>;
+
+// Finds the f32 conv2d_grad_weight nodes in `schedule` that `supported`
+// takes and a sum of their dy over axes 0, 1 and 2 (kept as [1, 1, 1, F]);
+// returns the sum's value by weight-gradient node, removes the sums from
+// `schedule`, and moves each weight gradient to its sum's place where that
+// is earlier and nothing between writes its operands.
+std::unordered_map<NodeId, ValueId> fuse_conv_bias_gradients(const Graph& graph, std::vector<NodeId>& schedule,
+                                                             const std::vector<ValueId>& outputs,
+                                                             const ConvBiasGradientSupport& supported);
 
 // The root of a value's storage: views (reshape, block_view) share their input's.
 ValueId storage_root(const Graph& graph, ValueId v);

@@ -90,11 +90,13 @@ std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
     return out;
   }
   if (auto a = attentions.find(n); a != attentions.end()) return {a->second.out};
+  if (auto b = conv_bias_gradients.find(n); b != conv_bias_gradients.end()) return {graph.node(n).outputs[0], b->second};
   return graph.node(n).outputs;
 }
 
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
-                       const FusedAttentionSupport& attention, const UpdateProductSupport& update_products) {
+                       const FusedAttentionSupport& attention, const UpdateProductSupport& update_products,
+                       const ConvBiasGradientSupport& conv_bias_gradients) {
   auto values = static_cast<std::size_t>(graph.value_count());
   MemoryPlan plan;
   plan.offset.assign(values, MemoryPlan::kExternal);
@@ -121,6 +123,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
   plan.epilogues = fuse_epilogues(graph, plan.schedule, outputs);
   plan.attentions = fuse_attention(graph, plan.schedule, outputs, plan.epilogues, attention);
   plan.update_products = fuse_update_products(graph, plan.schedule, outputs, plan.epilogues, update_products);
+  plan.conv_bias_gradients = fuse_conv_bias_gradients(graph, plan.schedule, outputs, conv_bias_gradients);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());

@@ -28,6 +28,7 @@ struct MemoryPlan {
   std::unordered_map<NodeId, Epilogue> epilogues;  // per fused producer: its bias and activation
   std::unordered_map<NodeId, FusedAttention> attentions;  // per attention's second matmul: the fused call
   std::unordered_map<NodeId, UpdateProduct> update_products;  // per update: its gradient's operands
+  std::unordered_map<NodeId, ValueId> conv_bias_gradients;    // per conv2d_grad_weight: the bias gradient it writes too
 
   // What a scheduled node reads and writes, its epilogue's bias and output included.
   std::vector<ValueId> reads(const Graph& graph, NodeId n) const;
@@ -41,8 +42,11 @@ struct MemoryPlan {
 // allows, right after its gradient is final. Bias adds and activations after a
 // matmul or convolution are fused into it (fusion.hpp); so is attention where
 // `attention` says the backend runs it fused, and a weight gradient's matmul
-// into its update where `update_products` says the backend updates by it.
+// into its update where `update_products` says the backend updates by it, and
+// a convolution's bias gradient into its weight gradient where
+// `conv_bias_gradients` says the backend's call computes it.
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
-                       const FusedAttentionSupport& attention = {}, const UpdateProductSupport& update_products = {});
+                       const FusedAttentionSupport& attention = {}, const UpdateProductSupport& update_products = {},
+                       const ConvBiasGradientSupport& conv_bias_gradients = {});
 
 }  // namespace tessera

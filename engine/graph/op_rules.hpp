@@ -38,6 +38,8 @@ struct NodeRun {
   const Tensor* transposed_b;              // matmul: a kept transposed copy of b to multiply instead, or null
   const UpdateProduct* update_product;     // sgd or adam update: the gradient's operands a and b, the
                                            // product computed by the update (fusion.hpp), or null
+  ValueId bias_gradient = -1;              // conv2d_grad_weight: the bias gradient [1, 1, 1, F] it
+                                           // writes too (fusion.hpp), or -1
 
   const Tensor& in(int i) const { return values[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]; }
   const Tensor& value(ValueId v) const { return values[static_cast<std::size_t>(v)]; }

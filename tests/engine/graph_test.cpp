@@ -346,6 +346,68 @@ TEST_CASE("a weight gradient's matmul runs inside its update where the backend t
   CHECK(by_product == backend.supports_update_by_product(DType::f32, {16, 8}, {16, 32}));
 }
 
+TEST_CASE("a convolution's bias gradient is summed by its weight gradient's call where the backend says it pays") {
+  // loss = sum((conv(x, w) + b) * t): the gradient of the convolution's output is t.
+  Graph g;
+  const Shape x_shape{2, 7, 6, 3}, t_shape{2, 5, 4, 16}, w_shape{3, 3, 3, 16};
+  ValueId x = g.input("x", x_shape), t = g.input("t", t_shape);
+  ValueId w = g.variable("conv/kernel", w_shape), b = g.variable("conv/bias", {16});
+  ValueId velocity = g.variable("conv/bias/velocity", {16});
+  ValueId loss = g.reduce(ReduceOp::sum, g.mul(g.add(g.conv2d(x, w, {}), b), t), {0, 1, 2, 3}, false);
+  const auto grads = append_gradients(g, loss, {w, b});
+  const ValueId grad_w = grads.at(w);
+  g.sgd_update(b, grads.at(b), velocity, {.learning_rate = 0.5f});  // runs early: right after its gradient
+
+  NodeId weight_gradient = -1;
+  for (NodeId n = 0; n < g.node_count(); ++n)
+    if (g.node(n).kind == OpKind::conv2d_grad_weight) weight_gradient = n;
+  REQUIRE(weight_gradient >= 0);
+  const ValueId dy = g.node(weight_gradient).inputs[1];
+  const std::vector<ValueId> outputs{loss, grad_w};
+  const auto pays = [](DType, const Shape&, const Shape&, const Shape&) { return true; };
+  MemoryPlan plan = plan_memory(g, outputs, {}, {}, pays);
+  REQUIRE(plan.conv_bias_gradients.size() == 1);
+  REQUIRE(plan.conv_bias_gradients.contains(weight_gradient));
+  const ValueId bias_sum = plan.conv_bias_gradients.at(weight_gradient);
+  CHECK(g.shape(bias_sum) == Shape{1, 1, 1, 16});
+  // The sum of dy is gone; the weight gradient writes it, before anything reads it (the update).
+  const auto at = [&](NodeId n) { return std::find(plan.schedule.begin(), plan.schedule.end(), n) - plan.schedule.begin(); };
+  for (NodeId n : plan.schedule) CHECK_FALSE((g.node(n).kind == OpKind::reduce && g.node(n).inputs[0] == dy));
+  const std::vector<ValueId> writes = plan.writes(g, weight_gradient);
+  CHECK(std::find(writes.begin(), writes.end(), bias_sum) != writes.end());
+  for (NodeId n : plan.schedule)
+    for (ValueId in : plan.reads(g, n))
+      if (plan.storage_of[in] == bias_sum) CHECK(at(n) > at(weight_gradient));
+  // Not where the backend says no.
+  CHECK(plan_memory(g, outputs).conv_bias_gradients.empty());
+
+  // On the CPU: the weight gradient and the updated bias as the separate calls give them.
+  Backend& be = backend_for(Device::cpu(0));
+  Tensor xs = random_tensor(x_shape, 61), ts = random_tensor(t_shape, 62), ws = random_tensor(w_shape, 63),
+         bs = random_tensor({16}, 64), vs = zeros({16});
+  const std::vector<float> b_before = bs.to_vector<float>();
+  Executor exec(g, outputs);
+  std::map<std::string, StepRunner::OpTime> profile;
+  exec.enable_profiling(&profile);
+  for (auto [leaf, tensor] : {std::pair{x, xs}, {t, ts}, {w, ws}, {b, bs}, {velocity, vs}}) exec.bind(leaf, tensor);
+  exec.run();
+  Tensor dw = zeros(w_shape);
+  be.conv2d_backward_weights(xs, ts, dw, nullptr, {});
+  check_close(exec.output(grad_w), dw.to_vector<float>(), 1e-4, 1e-5);
+  const std::vector<float> tv = ts.to_vector<float>();
+  std::vector<float> b_want = b_before;
+  for (int f = 0; f < 16; ++f) {
+    double sum = 0;
+    for (std::size_t i = static_cast<std::size_t>(f); i < tv.size(); i += 16) sum += tv[i];
+    b_want[static_cast<std::size_t>(f)] -= 0.5f * static_cast<float>(sum);
+  }
+  check_close(bs, b_want, 1e-4, 1e-5);
+  const bool fused = std::any_of(profile.begin(), profile.end(), [](const auto& entry) {
+    return entry.first.starts_with("conv2d_grad_weight") && entry.first.ends_with(" and bias");
+  });
+  CHECK(fused == be.computes_conv_bias_gradient(DType::f32, x_shape, t_shape, w_shape));
+}
+
 TEST_CASE("a bias add and activation after a matmul or convolution run as its epilogue, with the same result") {
   Graph g;
   ValueId x = g.input("x", {2, 6, 6, 3});

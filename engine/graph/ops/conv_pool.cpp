@@ -49,6 +49,13 @@ void run_conv2d(NodeRun& r) {
   r.backend.conv2d_forward(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
 }
 
+// With the bias gradient fused (fusion.hpp), the call sums dy into it too.
+void run_conv2d_grad_weight(NodeRun& r) {
+  if (r.bias_gradient < 0) return r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv);
+  const Tensor db = r.value(r.bias_gradient).reshape({r.out(0).shape()[3]});
+  r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), &db, r.node.attrs.conv);
+}
+
 // A ReLU's gradient after it is an epilogue (fusion.hpp): the same pass zeroes
 // dx where the pooled x is not positive.
 void run_pool2d_grad(NodeRun& r) {
@@ -110,10 +117,8 @@ void ops::add_conv_pool_rules(OpRuleTable& t) {
                                            r.backend.conv2d_backward_data(r.in(0), r.in(1), r.out(0), r.node.attrs.conv);
                                          },
                                          conv2d_grad_input_sharding, conv2d_grad_input_flops};
-  entry(t, OpKind::conv2d_grad_weight) = {
-      nullptr,
-      [](NodeRun& r) { r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv); },
-      conv2d_grad_weight_sharding, conv2d_grad_weight_flops};
+  entry(t, OpKind::conv2d_grad_weight) = {nullptr, run_conv2d_grad_weight, conv2d_grad_weight_sharding,
+                                          conv2d_grad_weight_flops};
   entry(t, OpKind::pool2d) = {
       pool2d_grads, [](NodeRun& r) { r.backend.pool2d_forward(r.in(0), r.out(0), r.node.attrs.pool); }, pool2d_sharding};
   entry(t, OpKind::pool2d_grad) = {
