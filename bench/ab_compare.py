@@ -96,6 +96,12 @@ def main():
             op_stats = compare(base_ms, candidate_ms)
             if op_stats is not None:
                 print(line("  " + op[: width - 2], width, op_stats, args.pairs))
+        # Ops the base never ran (a fusion's new call): the candidate's median alone.
+        if args.ops > 0:
+            new_ops = {op for r in runs["candidate"] for op in r[key][1]} - {op for r in runs["base"] for op in r[key][1]}
+            for op in sorted(new_ops, key=lambda o: -statistics.median(r[key][1].get(o, 0.0) for r in runs["candidate"])):
+                candidate_ms = statistics.median(r[key][1].get(op, 0.0) for r in runs["candidate"])
+                print(f"{'  ' + op[: width - 2]:<{width}} {'-':>10} {candidate_ms:>10.3f}   only in the candidate")
 
 
 if __name__ == "__main__":
