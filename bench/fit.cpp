@@ -196,8 +196,14 @@ int main(int argc, char** argv) {
   bench::TorchPeer peer = bench::TorchPeer::find(python, source / "bench", {threads});
   const bench::Isa isa = bench::detect_isa();
   // Best of 5 (as bench_matmul): one disturbed probe read the peak at half its value here.
-  const double peak = bench::measure_peak(isa, threads, bench::calibrate_probe(isa, 0.3), 5).gflops;
+  const std::int64_t probe_iterations = bench::calibrate_probe(isa, 0.3);
+  double peak = bench::measure_peak(isa, threads, probe_iterations, 5).gflops;
   const double peer_sgemm = peer.sgemm_gflops.contains(threads) ? peer.sgemm_gflops.at(threads) : 0.0;
+  // A peer's sgemm above the peak means the probe ran while a thread had no
+  // core of its own (Intel Xeon, 2026-12-02: 173.9 on two threads, against
+  // 327-343 in the runs around it): probe again, up to twice.
+  for (int again = 0; again < 2 && peer_sgemm > peak; ++again)
+    peak = std::max(peak, bench::measure_peak(isa, threads, probe_iterations, 5).gflops);
   const bool peer_broken = peer_sgemm < bench::kPeerGemmFloor * peak;
   fmt::print("Tessera fit vs a PyTorch training loop: samples/s per epoch, {} thread(s)\n", threads);
   fmt::print("  CPU: {}; load average: {}\n", bench::cpu_model(),
