@@ -2,8 +2,9 @@
 // descriptors (no copy), the bias and activation as a fused bias and eltwise
 // post-op, alpha as the output scale. One shape family on AVX2 runs against a
 // transposed copy of b (transpose_b_first below), GELU (erf) on AVX2 runs
-// after the product rather than as its post-op, and weight gradients of few
-// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm).
+// after the product rather than as its post-op, weight gradients of few
+// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm) and
+// on AVX2 through a GEMM of our own (weight_gradient_in_house).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -15,6 +16,8 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
 #include "backends/cpu/gelu.hpp"
+#include "backends/cpu/sgemm_avx2.hpp"
+#include "backends/cpu/vector_math.hpp"
 
 namespace tessera {
 namespace {
@@ -141,6 +144,17 @@ bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bi
          a.shape()[0] > 0 && out.numel() > 0;
 }
 
+// Whether out = alpha a^T b, a [K, M] and b [K, N] in f32 with nothing fused
+// (a dense weight's gradient), runs through sgemm_avx2.hpp's GEMM rather
+// than oneDNN: where oneDNN runs AVX2, whose sgemm reads a^T in place.
+bool weight_gradient_in_house(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                              const MatmulArgs& args) {
+  static const bool avx2 = onednn_runs_avx2() && vector_isa_runs(VectorIsa::avx2);
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
+  return avx2 && args.transpose_a && !args.transpose_b && bias == nullptr && args.activation == Activation::none &&
+         a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) && f32(out) && out.numel() > 0;
+}
+
 }  // namespace
 
 bool CpuBackend::prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
@@ -206,6 +220,14 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
       throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
                   "^T x b " + b.describe());
     return;
+  }
+  if (weight_gradient_in_house(a, b, bias, out, args)) {
+    const std::int64_t k = a.shape()[0], m = a.shape()[1], n = b.shape()[1];
+    float* scratch = static_cast<float*>(
+        scratch_buffer("matmul: sgemm_avx2 panels", sgemm_avx2_scratch_floats(threads()) * sizeof(float)).data());
+    KernelScope scope(threads());
+    return sgemm_avx2(m, n, k, args.alpha, {a.data<float>(), m, true}, {b.data<float>(), n, false}, out.data<float>(),
+                      n, scratch, threads());
   }
   int rank = out.rank();
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +

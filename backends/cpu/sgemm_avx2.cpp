@@ -1,0 +1,175 @@
+// sgemm_avx2.hpp's GEMM: blocks of op(b) (kBlockK x kBlockN) and op(a)
+// (kBlockM x kBlockK) packed into panels, a 6 x 16 register tile per kernel
+// call. Sizes for a core with a 32 KiB L1 and a 512 KiB L2 (Zen 2/3): a
+// kernel call reads one b panel (16 KiB, kept in L1 while the a panels of its
+// block stream past it) and one a panel (6 KiB) from the a block (144 KiB,
+// kept in L2).
+#include "backends/cpu/sgemm_avx2.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace tessera {
+namespace {
+
+constexpr int kTileRows = 6;
+constexpr int kTileColumns = 16;  // two vectors of 8
+constexpr std::int64_t kBlockK = 256;
+constexpr std::int64_t kBlockM = 144;   // 24 panels of 6 rows
+constexpr std::int64_t kBlockN = 1024;  // 64 panels of 16 columns
+constexpr std::size_t kThreadFloats = kBlockK * (kBlockM + kBlockN);
+
+// op(x)'s element (row, column).
+inline float at(const GemmOperand& x, std::int64_t row, std::int64_t column) {
+  return x.transposed ? x.data[column * x.stride + row] : x.data[row * x.stride + column];
+}
+
+// Rows [row, row + rows) and k [k0, k0 + depth) of op(a) into panels of 6
+// rows: panel r holds, for each k, its 6 rows' values (zeros past the last
+// row), from panels + r * 6 * depth.
+void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int64_t k0, std::int64_t depth,
+            float* panels) {
+  for (std::int64_t r = 0; r < rows; r += kTileRows, panels += kTileRows * depth) {
+    const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
+    if (a.transposed) {  // a k's 6 values lie together
+      const float* from = a.data + k0 * a.stride + row + r;
+      for (std::int64_t p = 0; p < depth; ++p, from += a.stride)
+        for (int i = 0; i < kTileRows; ++i) panels[p * kTileRows + i] = i < height ? from[i] : 0.0f;
+    } else {  // a row's values lie together
+      for (int i = 0; i < kTileRows; ++i) {
+        if (i >= height) {
+          for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileRows + i] = 0.0f;
+          continue;
+        }
+        const float* from = a.data + (row + r + i) * a.stride + k0;
+        for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileRows + i] = from[p];
+      }
+    }
+  }
+}
+
+// k [k0, k0 + depth) and columns [column, column + columns) of op(b) into
+// panels of 16 columns: panel j holds, for each k, its 16 columns' values
+// (zeros past the last column), from panels + j * 16 * depth.
+void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column, std::int64_t columns,
+            float* panels) {
+  for (std::int64_t c = 0; c < columns; c += kTileColumns, panels += kTileColumns * depth) {
+    const std::int64_t width = std::min<std::int64_t>(kTileColumns, columns - c);
+    if (!b.transposed && width == kTileColumns) {
+      const float* from = b.data + k0 * b.stride + column + c;
+      for (std::int64_t p = 0; p < depth; ++p, from += b.stride)
+        std::memcpy(panels + p * kTileColumns, from, kTileColumns * sizeof(float));
+      continue;
+    }
+    for (std::int64_t p = 0; p < depth; ++p)
+      for (int j = 0; j < kTileColumns; ++j)
+        panels[p * kTileColumns + j] = j < width ? at(b, k0 + p, column + c + j) : 0.0f;
+  }
+}
+
+// out's 6 x 16 tile (rows out_stride apart) = alpha * a_panel b_panel, plus
+// what it held unless `first` (the first block of k).
+[[gnu::target("avx2,fma")]] void multiply_tile(std::int64_t depth, const float* a_panel, const float* b_panel,
+                                               float alpha, bool first, float* out, std::int64_t out_stride) {
+  __m256 sum[kTileRows][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kTileRows; ++i) sum[i][0] = sum[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (std::int64_t p = 0; p < depth; ++p, a_panel += kTileRows, b_panel += kTileColumns) {
+    const __m256 left = _mm256_loadu_ps(b_panel), right = _mm256_loadu_ps(b_panel + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kTileRows; ++i) {
+      const __m256 x = _mm256_broadcast_ss(a_panel + i);
+      sum[i][0] = _mm256_fmadd_ps(x, left, sum[i][0]);
+      sum[i][1] = _mm256_fmadd_ps(x, right, sum[i][1]);
+    }
+  }
+  const __m256 scale = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+  for (int i = 0; i < kTileRows; ++i, out += out_stride) {
+    const __m256 before_left = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);
+    const __m256 before_right = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(sum[i][0], scale, before_left));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(sum[i][1], scale, before_right));
+  }
+}
+
+// A tile of `rows` x `columns` (at most 6 x 16) at out: whole tiles in
+// place, edge tiles through a whole one on the side.
+void multiply_tile_at(std::int64_t depth, const float* a_panel, const float* b_panel, float alpha, bool first,
+                      float* out, std::int64_t out_stride, std::int64_t rows, std::int64_t columns) {
+  if (rows == kTileRows && columns == kTileColumns)
+    return multiply_tile(depth, a_panel, b_panel, alpha, first, out, out_stride);
+  alignas(32) float tile[kTileRows * kTileColumns] = {};
+  for (std::int64_t i = 0; i < rows && !first; ++i)
+    std::memcpy(tile + i * kTileColumns, out + i * out_stride, static_cast<std::size_t>(columns) * sizeof(float));
+  multiply_tile(depth, a_panel, b_panel, alpha, first, tile, kTileColumns);
+  for (std::int64_t i = 0; i < rows; ++i)
+    std::memcpy(out + i * out_stride, tile + i * kTileColumns, static_cast<std::size_t>(columns) * sizeof(float));
+}
+
+// out's rows [row0, row1) and columns [column0, column1), with this thread's
+// scratch.
+void multiply_part(std::int64_t k, float alpha, const GemmOperand& a, const GemmOperand& b, float* out,
+                   std::int64_t out_stride, std::int64_t row0, std::int64_t row1, std::int64_t column0,
+                   std::int64_t column1, float* scratch) {
+  float* a_block = scratch;
+  float* b_block = scratch + kBlockK * kBlockM;
+  for (std::int64_t column = column0; column < column1; column += kBlockN) {
+    const std::int64_t columns = std::min(kBlockN, column1 - column);
+    for (std::int64_t k0 = 0; k0 < k; k0 += kBlockK) {
+      const std::int64_t depth = std::min(kBlockK, k - k0);
+      pack_b(b, k0, depth, column, columns, b_block);
+      for (std::int64_t row = row0; row < row1; row += kBlockM) {
+        const std::int64_t rows = std::min(kBlockM, row1 - row);
+        pack_a(a, row, rows, k0, depth, a_block);
+        for (std::int64_t c = 0; c < columns; c += kTileColumns)
+          for (std::int64_t r = 0; r < rows; r += kTileRows)
+            multiply_tile_at(depth, a_block + r * depth, b_block + c * depth, alpha, k0 == 0,
+                             out + (row + r) * out_stride + column + c, out_stride,
+                             std::min<std::int64_t>(kTileRows, rows - r),
+                             std::min<std::int64_t>(kTileColumns, columns - c));
+      }
+    }
+  }
+}
+
+// [begin, end) of `size` for part `part` of `parts`, cut at multiples of `unit`.
+std::pair<std::int64_t, std::int64_t> share(std::int64_t size, std::int64_t unit, int part, int parts) {
+  const std::int64_t units = (size + unit - 1) / unit;
+  return {std::min(size, units * part / parts * unit), std::min(size, units * (part + 1) / parts * unit)};
+}
+
+}  // namespace
+
+std::size_t sgemm_avx2_scratch_floats(int threads) { return kThreadFloats * static_cast<std::size_t>(threads); }
+
+void sgemm_avx2(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, GemmOperand a, GemmOperand b, float* out,
+                std::int64_t out_stride, float* scratch, int threads) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (std::int64_t i = 0; i < m; ++i) std::fill_n(out + i * out_stride, n, 0.0f);
+    return;
+  }
+  // Threads take parts of the longer side (in tiles): each packs the a and
+  // b blocks it reads.
+  const bool by_columns = (n + kTileColumns - 1) / kTileColumns >= (m + kTileRows - 1) / kTileRows;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const auto [begin, end] = by_columns ? share(n, kTileColumns, t, team) : share(m, kTileRows, t, team);
+    float* own = scratch + kThreadFloats * static_cast<std::size_t>(t);
+    if (begin < end) {
+      if (by_columns)
+        multiply_part(k, alpha, a, b, out, out_stride, 0, m, begin, end, own);
+      else
+        multiply_part(k, alpha, a, b, out, out_stride, begin, end, 0, n, own);
+    }
+  }
+}
+
+}  // namespace tessera
