@@ -3,8 +3,9 @@
 // post-op, alpha as the output scale. One shape family on AVX2 runs against a
 // transposed copy of b (transpose_b_first below), GELU (erf) on AVX2 runs
 // after the product rather than as its post-op, weight gradients of few
-// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm) and
-// on AVX2 through a GEMM of our own (weight_gradient_in_house).
+// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm), and
+// on AVX2 weight gradients and few rows against N-major weights through a
+// GEMM of our own (in_house_product).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -144,15 +145,22 @@ bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bi
          a.shape()[0] > 0 && out.numel() > 0;
 }
 
-// Whether out = alpha a^T b, a [K, M] and b [K, N] in f32 with nothing fused
-// (a dense weight's gradient), runs through sgemm_avx2.hpp's GEMM rather
-// than oneDNN: where oneDNN runs AVX2, whose sgemm reads a^T in place.
-bool weight_gradient_in_house(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
-                              const MatmulArgs& args) {
+// Whether a 2-D f32 product runs through sgemm_avx2.hpp's GEMM rather than
+// oneDNN, where oneDNN runs AVX2: a dense weight's gradient out = alpha a^T
+// b (a [K, M], b [K, N], nothing fused), which oneDNN's sgemm reads in place
+// (2x faster for the GPT's [1024, 1024]^T x [1024, 256] on a Zen 3,
+// bench/README.md "A GEMM of our own on AVX2"); and the products that
+// transpose_b_first would run against a transposed copy of b, with a bias and
+// ReLU at most, which the GEMM's panels read with no copy.
+bool in_house_product(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out, const MatmulArgs& args) {
   static const bool avx2 = onednn_runs_avx2() && vector_isa_runs(VectorIsa::avx2);
   auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
-  return avx2 && args.transpose_a && !args.transpose_b && bias == nullptr && args.activation == Activation::none &&
-         a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) && f32(out) && out.numel() > 0;
+  if (!avx2 || a.rank() != 2 || b.rank() != 2 || !f32(a) || !f32(b) || !f32(out) || out.numel() == 0) return false;
+  if (args.transpose_a && !args.transpose_b)
+    return bias == nullptr && args.activation == Activation::none;
+  const bool epilogue = (bias == nullptr || (f32(*bias) && bias->numel() == b.shape()[1])) &&
+                        (args.activation == Activation::none || args.activation == Activation::relu);
+  return epilogue && transpose_b_first(a, b, args);
 }
 
 }  // namespace
@@ -200,6 +208,17 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     KernelScope scope(threads());
     return gelu_erf(out.data<float>(), out.data<float>(), out.numel());
   }
+  if (in_house_product(a, b, bias, out, args)) {
+    const std::int64_t k = a.shape()[args.transpose_a ? 0 : 1], m = a.shape()[args.transpose_a ? 1 : 0];
+    const std::int64_t n = b.shape()[1];
+    float* scratch = static_cast<float*>(
+        scratch_buffer("matmul: sgemm_avx2 panels", sgemm_avx2_scratch_floats(threads()) * sizeof(float)).data());
+    KernelScope scope(threads());
+    return sgemm_avx2(m, n, k, args.alpha, {a.data<float>(), a.shape()[1], args.transpose_a},
+                      {b.data<float>(), n, false}, out.data<float>(), n, scratch, threads(),
+                      {.bias = bias != nullptr ? bias->data<float>() : nullptr,
+                       .relu = args.activation == Activation::relu});
+  }
   if (transpose_b_first(a, b, args)) {
     const std::int64_t k = b.shape()[0], n = b.shape()[1];
     Tensor bt = scratch_tensor("matmul b transposed", {n, k}, DType::f32);
@@ -220,14 +239,6 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
       throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
                   "^T x b " + b.describe());
     return;
-  }
-  if (weight_gradient_in_house(a, b, bias, out, args)) {
-    const std::int64_t k = a.shape()[0], m = a.shape()[1], n = b.shape()[1];
-    float* scratch = static_cast<float*>(
-        scratch_buffer("matmul: sgemm_avx2 panels", sgemm_avx2_scratch_floats(threads()) * sizeof(float)).data());
-    KernelScope scope(threads());
-    return sgemm_avx2(m, n, k, args.alpha, {a.data<float>(), m, true}, {b.data<float>(), n, false}, out.data<float>(),
-                      n, scratch, threads());
   }
   int rank = out.rank();
   std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +

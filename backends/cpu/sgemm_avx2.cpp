@@ -23,11 +23,6 @@ constexpr std::int64_t kBlockM = 144;   // 24 panels of 6 rows
 constexpr std::int64_t kBlockN = 1024;  // 64 panels of 16 columns
 constexpr std::size_t kThreadFloats = kBlockK * (kBlockM + kBlockN);
 
-// op(x)'s element (row, column).
-inline float at(const GemmOperand& x, std::int64_t row, std::int64_t column) {
-  return x.transposed ? x.data[column * x.stride + row] : x.data[row * x.stride + column];
-}
-
 // Rows [row, row + rows) and k [k0, k0 + depth) of op(a) into panels of 6
 // rows: panel r holds, for each k, its 6 rows' values (zeros past the last
 // row), from panels + r * 6 * depth.
@@ -65,16 +60,36 @@ void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int6
         std::memcpy(panels + p * kTileColumns, from, kTileColumns * sizeof(float));
       continue;
     }
-    for (std::int64_t p = 0; p < depth; ++p)
-      for (int j = 0; j < kTileColumns; ++j)
-        panels[p * kTileColumns + j] = j < width ? at(b, k0 + p, column + c + j) : 0.0f;
+    if (!b.transposed) {  // the last columns
+      const float* from = b.data + k0 * b.stride + column + c;
+      for (std::int64_t p = 0; p < depth; ++p, from += b.stride)
+        for (int j = 0; j < kTileColumns; ++j) panels[p * kTileColumns + j] = j < width ? from[j] : 0.0f;
+      continue;
+    }
+    for (int j = 0; j < kTileColumns; ++j) {  // a column's values lie together
+      if (j >= width) {
+        for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileColumns + j] = 0.0f;
+        continue;
+      }
+      const float* from = b.data + (column + c + j) * b.stride + k0;
+      for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileColumns + j] = from[p];
+    }
   }
 }
 
-// out's 6 x 16 tile (rows out_stride apart) = alpha * a_panel b_panel, plus
-// what it held unless `first` (the first block of k).
+// How a tile's sum goes to out: out = alpha * sum, plus what out held
+// unless `first` (the first block of k); after the `last` block, plus the
+// bias (the tile's 16 columns, or none), then ReLU where asked.
+struct TileStore {
+  float alpha;
+  bool first, last;
+  const float* bias;
+  bool relu;
+};
+
+// out's 6 x 16 tile (rows out_stride apart) from a_panel b_panel.
 [[gnu::target("avx2,fma")]] void multiply_tile(std::int64_t depth, const float* a_panel, const float* b_panel,
-                                               float alpha, bool first, float* out, std::int64_t out_stride) {
+                                               const TileStore& store, float* out, std::int64_t out_stride) {
   __m256 sum[kTileRows][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kTileRows; ++i) sum[i][0] = sum[i][1] = _mm256_setzero_ps();
@@ -88,35 +103,52 @@ void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int6
       sum[i][1] = _mm256_fmadd_ps(x, right, sum[i][1]);
     }
   }
-  const __m256 scale = _mm256_set1_ps(alpha);
+  const __m256 scale = _mm256_set1_ps(store.alpha);
+  const bool biased = store.last && store.bias != nullptr, relu = store.last && store.relu;
+  const __m256 bias_left = biased ? _mm256_loadu_ps(store.bias) : _mm256_setzero_ps();
+  const __m256 bias_right = biased ? _mm256_loadu_ps(store.bias + 8) : _mm256_setzero_ps();
 #pragma GCC unroll 6
   for (int i = 0; i < kTileRows; ++i, out += out_stride) {
-    const __m256 before_left = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);
-    const __m256 before_right = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8);
-    _mm256_storeu_ps(out, _mm256_fmadd_ps(sum[i][0], scale, before_left));
-    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(sum[i][1], scale, before_right));
+    __m256 left = _mm256_mul_ps(sum[i][0], scale), right = _mm256_mul_ps(sum[i][1], scale);
+    if (!store.first) {
+      left = _mm256_add_ps(_mm256_loadu_ps(out), left);
+      right = _mm256_add_ps(_mm256_loadu_ps(out + 8), right);
+    }
+    if (biased) {
+      left = _mm256_add_ps(left, bias_left);
+      right = _mm256_add_ps(right, bias_right);
+    }
+    if (relu) {
+      left = _mm256_max_ps(left, _mm256_setzero_ps());
+      right = _mm256_max_ps(right, _mm256_setzero_ps());
+    }
+    _mm256_storeu_ps(out, left);
+    _mm256_storeu_ps(out + 8, right);
   }
 }
 
 // A tile of `rows` x `columns` (at most 6 x 16) at out: whole tiles in
 // place, edge tiles through a whole one on the side.
-void multiply_tile_at(std::int64_t depth, const float* a_panel, const float* b_panel, float alpha, bool first,
-                      float* out, std::int64_t out_stride, std::int64_t rows, std::int64_t columns) {
-  if (rows == kTileRows && columns == kTileColumns)
-    return multiply_tile(depth, a_panel, b_panel, alpha, first, out, out_stride);
+void multiply_tile_at(std::int64_t depth, const float* a_panel, const float* b_panel, TileStore store, float* out,
+                      std::int64_t out_stride, std::int64_t rows, std::int64_t columns) {
+  if (rows == kTileRows && columns == kTileColumns) return multiply_tile(depth, a_panel, b_panel, store, out, out_stride);
+  const auto bytes = static_cast<std::size_t>(columns) * sizeof(float);
   alignas(32) float tile[kTileRows * kTileColumns] = {};
-  for (std::int64_t i = 0; i < rows && !first; ++i)
-    std::memcpy(tile + i * kTileColumns, out + i * out_stride, static_cast<std::size_t>(columns) * sizeof(float));
-  multiply_tile(depth, a_panel, b_panel, alpha, first, tile, kTileColumns);
-  for (std::int64_t i = 0; i < rows; ++i)
-    std::memcpy(out + i * out_stride, tile + i * kTileColumns, static_cast<std::size_t>(columns) * sizeof(float));
+  alignas(32) float bias[kTileColumns] = {};
+  for (std::int64_t i = 0; i < rows && !store.first; ++i) std::memcpy(tile + i * kTileColumns, out + i * out_stride, bytes);
+  if (store.bias != nullptr) {
+    std::memcpy(bias, store.bias, bytes);
+    store.bias = bias;
+  }
+  multiply_tile(depth, a_panel, b_panel, store, tile, kTileColumns);
+  for (std::int64_t i = 0; i < rows; ++i) std::memcpy(out + i * out_stride, tile + i * kTileColumns, bytes);
 }
 
 // out's rows [row0, row1) and columns [column0, column1), with this thread's
 // scratch.
 void multiply_part(std::int64_t k, float alpha, const GemmOperand& a, const GemmOperand& b, float* out,
-                   std::int64_t out_stride, std::int64_t row0, std::int64_t row1, std::int64_t column0,
-                   std::int64_t column1, float* scratch) {
+                   std::int64_t out_stride, const GemmEpilogue& epilogue, std::int64_t row0, std::int64_t row1,
+                   std::int64_t column0, std::int64_t column1, float* scratch) {
   float* a_block = scratch;
   float* b_block = scratch + kBlockK * kBlockM;
   for (std::int64_t column = column0; column < column1; column += kBlockN) {
@@ -127,12 +159,16 @@ void multiply_part(std::int64_t k, float alpha, const GemmOperand& a, const Gemm
       for (std::int64_t row = row0; row < row1; row += kBlockM) {
         const std::int64_t rows = std::min(kBlockM, row1 - row);
         pack_a(a, row, rows, k0, depth, a_block);
-        for (std::int64_t c = 0; c < columns; c += kTileColumns)
+        for (std::int64_t c = 0; c < columns; c += kTileColumns) {
+          const TileStore store{.alpha = alpha, .first = k0 == 0, .last = k0 + depth == k,
+                                .bias = epilogue.bias != nullptr ? epilogue.bias + column + c : nullptr,
+                                .relu = epilogue.relu};
           for (std::int64_t r = 0; r < rows; r += kTileRows)
-            multiply_tile_at(depth, a_block + r * depth, b_block + c * depth, alpha, k0 == 0,
+            multiply_tile_at(depth, a_block + r * depth, b_block + c * depth, store,
                              out + (row + r) * out_stride + column + c, out_stride,
                              std::min<std::int64_t>(kTileRows, rows - r),
                              std::min<std::int64_t>(kTileColumns, columns - c));
+        }
       }
     }
   }
@@ -149,10 +185,14 @@ std::pair<std::int64_t, std::int64_t> share(std::int64_t size, std::int64_t unit
 std::size_t sgemm_avx2_scratch_floats(int threads) { return kThreadFloats * static_cast<std::size_t>(threads); }
 
 void sgemm_avx2(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, GemmOperand a, GemmOperand b, float* out,
-                std::int64_t out_stride, float* scratch, int threads) {
+                std::int64_t out_stride, float* scratch, int threads, const GemmEpilogue& epilogue) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (std::int64_t i = 0; i < m; ++i) std::fill_n(out + i * out_stride, n, 0.0f);
+  if (k <= 0) {  // the empty sum's zeros, then the epilogue
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float x = epilogue.bias != nullptr ? epilogue.bias[j] : 0.0f;
+        out[i * out_stride + j] = epilogue.relu ? std::max(x, 0.0f) : x;
+      }
     return;
   }
   // Threads take parts of the longer side (in tiles): each packs the a and
@@ -165,9 +205,9 @@ void sgemm_avx2(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, Gem
     float* own = scratch + kThreadFloats * static_cast<std::size_t>(t);
     if (begin < end) {
       if (by_columns)
-        multiply_part(k, alpha, a, b, out, out_stride, 0, m, begin, end, own);
+        multiply_part(k, alpha, a, b, out, out_stride, epilogue, 0, m, begin, end, own);
       else
-        multiply_part(k, alpha, a, b, out, out_stride, begin, end, 0, n, own);
+        multiply_part(k, alpha, a, b, out, out_stride, epilogue, begin, end, 0, n, own);
     }
   }
 }

@@ -23,15 +23,22 @@ struct GemmOperand {
   bool transposed = false;
 };
 
+// What follows the product, as a matmul's fused bias and activation:
+// out = relu(alpha * op(a) op(b) + bias), bias [n] added to every row.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+};
+
 // Floats of scratch that sgemm_avx2 needs with `threads` threads.
 std::size_t sgemm_avx2_scratch_floats(int threads);
 
 // out[m, n] (rows out_stride floats apart) = alpha * op(a)[m, k] op(b)[k, n],
-// in an OpenMP team of `threads`. The CPU must run AVX2 and FMA. Every
+// then the epilogue, in an OpenMP team of `threads`. The CPU must run AVX2 and FMA. Every
 // element's sum runs over k in the same order whatever the thread count or
 // the element's place in its tile, so the result does not depend on either:
 // a product split by rows or columns computes what the whole one does.
 void sgemm_avx2(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, GemmOperand a, GemmOperand b, float* out,
-                std::int64_t out_stride, float* scratch, int threads);
+                std::int64_t out_stride, float* scratch, int threads, const GemmEpilogue& epilogue = {});
 
 }  // namespace tessera

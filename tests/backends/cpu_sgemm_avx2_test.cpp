@@ -4,6 +4,7 @@
 // split of out by rows or columns changes a bit of the result.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -120,7 +121,39 @@ TEST_CASE("the AVX2 GEMM's result does not depend on the threads or on a split o
   CHECK(columns_same);
 }
 
-TEST_CASE("the AVX2 GEMM over no k writes zeros") {
+TEST_CASE("the AVX2 GEMM adds its bias and applies ReLU once, after the last block of k") {
+  if (!vector_isa_runs(VectorIsa::avx2)) {
+    MESSAGE("skipped: this CPU lacks AVX2 or FMA");
+    return;
+  }
+  for (const Case& c : {Case{13, 35, 300}, Case{150, 40, 600}, Case{6, 16, 5}})
+    for (bool relu : {false, true}) {
+      const Matrix a(c.m, c.k, 0, 7), b(c.k, c.n, 0, 8), bias(1, c.n, 0, 9);
+      const float alpha = 0.5f;
+      std::vector<float> out(static_cast<std::size_t>(c.m * c.n)), scratch(sgemm_avx2_scratch_floats(2));
+      sgemm_avx2(c.m, c.n, c.k, alpha, a.operand(false), b.operand(false), out.data(), c.n, scratch.data(), 2,
+                 {.bias = bias.data.data(), .relu = relu});
+      double worst = 0.0;
+      int zeros = 0;
+      for (std::int64_t i = 0; i < c.m; ++i)
+        for (std::int64_t j = 0; j < c.n; ++j) {
+          double sum = 0.0, magnitude = std::fabs(bias.data[j]);
+          for (std::int64_t p = 0; p < c.k; ++p) {
+            sum += double(a.data[i * a.stride + p]) * double(b.data[p * b.stride + j]);
+            magnitude += std::fabs(alpha * double(a.data[i * a.stride + p]) * double(b.data[p * b.stride + j]));
+          }
+          double expected = alpha * sum + bias.data[j];
+          if (relu) expected = std::max(expected, 0.0);
+          zeros += out[i * c.n + j] == 0.0f;
+          worst = std::max(worst, std::fabs(out[i * c.n + j] - expected) / magnitude);
+        }
+      INFO("m " << c.m << ", n " << c.n << ", k " << c.k << ", relu " << relu);
+      CHECK(worst < 1e-6);
+      CHECK((zeros > 0) == relu);  // about half the outputs are negative before ReLU
+    }
+}
+
+TEST_CASE("the AVX2 GEMM over no k writes zeros, then its epilogue") {
   if (!vector_isa_runs(VectorIsa::avx2)) {
     MESSAGE("skipped: this CPU lacks AVX2 or FMA");
     return;
@@ -129,4 +162,8 @@ TEST_CASE("the AVX2 GEMM over no k writes zeros") {
   std::vector<float> out(12, 7.0f), scratch(sgemm_avx2_scratch_floats(1));
   sgemm_avx2(3, 4, 0, 1.0f, a.operand(false), b.operand(false), out.data(), 4, scratch.data(), 1);
   CHECK(out == std::vector<float>(12, 0.0f));
+  const float bias[] = {1.0f, -2.0f, 3.0f, -4.0f};
+  sgemm_avx2(3, 4, 0, 1.0f, a.operand(false), b.operand(false), out.data(), 4, scratch.data(), 1,
+             {.bias = bias, .relu = true});
+  for (int i = 0; i < 12; ++i) CHECK(out[i] == std::max(bias[i % 4], 0.0f));
 }

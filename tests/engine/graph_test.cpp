@@ -583,10 +583,16 @@ TEST_CASE("fixed variables: matmuls against kept copies of their weights compute
     fixed.bind(id, t);
     also_fixed.bind(id, t);
   }
+  // The two ways may sum k in different orders (the kept copy goes to
+  // oneDNN, the plain weight perhaps to the backend's own GEMM): f32 sums of
+  // 1024 terms then differ by a few ulps of the outputs' scale.
   auto check_same = [&](Executor& e) {
     plain.run();
     e.run();
-    check_close(e.output(y), plain.output(y).to_vector<float>(), 1e-4, 1e-5);
+    const std::vector<float> expected = plain.output(y).to_vector<float>();
+    float scale = 0.0f;
+    for (float v : expected) scale = std::max(scale, std::abs(v));
+    check_close(e.output(y), expected, 1e-4, 1e-6 * scale);
   };
   check_same(fixed);
   check_same(also_fixed);
