@@ -18,6 +18,7 @@
 #include "backends/cpu/eltwise_algorithm.hpp"
 #include "backends/cpu/gelu.hpp"
 #include "backends/cpu/sgemm_avx2.hpp"
+#include "backends/cpu/transpose_8x8.hpp"
 #include "backends/cpu/vector_math.hpp"
 
 namespace tessera {
@@ -96,24 +97,9 @@ bool transpose_b_first(const Tensor& a, const Tensor& b, const MatmulArgs& args)
 // cols is a multiple of 8 (transpose_b_first takes N a multiple of 1024).
 [[gnu::target("avx2")]] void transpose_eight_rows_avx2(const float* in, float* out, std::int64_t rows,
                                                         std::int64_t cols, std::int64_t r) {
-  for (std::int64_t c = 0; c < cols; c += 8) {
-    __m256 v[8], t[8];
-    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
-    for (int i = 0; i < 8; i += 2) {
-      t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-      t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-      v[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-      v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-      v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; ++i) {
-      _mm256_storeu_ps(out + (c + i) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
-      _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-    }
-  }
+  const float* from[8];
+  for (int i = 0; i < 8; ++i) from[i] = in + (r + i) * cols;
+  for (std::int64_t c = 0; c < cols; c += 8) transpose_8x8(from, c, out + c * rows + r, rows);
 }
 
 // out[c, r] = in[r, c] for in[rows, cols], cols a multiple of 8; threads

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <utility>
 
+#include "backends/cpu/transpose_8x8.hpp"
+
 namespace tessera {
 namespace {
 
@@ -21,59 +23,79 @@ constexpr int kTileColumns = 16;  // two vectors of 8
 constexpr std::int64_t kBlockK = 256;
 constexpr std::int64_t kBlockM = 144;   // 24 panels of 6 rows
 constexpr std::int64_t kBlockN = 1024;  // 64 panels of 16 columns
-constexpr std::size_t kThreadFloats = kBlockK * (kBlockM + kBlockN);
+
+// Where a's panels may write past their end (pack_a's 8-float stores).
+constexpr std::int64_t kSlackFloats = 8;
+constexpr std::size_t kThreadFloats = kBlockK * (kBlockM + kBlockN) + kSlackFloats;
+// What a missing row or column of an edge panel reads.
+alignas(32) constexpr float kZeros[kBlockK] = {};
 
 // Rows [row, row + rows) and k [k0, k0 + depth) of op(a) into panels of 6
 // rows: panel r holds, for each k, its 6 rows' values (zeros past the last
-// row), from panels + r * 6 * depth.
-void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int64_t k0, std::int64_t depth,
-            float* panels) {
-  for (std::int64_t r = 0; r < rows; r += kTileRows, panels += kTileRows * depth) {
-    const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
-    if (a.transposed) {  // a k's 6 values lie together
-      const float* from = a.data + k0 * a.stride + row + r;
-      for (std::int64_t p = 0; p < depth; ++p, from += a.stride)
-        for (int i = 0; i < kTileRows; ++i) panels[p * kTileRows + i] = i < height ? from[i] : 0.0f;
-    } else {  // a row's values lie together
-      for (int i = 0; i < kTileRows; ++i) {
-        if (i >= height) {
-          for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileRows + i] = 0.0f;
+// row), from panels + r * 6 * depth. Writes up to kSlackFloats past the end.
+[[gnu::target("avx2")]] void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int64_t k0,
+                                    std::int64_t depth, float* panels) {
+  if (a.transposed) {  // a k's values for all the rows lie together
+    for (std::int64_t p = 0; p < depth; ++p) {
+      const float* from = a.data + (k0 + p) * a.stride + row;
+      for (std::int64_t r = 0; r < rows; r += kTileRows) {
+        float* to = panels + r * depth + p * kTileRows;
+        const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
+        if (height == kTileRows) {
+          std::memcpy(to, from + r, kTileRows * sizeof(float));
           continue;
         }
-        const float* from = a.data + (row + r + i) * a.stride + k0;
-        for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileRows + i] = from[p];
+        for (int i = 0; i < kTileRows; ++i) to[i] = i < height ? from[r + i] : 0.0f;
       }
     }
+    return;
+  }
+  // A row's values lie together: 8 k of 8 rows (the last 2, or more, zeros)
+  // transposed at once, each k's 8 values stored 6 apart, the next k's
+  // store overwriting the 2 past its 6.
+  for (std::int64_t r = 0; r < rows; r += kTileRows, panels += kTileRows * depth) {
+    const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
+    const float* from[8];
+    for (int i = 0; i < 8; ++i) from[i] = i < height ? a.data + (row + r + i) * a.stride + k0 : kZeros;
+    std::int64_t p = 0;
+    for (; p + 8 <= depth; p += 8) transpose_8x8(from, p, panels + p * kTileRows, kTileRows);
+    for (; p < depth; ++p)
+      for (int i = 0; i < kTileRows; ++i) panels[p * kTileRows + i] = from[i][p];
   }
 }
 
 // k [k0, k0 + depth) and columns [column, column + columns) of op(b) into
 // panels of 16 columns: panel j holds, for each k, its 16 columns' values
 // (zeros past the last column), from panels + j * 16 * depth.
-void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column, std::int64_t columns,
-            float* panels) {
+[[gnu::target("avx2")]] void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column,
+                                    std::int64_t columns, float* panels) {
+  if (!b.transposed) {  // a k's values for all the columns lie together
+    for (std::int64_t p = 0; p < depth; ++p) {
+      const float* from = b.data + (k0 + p) * b.stride + column;
+      for (std::int64_t c = 0; c < columns; c += kTileColumns) {
+        float* to = panels + c * depth + p * kTileColumns;
+        const std::int64_t width = std::min<std::int64_t>(kTileColumns, columns - c);
+        if (width == kTileColumns) {
+          std::memcpy(to, from + c, kTileColumns * sizeof(float));
+          continue;
+        }
+        for (int j = 0; j < kTileColumns; ++j) to[j] = j < width ? from[c + j] : 0.0f;
+      }
+    }
+    return;
+  }
+  // A column's values lie together: 8 k of 16 columns transposed at once.
   for (std::int64_t c = 0; c < columns; c += kTileColumns, panels += kTileColumns * depth) {
     const std::int64_t width = std::min<std::int64_t>(kTileColumns, columns - c);
-    if (!b.transposed && width == kTileColumns) {
-      const float* from = b.data + k0 * b.stride + column + c;
-      for (std::int64_t p = 0; p < depth; ++p, from += b.stride)
-        std::memcpy(panels + p * kTileColumns, from, kTileColumns * sizeof(float));
-      continue;
+    const float* from[kTileColumns];
+    for (int j = 0; j < kTileColumns; ++j) from[j] = j < width ? b.data + (column + c + j) * b.stride + k0 : kZeros;
+    std::int64_t p = 0;
+    for (; p + 8 <= depth; p += 8) {
+      transpose_8x8(from, p, panels + p * kTileColumns, kTileColumns);
+      transpose_8x8(from + 8, p, panels + p * kTileColumns + 8, kTileColumns);
     }
-    if (!b.transposed) {  // the last columns
-      const float* from = b.data + k0 * b.stride + column + c;
-      for (std::int64_t p = 0; p < depth; ++p, from += b.stride)
-        for (int j = 0; j < kTileColumns; ++j) panels[p * kTileColumns + j] = j < width ? from[j] : 0.0f;
-      continue;
-    }
-    for (int j = 0; j < kTileColumns; ++j) {  // a column's values lie together
-      if (j >= width) {
-        for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileColumns + j] = 0.0f;
-        continue;
-      }
-      const float* from = b.data + (column + c + j) * b.stride + k0;
-      for (std::int64_t p = 0; p < depth; ++p) panels[p * kTileColumns + j] = from[p];
-    }
+    for (; p < depth; ++p)
+      for (int j = 0; j < kTileColumns; ++j) panels[p * kTileColumns + j] = from[j][p];
   }
 }
 
@@ -150,7 +172,7 @@ void multiply_part(std::int64_t k, float alpha, const GemmOperand& a, const Gemm
                    std::int64_t out_stride, const GemmEpilogue& epilogue, std::int64_t row0, std::int64_t row1,
                    std::int64_t column0, std::int64_t column1, float* scratch) {
   float* a_block = scratch;
-  float* b_block = scratch + kBlockK * kBlockM;
+  float* b_block = scratch + kBlockK * kBlockM + kSlackFloats;
   for (std::int64_t column = column0; column < column1; column += kBlockN) {
     const std::int64_t columns = std::min(kBlockN, column1 - column);
     for (std::int64_t k0 = 0; k0 < k; k0 += kBlockK) {

@@ -79,10 +79,11 @@ TEST_CASE("weight gradients a^T b: through oneDNN's sgemm up to 512 rows on AVX-
 }
 
 TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
-  // On a CPU where oneDNN runs its AVX2 sgemm, these take the transposed copy
-  // of b (backends/cpu/matmul.cpp); elsewhere oneDNN's own path. K of 37
-  // leaves rows of b outside the 8x8 blocks; K of 784 is the MLP's first
-  // layer; 2 threads split the blocks.
+  // On a CPU where oneDNN runs its AVX2 sgemm, these run on the in-house
+  // GEMM with a bias and ReLU, and against a transposed copy of b with tanh
+  // (backends/cpu/matmul.cpp); elsewhere oneDNN's own path. K of 37 leaves
+  // rows of b outside the 8x8 blocks; K of 784 is the MLP's first layer; 2
+  // threads split the blocks.
   Backend& cpu = backend_for(Device::cpu(0));
   auto& backend = dynamic_cast<CpuBackend&>(cpu);
   const int saved = backend.threads();
@@ -90,17 +91,22 @@ TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   struct Case {
     std::int64_t m, k, n;
   };
-  for (const Case& c : {Case{64, 37, 1024}, Case{100, 19, 2048}, Case{511, 8, 1024}, Case{64, 784, 1024}}) {
-    const std::int64_t m = c.m, k = c.k, n = c.n;
-    CAPTURE(m);
-    Tensor a = random_tensor({m, k}, 8), b = random_tensor({k, n}, 9), bias = random_tensor({n}, 10);
-    Tensor out = Tensor::empty({m, n}, DType::f32);
-    cpu.matmul(a, b, &bias, out, {.activation = Activation::relu, .alpha = 0.5f});
-    auto ref = reference_matmul(a, b, false, false);
-    auto bv = bias.to_vector<float>();
-    for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = std::max(0.0f, 0.5f * ref[i] + bv[i % static_cast<std::size_t>(n)]);
-    check_close(out, ref, 1e-5, 1e-5);
-  }
+  for (const Case& c : {Case{64, 37, 1024}, Case{100, 19, 2048}, Case{511, 8, 1024}, Case{64, 784, 1024}})
+    for (Activation activation : {Activation::relu, Activation::tanh}) {
+      const std::int64_t m = c.m, k = c.k, n = c.n;
+      CAPTURE(m);
+      CAPTURE(static_cast<int>(activation));
+      Tensor a = random_tensor({m, k}, 8), b = random_tensor({k, n}, 9), bias = random_tensor({n}, 10);
+      Tensor out = Tensor::empty({m, n}, DType::f32);
+      cpu.matmul(a, b, &bias, out, {.activation = activation, .alpha = 0.5f});
+      auto ref = reference_matmul(a, b, false, false);
+      auto bv = bias.to_vector<float>();
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const float x = 0.5f * ref[i] + bv[i % static_cast<std::size_t>(n)];
+        ref[i] = activation == Activation::relu ? std::max(0.0f, x) : std::tanh(x);
+      }
+      check_close(out, ref, 1e-5, 1e-5);
+    }
   backend.set_threads(saved);
 }
 
