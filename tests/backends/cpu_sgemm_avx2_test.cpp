@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/sgemm_avx2.hpp"
@@ -151,6 +152,19 @@ TEST_CASE("the AVX2 GEMM adds its bias and applies ReLU once, after the last blo
       CHECK(worst < 1e-6);
       CHECK((zeros > 0) == relu);  // about half the outputs are negative before ReLU
     }
+}
+
+TEST_CASE("the AVX2 GEMM's ReLU keeps a NaN, as oneDNN's does, so that a diverged step shows") {
+  if (!vector_isa_runs(VectorIsa::avx2)) {
+    MESSAGE("skipped: this CPU lacks AVX2 or FMA");
+    return;
+  }
+  Matrix a(6, 4, 0, 10), b(4, 16, 0, 11);
+  a.data[2 * 4 + 1] = std::numeric_limits<float>::quiet_NaN();  // row 2
+  std::vector<float> out(6 * 16), scratch(sgemm_avx2_scratch_floats(1));
+  sgemm_avx2(6, 16, 4, 1.0f, a.operand(false), b.operand(false), out.data(), 16, scratch.data(), 1, {.relu = true});
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 16; ++j) CHECK(std::isnan(out[i * 16 + j]) == (i == 2));
 }
 
 TEST_CASE("the AVX2 GEMM over no k writes zeros, then its epilogue") {
