@@ -24,79 +24,69 @@ constexpr std::int64_t kBlockK = 256;
 constexpr std::int64_t kBlockM = 144;   // 24 panels of 6 rows
 constexpr std::int64_t kBlockN = 1024;  // 64 panels of 16 columns
 
-// Where a's panels may write past their end (pack_a's 8-float stores).
+// Where a's panels may write past their end (pack_transposing's 8-float
+// stores into panels of 6).
 constexpr std::int64_t kSlackFloats = 8;
 constexpr std::size_t kThreadFloats = kBlockK * (kBlockM + kBlockN) + kSlackFloats;
 // What a missing row or column of an edge panel reads.
 alignas(32) constexpr float kZeros[kBlockK] = {};
 
-// Rows [row, row + rows) and k [k0, k0 + depth) of op(a) into panels of 6
-// rows: panel r holds, for each k, its 6 rows' values (zeros past the last
-// row), from panels + r * 6 * depth. Writes up to kSlackFloats past the end.
-[[gnu::target("avx2")]] void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int64_t k0,
-                                    std::int64_t depth, float* panels) {
-  if (a.transposed) {  // a k's values for all the rows lie together
-    for (std::int64_t p = 0; p < depth; ++p) {
-      const float* from = a.data + (k0 + p) * a.stride + row;
-      for (std::int64_t r = 0; r < rows; r += kTileRows) {
-        float* to = panels + r * depth + p * kTileRows;
-        const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
-        if (height == kTileRows) {
-          std::memcpy(to, from + r, kTileRows * sizeof(float));
-          continue;
-        }
-        for (int i = 0; i < kTileRows; ++i) to[i] = i < height ? from[r + i] : 0.0f;
+// Both operands pack the same way: `count` lines (rows of op(a), columns
+// of op(b)) from `first`, and k [k0, k0 + depth), into panels of Width
+// lines: panel q holds, for each k, its Width lines' values (zeros past the
+// last line), from panels + q * Width * depth. What differs is how the
+// operand lies: a k's values for all its lines together (copies), or a
+// line's values for all its k together (8 x 8 transposes).
+template <int Width>
+[[gnu::target("avx2")]] void pack_copying(const float* data, std::int64_t stride, std::int64_t first,
+                                          std::int64_t count, std::int64_t k0, std::int64_t depth, float* panels) {
+  for (std::int64_t p = 0; p < depth; ++p) {
+    const float* from = data + (k0 + p) * stride + first;
+    for (std::int64_t q = 0; q < count; q += Width) {
+      float* to = panels + q * depth + p * Width;
+      const std::int64_t width = std::min<std::int64_t>(Width, count - q);
+      if (width == Width) {
+        std::memcpy(to, from + q, Width * sizeof(float));
+        continue;
       }
+      for (int j = 0; j < Width; ++j) to[j] = j < width ? from[q + j] : 0.0f;
     }
-    return;
-  }
-  // A row's values lie together: 8 k of 8 rows (the last 2, or more, zeros)
-  // transposed at once, each k's 8 values stored 6 apart, the next k's
-  // store overwriting the 2 past its 6.
-  for (std::int64_t r = 0; r < rows; r += kTileRows, panels += kTileRows * depth) {
-    const std::int64_t height = std::min<std::int64_t>(kTileRows, rows - r);
-    const float* from[8];
-    for (int i = 0; i < 8; ++i) from[i] = i < height ? a.data + (row + r + i) * a.stride + k0 : kZeros;
-    std::int64_t p = 0;
-    for (; p + 8 <= depth; p += 8) transpose_8x8(from, p, panels + p * kTileRows, kTileRows);
-    for (; p < depth; ++p)
-      for (int i = 0; i < kTileRows; ++i) panels[p * kTileRows + i] = from[i][p];
   }
 }
 
-// k [k0, k0 + depth) and columns [column, column + columns) of op(b) into
-// panels of 16 columns: panel j holds, for each k, its 16 columns' values
-// (zeros past the last column), from panels + j * 16 * depth.
-[[gnu::target("avx2")]] void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column,
-                                    std::int64_t columns, float* panels) {
-  if (!b.transposed) {  // a k's values for all the columns lie together
-    for (std::int64_t p = 0; p < depth; ++p) {
-      const float* from = b.data + (k0 + p) * b.stride + column;
-      for (std::int64_t c = 0; c < columns; c += kTileColumns) {
-        float* to = panels + c * depth + p * kTileColumns;
-        const std::int64_t width = std::min<std::int64_t>(kTileColumns, columns - c);
-        if (width == kTileColumns) {
-          std::memcpy(to, from + c, kTileColumns * sizeof(float));
-          continue;
-        }
-        for (int j = 0; j < kTileColumns; ++j) to[j] = j < width ? from[c + j] : 0.0f;
-      }
-    }
-    return;
-  }
-  // A column's values lie together: 8 k of 16 columns transposed at once.
-  for (std::int64_t c = 0; c < columns; c += kTileColumns, panels += kTileColumns * depth) {
-    const std::int64_t width = std::min<std::int64_t>(kTileColumns, columns - c);
-    const float* from[kTileColumns];
-    for (int j = 0; j < kTileColumns; ++j) from[j] = j < width ? b.data + (column + c + j) * b.stride + k0 : kZeros;
+// 8 k of 8 lines (past the last line, zeros) transposed at once; a panel
+// narrower than 8 stores each k's 8 values Width apart, the next k's store
+// overwriting those past its Width, so it writes up to kSlackFloats past
+// its end.
+template <int Width>
+[[gnu::target("avx2")]] void pack_transposing(const float* data, std::int64_t stride, std::int64_t first,
+                                              std::int64_t count, std::int64_t k0, std::int64_t depth,
+                                              float* panels) {
+  constexpr int kLines = (Width + 7) / 8 * 8;
+  for (std::int64_t q = 0; q < count; q += Width, panels += Width * depth) {
+    const std::int64_t width = std::min<std::int64_t>(Width, count - q);
+    const float* from[kLines];
+    for (int j = 0; j < kLines; ++j) from[j] = j < width ? data + (first + q + j) * stride + k0 : kZeros;
     std::int64_t p = 0;
-    for (; p + 8 <= depth; p += 8) {
-      transpose_8x8(from, p, panels + p * kTileColumns, kTileColumns);
-      transpose_8x8(from + 8, p, panels + p * kTileColumns + 8, kTileColumns);
-    }
+    for (; p + 8 <= depth; p += 8)
+      for (int j = 0; j < Width; j += 8) transpose_8x8(from + j, p, panels + p * Width + j, Width);
     for (; p < depth; ++p)
-      for (int j = 0; j < kTileColumns; ++j) panels[p * kTileColumns + j] = from[j][p];
+      for (int j = 0; j < Width; ++j) panels[p * Width + j] = from[j][p];
   }
+}
+
+// Rows [row, row + rows) of op(a) into panels of 6 rows.
+void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int64_t k0, std::int64_t depth,
+            float* panels) {
+  if (a.transposed) return pack_copying<kTileRows>(a.data, a.stride, row, rows, k0, depth, panels);
+  pack_transposing<kTileRows>(a.data, a.stride, row, rows, k0, depth, panels);
+}
+
+// Columns [column, column + columns) of op(b) into panels of 16 columns.
+void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column, std::int64_t columns,
+            float* panels) {
+  if (b.transposed) return pack_transposing<kTileColumns>(b.data, b.stride, column, columns, k0, depth, panels);
+  pack_copying<kTileColumns>(b.data, b.stride, column, columns, k0, depth, panels);
 }
 
 // How a tile's sum goes to out: out = alpha * sum, plus what out held
