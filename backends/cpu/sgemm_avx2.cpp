@@ -62,6 +62,9 @@ template <int Width>
 [[gnu::target("avx2")]] void pack_transposing(const float* data, std::int64_t stride, std::int64_t first,
                                               std::int64_t count, std::int64_t k0, std::int64_t depth,
                                               float* panels) {
+  // Wider panels that are not whole 8s would have a group's overflow
+  // clobber the group before it.
+  static_assert(Width <= 8 || Width % 8 == 0, "a panel is at most 8 lines, or whole 8s");
   constexpr int kLines = (Width + 7) / 8 * 8;
   for (std::int64_t q = 0; q < count; q += Width, panels += Width * depth) {
     const std::int64_t width = std::min<std::int64_t>(Width, count - q);
@@ -83,7 +86,7 @@ void pack_a(const GemmOperand& a, std::int64_t row, std::int64_t rows, std::int6
 }
 
 // Columns [column, column + columns) of op(b) into panels of 16 columns.
-void pack_b(const GemmOperand& b, std::int64_t k0, std::int64_t depth, std::int64_t column, std::int64_t columns,
+void pack_b(const GemmOperand& b, std::int64_t column, std::int64_t columns, std::int64_t k0, std::int64_t depth,
             float* panels) {
   if (b.transposed) return pack_transposing<kTileColumns>(b.data, b.stride, column, columns, k0, depth, panels);
   pack_copying<kTileColumns>(b.data, b.stride, column, columns, k0, depth, panels);
@@ -167,7 +170,7 @@ void multiply_part(std::int64_t k, float alpha, const GemmOperand& a, const Gemm
     const std::int64_t columns = std::min(kBlockN, column1 - column);
     for (std::int64_t k0 = 0; k0 < k; k0 += kBlockK) {
       const std::int64_t depth = std::min(kBlockK, k - k0);
-      pack_b(b, k0, depth, column, columns, b_block);
+      pack_b(b, column, columns, k0, depth, b_block);
       for (std::int64_t row = row0; row < row1; row += kBlockM) {
         const std::int64_t rows = std::min(kBlockM, row1 - row);
         pack_a(a, row, rows, k0, depth, a_block);
