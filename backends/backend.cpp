@@ -113,8 +113,39 @@ void Backend::matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const
   run_matmul(a, b, bias, out, args);
 }
 
-bool Backend::prefers_transposed_constant_b(const Shape&, const Shape&, DType, const MatmulArgs&) const {
-  return false;
+ConstantB Backend::constant_b_form(const Shape&, const Shape&, DType, const MatmulArgs&) const {
+  return ConstantB::as_is;
+}
+
+std::int64_t Backend::packed_b_floats(std::int64_t, std::int64_t) const { return 0; }
+
+void Backend::pack_constant_b(const Tensor& b, const MatmulArgs& args, const PackedMatrix& packed) {
+  Check c(*this, "pack_constant_b");
+  c.on_device({{"b", &b}, {"packed", &packed.data}}).dtype(DType::f32, {{"b", &b}, {"packed", &packed.data}});
+  if (b.rank() != 2) throw ShapeError("pack_constant_b: b must be a matrix, got " + b.describe());
+  const std::int64_t rows = b.shape()[args.transpose_b ? 1 : 0], cols = b.shape()[args.transpose_b ? 0 : 1];
+  if (packed.rows != rows || packed.cols != cols)
+    throw ShapeError("pack_constant_b: the pack is [" + std::to_string(packed.rows) + ", " +
+                     std::to_string(packed.cols) + "] for op(b) [" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + "] of b " + b.describe());
+  if (packed_b_floats(rows, cols) == 0) unsupported("pack_constant_b");
+  c.shape("packed", packed.data, Shape{packed_b_floats(rows, cols)});
+  run_pack_constant_b(b, args, packed);
+}
+
+void Backend::matmul_packed(const Tensor& a, const PackedMatrix& b, const Tensor* bias, const Tensor& out,
+                            const MatmulArgs& args) {
+  Check c(*this, "matmul_packed");
+  c.on_device({{"a", &a}, {"b", &b.data}, {"bias", bias}, {"out", &out}});
+  c.dtype(DType::f32, {{"a", &a}, {"b", &b.data}, {"bias", bias}, {"out", &out}});
+  if (args.transpose_a) throw UnsupportedError("matmul_packed: a transposed a (" + a.describe() + ")");
+  MatmulArgs plain = args;
+  plain.transpose_b = false;
+  c.shape("out", out, matmul_output_shape(a.shape(), Shape{b.rows, b.cols}, plain));
+  if (bias != nullptr) c.shape("bias", *bias, Shape{b.cols});
+  if (packed_b_floats(b.rows, b.cols) == 0) unsupported("matmul_packed");
+  c.shape("b", b.data, Shape{packed_b_floats(b.rows, b.cols)});
+  run_matmul_packed(a, b, bias, out, plain);
 }
 
 void Backend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
@@ -594,6 +625,8 @@ void Backend::run_binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) 
 void Backend::run_reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::reduce)); }
 void Backend::run_broadcast_to(const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::broadcast_to)); }
 void Backend::run_transpose(const Tensor&, const Tensor&, const std::vector<int>&) { unsupported(tessera::name(OpKind::transpose)); }
+void Backend::run_pack_constant_b(const Tensor&, const MatmulArgs&, const PackedMatrix&) { unsupported("pack_constant_b"); }
+void Backend::run_matmul_packed(const Tensor&, const PackedMatrix&, const Tensor*, const Tensor&, const MatmulArgs&) { unsupported("matmul_packed"); }
 void Backend::run_softmax(const Tensor&, const Tensor&, int, bool, bool) { unsupported(tessera::name(OpKind::softmax)); }
 void Backend::run_softmax_backward(const Tensor&, const Tensor&, const Tensor&, int, bool) { unsupported(tessera::name(OpKind::softmax_grad)); }
 void Backend::run_cached_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { unsupported(tessera::name(OpKind::cached_attention)); }

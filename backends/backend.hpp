@@ -29,6 +29,14 @@
 
 namespace tessera {
 
+// A matrix op(b) [rows = K, cols = N] in a backend's own packed layout
+// (Backend::pack_constant_b): `data` is a 1-D f32 tensor that only that
+// backend's matmul_packed reads.
+struct PackedMatrix {
+  Tensor data;
+  std::int64_t rows = 0, cols = 0;
+};
+
 class Backend {
  public:
   explicit Backend(Device device) : device_(device) {}
@@ -60,12 +68,24 @@ class Backend {
   // precision's cast after an f32 product rounds it (fused: fusion.hpp).
   void matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
               const MatmulArgs& args = {});
-  // Whether matmul(a, b, ..., args) runs faster against a kept transposed
-  // copy of b (multiplied with args.transpose_b flipped), for a b that stays
-  // the same from call to call (inference weights, Executor::fix_variables):
-  // the copy is made once, not per call. Shapes are a's and b's; false by default.
-  virtual bool prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
-                                             const MatmulArgs& args) const;
+  // The form in which matmul(a, b, ..., args) multiplies fastest a b that
+  // stays the same from call to call (inference weights,
+  // Executor::fix_variables), made once rather than per call: as it is; a
+  // transposed copy (multiplied with args.transpose_b flipped); or packed
+  // (pack_constant_b's copy, multiplied by matmul_packed). Shapes are a's and
+  // b's; as_is by default.
+  virtual ConstantB constant_b_form(const Shape& a, const Shape& b, DType dtype, const MatmulArgs& args) const;
+  // The f32 elements of op(b)'s packed copy [rows K, cols N]: packed.data's
+  // length for pack_constant_b (0 where the backend packs nothing).
+  virtual std::int64_t packed_b_floats(std::int64_t rows, std::int64_t cols) const;
+  // op(b) (b transposed where args.transpose_b says) into `packed`, a 1-D
+  // f32 tensor of packed_b_floats(K, N) elements, in this backend's packed
+  // layout; only matmul_packed reads it.
+  void pack_constant_b(const Tensor& b, const MatmulArgs& args, const PackedMatrix& packed);
+  // matmul(a, b, bias, out, args) against b's packed copy (args.transpose_b
+  // is then the pack's, not read again).
+  void matmul_packed(const Tensor& a, const PackedMatrix& b, const Tensor* bias, const Tensor& out,
+                     const MatmulArgs& args = {});
 
   // Channels-last convolution (x[N,H,W,C], w[KH,KW,C,F], y[N,OH,OW,F]) and its two
   // gradients; bias is [F] or null; db (optional) receives the bias gradient.
@@ -248,6 +268,9 @@ class Backend {
   virtual void run_reduce(ReduceOp op, const Tensor& x, const Tensor& out);
   virtual void run_broadcast_to(const Tensor& x, const Tensor& out);
   virtual void run_transpose(const Tensor& x, const Tensor& out, const std::vector<int>& perm);
+  virtual void run_pack_constant_b(const Tensor& b, const MatmulArgs& args, const PackedMatrix& packed);
+  virtual void run_matmul_packed(const Tensor& a, const PackedMatrix& b, const Tensor* bias, const Tensor& out,
+                                 const MatmulArgs& args);
   virtual void run_softmax(const Tensor& x, const Tensor& y, int axis, bool log, bool causal);
   virtual void run_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int axis,
                                     bool log);

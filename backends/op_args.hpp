@@ -26,6 +26,9 @@ struct MatmulArgs {
 };
 Shape matmul_output_shape(const Shape& a, const Shape& b, const MatmulArgs& args);
 
+// How a backend keeps a matmul's constant b (Backend::constant_b_form).
+enum class ConstantB : std::uint8_t { as_is, transposed, packed };
+
 // Attention in one pass (Backend::fused_attention): out = softmax(scale * q
 // k^T) v over each head's keys. An operand is [..., T, K] ([B, H, T, K]: the
 // heads first), or, where its flag says so, [B, T, H, K] as the projections

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -28,8 +30,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "onednn"; }
   Allocator& allocator() override { return allocator_; }
   bool supports(OpKind kind, DType dtype) const override;
-  bool prefers_transposed_constant_b(const Shape& a, const Shape& b, DType dtype,
-                                     const MatmulArgs& args) const override;
+  ConstantB constant_b_form(const Shape& a, const Shape& b, DType dtype, const MatmulArgs& args) const override;
+  std::int64_t packed_b_floats(std::int64_t rows, std::int64_t cols) const override;
 
   int threads() const { return threads_; }
   // oneDNN fixes a primitive's thread count when it is created, so each share
@@ -91,6 +93,17 @@ class CpuBackend final : public Backend {
   void run_fill(const Tensor& out, double value) override;
   void run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   const MatmulArgs& args) override;
+  void run_pack_constant_b(const Tensor& b, const MatmulArgs& args, const PackedMatrix& packed) override;
+  void run_matmul_packed(const Tensor& a, const PackedMatrix& b, const Tensor* bias, const Tensor& out,
+                         const MatmulArgs& args) override;
+  // oneDNN's matmul primitive on a and b described by a_md and b_md (their
+  // part of the primitive's key in operands_key), bias and activation fused.
+  void run_onednn_matmul(const std::string& operands_key, const dnnl::memory::desc& a_md, const Tensor& a,
+                         const dnnl::memory::desc& b_md, const Tensor& b, const Tensor* bias, const Tensor& out,
+                         const MatmulArgs& args);
+  // oneDNN's preferred layout of a matmul's b [rows, cols] on this CPU (a
+  // blocked one, or plain where its kernels read b as it is), kept per shape.
+  const dnnl::memory::desc& packed_b_desc(std::int64_t rows, std::int64_t cols) const;
   // run_matmul where oneDNN has no bf16 kernel for this CPU (before AVX-512):
   // bf16 operands widened to f32 (exactly), multiplied in f32, the result rounded.
   void matmul_widened(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
@@ -164,6 +177,8 @@ class CpuBackend final : public Backend {
   std::unordered_map<int, std::unordered_map<std::string, Primitive>> primitives_;  // by thread share, then key
   std::shared_ptr<Buffer> scratchpad_;
   std::unordered_map<std::string, std::shared_ptr<Buffer>> scratch_buffers_;
+  mutable std::mutex packed_b_descs_mutex_;
+  mutable std::map<std::pair<std::int64_t, std::int64_t>, dnnl::memory::desc> packed_b_descs_;  // by [rows, cols]
 };
 
 // oneDNN data type of a tensor dtype.

@@ -59,24 +59,30 @@ void Executor::prepare_fixed_variables() {
       written.insert(plan_.storage_of[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]);
   }
   const std::uint64_t version = kept_->version();  // before the copies: a change meanwhile makes them again
-  against_transposed_b_.clear();
   transposed_b_.clear();
+  packed_b_.clear();
   for (NodeId n : plan_.schedule) {
     const Node& node = graph_.node(n);
     if (node.kind != OpKind::matmul || plan_.attentions.contains(n)) continue;
     const ValueId a = node.inputs[0], b = node.inputs[1];
     const Value& bv = graph_.value(b);
-    if (graph_.node(bv.producer).kind != OpKind::variable || written.contains(b) || bv.shape.rank() != 2 ||
-        !backend_.prefers_transposed_constant_b(graph_.value(a).shape, bv.shape, bv.dtype, node.attrs.matmul))
+    // b a variable, or a reshape of one (the attention's projections [D, H, K] as [D, H * K]).
+    ValueId leaf = b;
+    while (graph_.node(graph_.value(leaf).producer).kind == OpKind::reshape)
+      leaf = graph_.node(graph_.value(leaf).producer).inputs[0];
+    if (graph_.node(graph_.value(leaf).producer).kind != OpKind::variable || written.contains(leaf) ||
+        bv.shape.rank() != 2)
       continue;
-    if (!transposed_b_.contains(b)) {
-      try {
-        transposed_b_[b] = kept_->transposed(tensors_[b], backend_);
-      } catch (const OutOfMemoryError&) {
-        continue;  // a speed-up, not worth failing for: this matmul reads b as it is
+    try {
+      const Tensor weight = tensors_[leaf].reshape(bv.shape);
+      switch (backend_.constant_b_form(graph_.value(a).shape, bv.shape, bv.dtype, node.attrs.matmul)) {
+        case ConstantB::as_is: break;
+        case ConstantB::transposed: transposed_b_[n] = kept_->transposed(weight, backend_); break;
+        case ConstantB::packed: packed_b_[n] = kept_->packed(weight, node.attrs.matmul, backend_); break;
       }
+    } catch (const OutOfMemoryError&) {
+      continue;  // a speed-up, not worth failing for: this matmul reads b as it is
     }
-    against_transposed_b_[n] = b;
   }
   // Casts of a variable, or of a reshape of one (attention's kernels): the
   // kept copy stands for the cast's output, which nothing writes but the cast.
@@ -239,11 +245,12 @@ void Executor::run_node(NodeId n) {
               .runs = runs_,
               .learning_rate = learning_rate_,
               .transposed_b = nullptr,
+              .packed_b = nullptr,
               .update_product = nullptr};
   if (auto u = plan_.update_products.find(n); u != plan_.update_products.end()) run.update_product = &u->second;
   if (auto b = plan_.conv_bias_gradients.find(n); b != plan_.conv_bias_gradients.end()) run.bias_gradient = b->second;
-  if (auto kept = against_transposed_b_.find(n); kept != against_transposed_b_.end())
-    run.transposed_b = &transposed_b_.at(kept->second);
+  if (auto kept = transposed_b_.find(n); kept != transposed_b_.end()) run.transposed_b = &kept->second;
+  if (auto kept = packed_b_.find(n); kept != packed_b_.end()) run.packed_b = &kept->second;
   op_rules(node.kind).run(run);
 }
 

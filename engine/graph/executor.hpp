@@ -48,8 +48,8 @@ class Executor final : public StepRunner {
 
   // A promise for inference: the bound variables keep their values from run
   // to run, until one is bound again or `copies` is told they changed. Matmuls
-  // whose weight the backend multiplies faster transposed
-  // (Backend::prefers_transposed_constant_b) then run against copies from
+  // whose weight the backend multiplies faster transposed or packed
+  // (Backend::constant_b_form) then run against copies from
   // `copies`, asked for on the first run after a change, and so do the
   // products of mixed precision: a cast of a variable (or of a reshape of
   // one) is made once into `copies` and left out of the runs. Variables the
@@ -89,13 +89,13 @@ class Executor final : public StepRunner {
   const CollectiveContext* spmd_ = nullptr;
   std::int64_t update_step_ = 0;     // 0: attributes' step + runs
   float learning_rate_ = 0.0f;       // 0: attributes' learning rate
-  // fix_variables: the copies, the version of them in use, the transposed
-  // copies of matmuls' b (by b's value), and the matmuls that use them.
+  // fix_variables: the copies, the version of them in use, and the
+  // transposed or packed copies of matmuls' b, by the matmul.
   std::shared_ptr<KeptCopies> kept_;
   std::uint64_t prepared_version_ = 0;
   bool prepared_ = false;
-  std::map<ValueId, Tensor> transposed_b_;
-  std::map<NodeId, ValueId> against_transposed_b_;
+  std::map<NodeId, Tensor> transposed_b_;
+  std::map<NodeId, PackedMatrix> packed_b_;
   std::vector<bool> kept_cast_;  // by node: a cast whose output is a kept copy, not run
 };
 

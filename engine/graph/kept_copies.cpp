@@ -21,6 +21,17 @@ Tensor KeptCopies::transposed(const Tensor& b, Backend& backend) {
   });
 }
 
+PackedMatrix KeptCopies::packed(const Tensor& b, const MatmulArgs& args, Backend& backend) {
+  std::lock_guard lock(mutex_);
+  const std::int64_t rows = b.shape()[args.transpose_b ? 1 : 0], cols = b.shape()[args.transpose_b ? 0 : 1];
+  Tensor data = find_or_make(packed_, {b.raw_data(), b.shape()[0], b.shape()[1], args.transpose_b}, b, [&] {
+    PackedMatrix made{Tensor::empty({backend.packed_b_floats(rows, cols)}, DType::f32, backend.device()), rows, cols};
+    backend.pack_constant_b(b, args, made);
+    return made.data;
+  });
+  return {data, rows, cols};
+}
+
 Tensor KeptCopies::cast(const Tensor& x, DType dtype, Backend& backend) {
   std::lock_guard lock(mutex_);
   return find_or_make(cast_, {x.raw_data(), x.numel(), dtype}, x, [&] {
@@ -33,6 +44,7 @@ Tensor KeptCopies::cast(const Tensor& x, DType dtype, Backend& backend) {
 void KeptCopies::changed() {
   std::lock_guard lock(mutex_);
   transposed_.clear();
+  packed_.clear();
   cast_.clear();
   ++version_;
 }
@@ -46,6 +58,7 @@ std::size_t KeptCopies::bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t bytes = 0;
   for (const auto& [key, kept] : transposed_) bytes += kept.copy.nbytes();
+  for (const auto& [key, kept] : packed_) bytes += kept.copy.nbytes();
   for (const auto& [key, kept] : cast_) bytes += kept.copy.nbytes();
   return bytes;
 }

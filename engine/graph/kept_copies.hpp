@@ -1,5 +1,5 @@
 // KeptCopies: copies of fixed variables (inference weights) in the layout a
-// backend multiplies fastest, or in the dtype mixed precision multiplies them
+// backend multiplies fastest (transposed, or packed in its own layout), or in the dtype mixed precision multiplies them
 // in, made once and shared by every executor of a host, so that a weight read
 // by several programs (batch sizes, prefill windows) is copied once. Executor::fix_variables says which executors may
 // use them; the host calls changed() whenever the variables get new values
@@ -30,6 +30,11 @@ class KeptCopies {
   // a copy goes once its source's Buffer is freed, so a tensor that a later
   // allocation puts at the same address gets copies of its own.
   Tensor transposed(const Tensor& b, Backend& backend);
+  // op(b) (b transposed where args.transpose_b says) in `backend`'s packed
+  // layout (Backend::pack_constant_b), made now unless kept since the last
+  // change, found as above (and by args.transpose_b). Throws
+  // OutOfMemoryError where the copy does not fit.
+  PackedMatrix packed(const Tensor& b, const MatmulArgs& args, Backend& backend);
   // x converted to `dtype` on `backend` (Backend::cast), made now unless kept
   // since the last change, found as above (and by `dtype`), and returned in
   // x's shape. Throws OutOfMemoryError where it does not fit.
@@ -55,6 +60,8 @@ class KeptCopies {
   static Tensor find_or_make(std::map<Key, Kept>& copies, const Key& key, const Tensor& source, Make make);
   // By the variable's storage and shape.
   std::map<std::tuple<const void*, std::int64_t, std::int64_t>, Kept> transposed_;
+  // By the variable's storage and shape, and whether op(b) transposes it.
+  std::map<std::tuple<const void*, std::int64_t, std::int64_t, bool>, Kept> packed_;
   // By the variable's storage, element count and the dtype cast to.
   std::map<std::tuple<const void*, std::int64_t, DType>, Kept> cast_;
 };

@@ -20,6 +20,7 @@ namespace tessera {
 class Backend;
 class CollectiveContext;
 struct Epilogue;
+struct PackedMatrix;
 struct UpdateProduct;
 
 // A node as its run rule sees it: its tensors, the device's backend, and the
@@ -36,6 +37,7 @@ struct NodeRun {
   std::int64_t runs;                       // earlier runs of this executor
   float learning_rate;                     // 0: the attributes'
   const Tensor* transposed_b;              // matmul: a kept transposed copy of b to multiply instead, or null
+  const PackedMatrix* packed_b;            // matmul: a kept packed copy of op(b) to multiply instead, or null
   const UpdateProduct* update_product;     // sgd or adam update: the gradient's operands a and b, the
                                            // product computed by the update (fusion.hpp), or null
   ValueId bias_gradient = -1;              // conv2d_grad_weight: the bias gradient [1, 1, 1, F] it

@@ -110,6 +110,56 @@ TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   backend.set_threads(saved);
 }
 
+TEST_CASE("matmul against a packed constant b computes what the row-major b gives, and checks its pack") {
+  // Backend::pack_constant_b / matmul_packed (backends/cpu/matmul.cpp): where
+  // oneDNN prefers a blocked b (AVX-512), K and N off its 16 x 64 blocks, b
+  // transposed or not, one row or many, a of rank 3, a bias by bias or by
+  // post-op (alpha), on 1 and 2 threads; elsewhere the backend packs nothing.
+  CpuBackend& cpu = dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0)));
+  const int saved = cpu.threads();
+  struct Case {
+    Shape a;
+    std::int64_t k, n;
+  };
+  bool packed_any = false;
+  for (int threads : {1, 2})
+    for (const Case& c : {Case{{1, 1024}, 1024, 1024}, Case{{3, 37}, 37, 65}, Case{{2, 5, 100}, 100, 130}, Case{{128, 16}, 16, 64}})
+      for (bool tb : {false, true})
+        for (float alpha : {1.0f, 0.5f}) {
+          CAPTURE(threads);
+          CAPTURE(c.a.str());
+          CAPTURE(c.n);
+          CAPTURE(tb);
+          CAPTURE(alpha);
+          cpu.set_threads(threads);
+          const MatmulArgs args{.transpose_b = tb, .activation = Activation::relu, .alpha = alpha};
+          const Shape b_shape = tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
+          Tensor a = random_tensor(c.a, 21), b = random_tensor(b_shape, 22), bias = random_tensor({c.n}, 23);
+          const Shape out_shape = matmul_output_shape(c.a, b_shape, args);
+          Tensor expected = Tensor::empty(out_shape, DType::f32), out = Tensor::empty(out_shape, DType::f32);
+          cpu.matmul(a, b, &bias, expected, args);
+          const std::int64_t floats = cpu.packed_b_floats(c.k, c.n);
+          if (floats == 0) {
+            CHECK(cpu.constant_b_form(c.a, b_shape, DType::f32, args) != ConstantB::packed);
+            CHECK_THROWS_AS(cpu.matmul_packed(a, PackedMatrix{Tensor::empty({1}, DType::f32), c.k, c.n}, &bias, out, args),
+                            UnsupportedError);
+            continue;
+          }
+          packed_any = true;
+          CHECK(floats >= c.k * c.n);
+          PackedMatrix packed{Tensor::empty({floats}, DType::f32), c.k, c.n};
+          cpu.pack_constant_b(b, args, packed);
+          cpu.matmul_packed(a, packed, &bias, out, args);
+          check_close(out, expected.to_vector<float>(), 1e-5, 1e-5);
+          // A pack of another matrix's shape, or an out of the wrong shape, is refused.
+          PackedMatrix other{packed.data, c.k + 1, c.n};
+          CHECK_THROWS_AS(cpu.pack_constant_b(b, args, other), ShapeError);
+          CHECK_THROWS_AS(cpu.matmul_packed(a, packed, &bias, Tensor::empty({1, c.n + 1}, DType::f32), args), ShapeError);
+        }
+  cpu.set_threads(saved);
+  if (!packed_any) MESSAGE("oneDNN packs no b on this CPU (AVX2): only the refusals were checked");
+}
+
 TEST_CASE("matmul fuses bias, activation and alpha") {
   Backend& cpu = backend_for(Device::cpu(0));
   Tensor a = random_tensor({6, 9}, 3), b = random_tensor({9, 4}, 4), bias = random_tensor({4}, 5);

@@ -596,15 +596,21 @@ TEST_CASE("fixed variables: matmuls against kept copies of their weights compute
   };
   check_same(fixed);
   check_same(also_fixed);
-  // The backend says which weights it wants transposed (on this CPU: oneDNN's
-  // AVX2 sgemm, both of these; none where it copies operands itself). Two
-  // executors over the same weights share the copies.
+  // The backend says which weights it wants transposed (oneDNN's AVX2 sgemm:
+  // both of these) or packed (its AVX-512 brgemm: both). Two executors over
+  // the same weights share the copies.
   Backend& be = backend_for(Device::cpu(0));
-  std::size_t expected = 0;
-  if (be.prefers_transposed_constant_b({128, 784}, {784, 1024}, DType::f32, {})) expected += 784 * 1024 * 4;
-  if (be.prefers_transposed_constant_b({128, 1024}, {1024, 1024}, DType::f32, {.alpha = 0.5f})) expected += 1024 * 1024 * 4;
+  auto kept_bytes = [&](const Shape& a, const Shape& b, const MatmulArgs& args) -> std::size_t {
+    switch (be.constant_b_form(a, b, DType::f32, args)) {
+      case ConstantB::transposed: return static_cast<std::size_t>(b.numel()) * 4;
+      case ConstantB::packed: return static_cast<std::size_t>(be.packed_b_floats(b[0], b[1])) * 4;
+      case ConstantB::as_is: break;
+    }
+    return 0;
+  };
+  const std::size_t expected = kept_bytes({128, 784}, {784, 1024}, {}) + kept_bytes({128, 1024}, {1024, 1024}, {.alpha = 0.5f});
   CHECK(kept->bytes() == expected);
-  if (expected == 0) MESSAGE("this CPU's backend keeps no transposed weights: only the results were compared");
+  if (expected == 0) MESSAGE("this CPU's backend keeps no transposed or packed weights: only the results were compared");
 
   // New values in place: unannounced, a run keeps the copies it has (the
   // promise broken on purpose, to see that nothing is copied per run);

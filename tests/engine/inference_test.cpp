@@ -600,7 +600,7 @@ TEST_CASE("a model whose token embedding reads other tokens than it scores does 
 TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fastest, and computes what a trainer does") {
   // ff_dim 1024 and batches of 4 x 16 tokens: the blocks' first matmul is
   // 64 x 32 x 1024, which an AVX2 CPU's backend multiplies against a kept
-  // transposed copy of the kernel (Backend::prefers_transposed_constant_b).
+  // transposed copy of the kernel (Backend::constant_b_form).
   test::TempDir dir;
   std::string text = kTinyGpt;
   for (const auto& [from, to] : {std::pair<std::string, std::string>{"ff_dim: 64", "ff_dim: 1024"}, {"batch_size: 3", "batch_size: 4"}})
@@ -622,11 +622,23 @@ TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fas
   for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
   INFO("largest difference " << worst);
   CHECK(worst <= 1e-4f);
-  // One copy of each block's first feed-forward kernel [32, 1024], shared by
-  // predict's program and the decoders' below.
-  const bool kept = backend_for(Device::cpu()).prefers_transposed_constant_b({64, 32}, {32, 1024}, DType::f32, {});
-  CHECK(model.kept_weight_bytes() == (kept ? 32 * 1024 * 4 : 0));
-  if (!kept) MESSAGE("this CPU's backend keeps no transposed weights: the model ran its weights as they are");
+  // One copy of each kept kernel, shared by predict's program and the
+  // decoders' below: transposed (oneDNN's AVX2 sgemm), the block's first
+  // feed-forward kernel [32, 1024]; packed (its AVX-512 brgemm), every
+  // kernel as its matmul reads it: query, key, value and output [32, 32],
+  // the feed-forward's [32, 1024] and [1024, 32], the head's [32, 256].
+  Backend& backend = backend_for(Device::cpu());
+  std::size_t kept_bytes = 0;
+  switch (backend.constant_b_form({64, 32}, {32, 1024}, DType::f32, {})) {
+    case ConstantB::transposed: kept_bytes = 32 * 1024 * 4; break;
+    case ConstantB::packed:
+      kept_bytes = 4 * (4 * backend.packed_b_floats(32, 32) + backend.packed_b_floats(32, 1024) +
+                      backend.packed_b_floats(1024, 32) + backend.packed_b_floats(32, 256));
+      break;
+    case ConstantB::as_is: break;
+  }
+  CHECK(model.kept_weight_bytes() == kept_bytes);
+  if (kept_bytes == 0) MESSAGE("this CPU's backend keeps no transposed or packed weights: the model ran its weights as they are");
 
   // Greedy generation of 4 prompts (a prefill of 4 x 8 or 4 x 16 rows) is the
   // argmax of the trainer's full forward pass at every step.
@@ -648,7 +660,7 @@ TEST_CASE("an inference model keeps weights in the layout its CPU multiplies fas
       sequence.push_back(g.tokens[p][step]);
     }
   }
-  CHECK(model.kept_weight_bytes() == (kept ? 32 * 1024 * 4 : 0));
+  CHECK(model.kept_weight_bytes() == kept_bytes);
   CHECK_THROWS_WITH_AS(make_trainer(run, store, job_processes(), TrainerUse::inference)->train_step(tokens, tokens),
                        doctest::Contains("runs inference only"), Error);
 }

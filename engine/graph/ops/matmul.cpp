@@ -74,11 +74,15 @@ void run_matmul(NodeRun& r) {
   const Shape& product = r.graph.shape(r.node.outputs[0]);
   Tensor reshaped;
   const Tensor& out = r.fused_out().shape() == product ? r.fused_out() : (reshaped = r.fused_out().reshape(product));
+  const Tensor* bias = r.fused_bias();
+  const auto f32 = [](const Tensor* t) { return t == nullptr || t->dtype() == DType::f32; };
+  if (r.packed_b != nullptr && f32(&r.in(0)) && f32(bias) && f32(&out))  // op(b) packed (Executor::fix_variables)
+    return r.backend.matmul_packed(r.in(0), *r.packed_b, bias, out, args);
   if (r.transposed_b != nullptr) {  // b's copy [N, K] (Executor::fix_variables)
     args.transpose_b = !args.transpose_b;
-    return r.backend.matmul(r.in(0), *r.transposed_b, r.fused_bias(), out, args);
+    return r.backend.matmul(r.in(0), *r.transposed_b, bias, out, args);
   }
-  r.backend.matmul(r.in(0), r.in(1), r.fused_bias(), out, args);
+  r.backend.matmul(r.in(0), r.in(1), bias, out, args);
 }
 
 // Batch axes of equal size are the result's, a broadcast one is whole; the
