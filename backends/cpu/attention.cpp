@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -64,14 +65,13 @@ void CpuBackend::run_cached_attention(const Tensor& q, const Tensor& keys, const
   const float* key = keys.data<float>();
   const float* value = values.data<float>();
   float* result = out.data<float>();
-#pragma omp parallel for schedule(static) if (rows > 1 && threads() > 1)
-  for (std::int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows, threads() > 1, [&](std::int64_t row) {
     const std::int64_t sequence_head = row / queries, t = row % queries;
     const std::int64_t cache = sequence_head * capacity * width;
     attend_row(query + row * width, key + cache, value + cache, result + row * width,
                scores + static_cast<std::int64_t>(omp_get_thread_num()) * capacity, at[sequence_head / heads] + t + 1,
                width, scale);
-  }
+  });
 }
 
 }  // namespace tessera

@@ -25,6 +25,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/vector_math.hpp"
 
@@ -88,8 +89,7 @@ void store(const Tensor& t, const Head& h, std::int64_t index, std::int64_t rows
 template <typename Body>
 void for_each_head(std::int64_t heads, int threads, Body&& body) {
   KernelScope scope(threads);
-#pragma omp parallel for schedule(static) if (threads > 1)
-  for (std::int64_t head = 0; head < heads; ++head) body(head);
+  parallel_for(heads, threads > 1, body);
 }
 
 // Query rows per block of the f32 kernels: a block's scores, weights and

@@ -1,6 +1,7 @@
 // Embedding gather and its scatter-add gradient: plain loops over rows.
 #include <cstring>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -28,9 +29,10 @@ void CpuBackend::run_embedding(const Tensor& table, const Tensor& ids, const Ten
   const char* src = static_cast<const char*>(table.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   KernelScope scope(threads());
-#pragma omp parallel for schedule(static) if (rows.size() > 256)
-  for (std::size_t i = 0; i < rows.size(); ++i)
+  const auto n = static_cast<std::int64_t>(rows.size());
+  parallel_for(n, n > 256, [&](std::int64_t i) {
     std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
+  });
 }
 
 void CpuBackend::run_embedding_block(const Tensor& table, const Tensor& ids, const Tensor& out, std::int64_t first_row,
@@ -41,14 +43,14 @@ void CpuBackend::run_embedding_block(const Tensor& table, const Tensor& ids, con
   const char* src = static_cast<const char*>(table.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   KernelScope scope(threads());
-#pragma omp parallel for schedule(static) if (rows.size() > 256)
-  for (std::size_t i = 0; i < rows.size(); ++i) {
+  const auto n = static_cast<std::int64_t>(rows.size());
+  parallel_for(n, n > 256, [&](std::int64_t i) {
     const std::int64_t local = rows[i] - first_row;
     if (local >= 0 && local < block)
       std::memcpy(dst + i * row_bytes, src + static_cast<std::size_t>(local) * row_bytes, row_bytes);
     else
       std::memset(dst + i * row_bytes, 0, row_bytes);  // another device's row: it adds it in
-  }
+  });
 }
 
 void CpuBackend::run_one_hot(const Tensor& ids, const Tensor& out) {

@@ -1,3 +1,4 @@
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/gelu.hpp"
 
 #include <algorithm>
@@ -132,8 +133,7 @@ void gelu_backward_block_scalar(const float* x, const float* dy, float* dx, std:
 template <class Body>
 void over_blocks(std::int64_t n, Body body) {
   const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (std::int64_t b = 0; b < blocks; ++b) body(b * kBlock, std::min(kBlock, n - b * kBlock));
+  parallel_for(blocks, true, [&](std::int64_t b) { body(b * kBlock, std::min(kBlock, n - b * kBlock)); });
 }
 
 // A kernel this CPU lacks would stop the process on its first instruction.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/bf16_rounding.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/float_to_integer.hpp"
@@ -42,8 +43,7 @@ template <typename T>
 void fill_typed(const Tensor& out, T value) {
   T* p = static_cast<T*>(out.raw_data());
   std::int64_t n = out.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (std::int64_t i = 0; i < n; ++i) p[i] = value;
+  parallel_for(n, n > 65536, [&](std::int64_t i) { p[i] = value; });
 }
 
 // Conversions for cast and fill that round once. Going through double and then
@@ -135,20 +135,17 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
     bf16* to = out.data<bf16>();
     constexpr std::int64_t kBlock = 16384;
     const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 4)
-    for (std::int64_t b = 0; b < blocks; ++b)
-      round_to_bf16(from + b * kBlock, to + b * kBlock, std::min(kBlock, n - b * kBlock));
+    parallel_for(blocks, blocks > 4,
+                 [&](std::int64_t b) { round_to_bf16(from + b * kBlock, to + b * kBlock, std::min(kBlock, n - b * kBlock)); });
     return;
   }
   if (x.dtype() == DType::bf16 && out.dtype() == DType::f32) {
     const bf16* from = x.data<bf16>();
     float* to = out.data<float>();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (std::int64_t i = 0; i < n; ++i) to[i] = to_f32(from[i]);
+    parallel_for(n, n > 65536, [&](std::int64_t i) { to[i] = to_f32(from[i]); });
     return;
   }
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (std::int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > 65536, [&](std::int64_t i) {
     switch (out.dtype()) {
       case DType::f32: static_cast<float*>(out.raw_data())[i] = load_f32(x, i); break;
       case DType::bf16: static_cast<bf16*>(out.raw_data())[i] = load_bf16(x, i); break;
@@ -158,7 +155,7 @@ void CpuBackend::run_cast(const Tensor& x, const Tensor& out) {
         break;
       case DType::i64: static_cast<std::int64_t*>(out.raw_data())[i] = load_i64(x, i); break;
     }
-  }
+  });
 }
 
 namespace {
@@ -167,9 +164,9 @@ namespace {
 // from `src` (rows `src_row` bytes apart) to `dst` (rows `dst_row` apart).
 void copy_blocks(const char* src, std::size_t src_row, char* dst, std::size_t dst_row, std::size_t bytes,
                  std::int64_t rows) {
-#pragma omp parallel for schedule(static) if (rows * static_cast<std::int64_t>(bytes) > (1 << 20))
-  for (std::int64_t r = 0; r < rows; ++r)
+  parallel_for(rows, rows * static_cast<std::int64_t>(bytes) > (1 << 20), [&](std::int64_t r) {
     std::memcpy(dst + static_cast<std::size_t>(r) * dst_row, src + static_cast<std::size_t>(r) * src_row, bytes);
+  });
 }
 
 // Elements per index of the axes before `axis` (for x of `shape`).

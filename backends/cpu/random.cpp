@@ -1,6 +1,7 @@
 // Random fills from the Philox counter-based generator (backends/philox.hpp).
 #include <cmath>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/philox.hpp"
 
@@ -14,8 +15,7 @@ void fill_f32(const Tensor& out, int threads, F value_at) {
   float* p = out.data<float>();
   std::int64_t n = out.numel();
   KernelScope scope(threads);
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (std::int64_t i = 0; i < n; ++i) p[i] = value_at(static_cast<std::uint64_t>(i));
+  parallel_for(n, n > 16384, [&](std::int64_t i) { p[i] = value_at(static_cast<std::uint64_t>(i)); });
 }
 
 }  // namespace
@@ -46,11 +46,10 @@ void CpuBackend::run_dropout(const Tensor& x, const Tensor& out, float rate, std
   float scale = 1.0f / (1.0f - rate);
   std::int64_t n = x.numel();
   KernelScope scope(threads());
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (std::int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > 16384, [&](std::int64_t i) {
     bool keep = philox::uniform01(philox::bits(seed, offset + static_cast<std::uint64_t>(i))) >= rate;
     po[i] = keep ? px[i] * scale : 0.0f;
-  }
+  });
 }
 
 }  // namespace tessera

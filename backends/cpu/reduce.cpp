@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -91,8 +92,7 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
   float scale = op == ReduceOp::mean ? 1.0f / static_cast<float>(c.reduced) : 1.0f;
   if (c.inner == 1) {
     // Rows: one horizontal reduction per outer index.
-#pragma omp parallel for schedule(static) if (c.outer * c.reduced > 32768)
-    for (std::int64_t o = 0; o < c.outer; ++o) {
+    parallel_for(c.outer, c.outer * c.reduced > 32768, [&](std::int64_t o) {
       const float* row = x + o * c.reduced;
       float acc = init;
       if (op == ReduceOp::max) {
@@ -101,7 +101,7 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
         for (std::int64_t r = 0; r < c.reduced; ++r) acc += row[r];
       }
       out[o] = acc * scale;
-    }
+    });
     return;
   }
   // Columns: accumulate whole rows of `inner` values, vectorised along them.
@@ -113,13 +113,12 @@ void reduce_collapsed(ReduceOp op, const float* x, float* out, const Collapsed& 
   const std::int64_t per_thread = (c.inner + threads - 1) / threads;
   const std::int64_t block = split_outer ? c.inner : (per_thread + 15) / 16 * 16;
   const std::int64_t blocks_per_outer = (c.inner + block - 1) / block;
-#pragma omp parallel for schedule(static) if (c.outer * c.reduced * c.inner > 32768)
-  for (std::int64_t b = 0; b < c.outer * blocks_per_outer; ++b) {
+  parallel_for(c.outer * blocks_per_outer, c.outer * c.reduced * c.inner > 32768, [&](std::int64_t b) {
     std::int64_t o = b / blocks_per_outer, begin = b % blocks_per_outer * block;
     std::int64_t width = std::min(c.inner, begin + block) - begin;
     accumulate_rows(op, x + o * c.reduced * c.inner + begin, c.reduced, c.inner, width, init, scale,
                     out + o * c.inner + begin);
-  }
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/vector_math.hpp"
 
@@ -109,12 +110,11 @@ void mask_future(const Tensor& x, const Tensor& y) {
   const std::int64_t m = s[s.rank() - 2], n = s[s.rank() - 1], rows = s.rows();
   const float* px = x.data<float>();
   float* py = y.data<float>();
-#pragma omp parallel for schedule(static) if (rows * n > 65536)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * n > 65536, [&](std::int64_t r) {
     const std::int64_t valid = r % m + 1 + n - m;
     if (px != py) std::copy(px + r * n, px + r * n + valid, py + r * n);
     std::fill(py + r * n + valid, py + (r + 1) * n, -INFINITY);
-  }
+  });
 }
 
 }  // namespace
@@ -146,8 +146,8 @@ void CpuBackend::run_softmax_backward(const Tensor& y, const Tensor& dy, const T
     const std::int64_t rows = view[0], n = view[1];
     const float *py = y.data<float>(), *pdy = dy.data<float>();
     float* pdx = dx.data<float>();
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * n > 16384)
-    for (std::int64_t r = 0; r < rows; ++r) softmax_backward_row(py + r * n, pdy + r * n, pdx + r * n, n, log);
+    parallel_for(rows, rows * n > 16384,
+                 [&](std::int64_t r) { softmax_backward_row(py + r * n, pdy + r * n, pdx + r * n, n, log); });
     return;
   }
   auto md = plain_desc(view, y.dtype());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "engine/core/shape.hpp"
 
 namespace tessera {
@@ -23,8 +24,7 @@ void for_each_row(const Shape& out, const std::vector<std::int64_t> (&strides)[K
   std::int64_t rows = inner == 0 ? 0 : out.numel() / inner;
   std::int64_t inner_strides[K];
   for (int j = 0; j < K; ++j) inner_strides[j] = rank == 0 ? 0 : strides[j][rank - 1];
-#pragma omp parallel for schedule(static) if (rows > 64)
-  for (std::int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows, rows > 64, [&](std::int64_t row) {
     std::int64_t offsets[K] = {};
     std::int64_t rest = row;
     for (int axis = rank - 2; axis >= 0; --axis) {
@@ -33,7 +33,7 @@ void for_each_row(const Shape& out, const std::vector<std::int64_t> (&strides)[K
       for (int j = 0; j < K; ++j) offsets[j] += index * strides[j][axis];
     }
     body(row * inner, offsets, inner, inner_strides);
-  }
+  });
 }
 
 }  // namespace tessera
