@@ -78,11 +78,12 @@ void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tens
     dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
     return Primitive{dnnl::convolution_forward(pd), pd};
   });
-  std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
-                                              {DNNL_ARG_WEIGHTS, weights_in(key, p.desc.weights_desc(), w_md, w)},
-                                              {DNNL_ARG_DST, memory(y_md, y)}};
-  if (bias) margs.emplace(DNNL_ARG_BIAS, memory(b_md, *bias));
-  execute(p, std::move(margs));
+  const memory::desc wanted = p.desc.weights_desc();
+  PrimitiveArgs margs{{DNNL_ARG_SRC, memory(x_md, x)},
+                   {DNNL_ARG_WEIGHTS, weights_in(key, wanted, w_md, w)},
+                   {DNNL_ARG_DST, memory(y_md, y)}};
+  if (bias) margs.add(DNNL_ARG_BIAS, memory(b_md, *bias));
+  execute(p, margs);
 }
 
 void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -99,8 +100,9 @@ void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, con
     dnnl::convolution_backward_data::primitive_desc pd(desc, default_attr(), engine(), hint);
     return Primitive{dnnl::convolution_backward_data(pd), pd};
   });
+  const memory::desc wanted = p.desc.weights_desc();
   execute(p, {{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-              {DNNL_ARG_WEIGHTS, weights_in(key, p.desc.weights_desc(), w_md, w)},
+              {DNNL_ARG_WEIGHTS, weights_in(key, wanted, w_md, w)},
               {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
 }
 
@@ -145,13 +147,11 @@ void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, 
   });
   memory::desc blocked = p.desc.diff_weights_desc();
   bool reorder_out = blocked != dw_md;
-  dnnl::memory dw_mem = reorder_out ? dnnl::memory(blocked, engine(), scratch_buffer(key + " weights", blocked.get_size()).data())
-                                    : memory(dw_md, dw);
-  std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(x_md, x)},
-                                              {DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-                                              {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
-  if (db) margs.emplace(DNNL_ARG_DIFF_BIAS, memory(db_md, *db));
-  execute(p, std::move(margs));
+  const PrimitiveArg dw_mem =
+      reorder_out ? memory(blocked, scratch_buffer(key + " weights", blocked.get_size()).data()) : memory(dw_md, dw);
+  PrimitiveArgs margs{{DNNL_ARG_SRC, memory(x_md, x)}, {DNNL_ARG_DIFF_DST, memory(dy_md, dy)}, {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
+  if (db) margs.add(DNNL_ARG_DIFF_BIAS, memory(db_md, *db));
+  execute(p, margs);
   if (reorder_out) reorder(key + " weights out", dw_mem, memory(dw_md, dw));
 }
 

@@ -62,7 +62,8 @@ const CpuBackend::Primitive& CpuBackend::primitive(const std::string& key,
   if (it != cached.end()) return it->second;
   KernelScope scope(threads_);  // oneDNN picks its blocking for the threads it will have
   Primitive p = make();
-  auto bytes = p.desc.scratchpad_desc().get_size();
+  p.scratchpad = p.desc.scratchpad_desc();
+  auto bytes = p.scratchpad.get_size();
   if (bytes > 0 && (!scratchpad_ || scratchpad_->bytes() < bytes))
     scratchpad_ = std::make_shared<Buffer>(allocator_, bytes);
   return cached.emplace(key, std::move(p)).first->second;
@@ -73,33 +74,63 @@ std::size_t CpuBackend::primitive_count() const {
   return it == primitives_.end() ? 0 : it->second.size();
 }
 
-void CpuBackend::execute(const Primitive& p, std::unordered_map<int, dnnl::memory> args) {
-  auto scratch_desc = p.desc.scratchpad_desc();
-  if (scratch_desc.get_size() > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, engine_, scratchpad_->data()));
+PrimitiveArgs::PrimitiveArgs(std::initializer_list<std::pair<int, PrimitiveArg>> args) {
+  for (const auto& [id, arg] : args) add(id, arg);
+}
+
+void PrimitiveArgs::add(int id, PrimitiveArg arg) {
+  if (size_ == args_.size()) throw Error("execute: more than " + std::to_string(args_.size()) + " memory arguments");
+  args_[size_++] = {id, arg};
+}
+
+namespace {
+
+// The primitive's memory object for argument `id` in layout `desc`, pointed
+// at `data`: made on first use (or when the layout differs), else repointed.
+dnnl_memory_t bind(const CpuBackend::Primitive& p, int id, const dnnl::memory::desc& desc, void* data,
+                   const dnnl::engine& engine) {
+  for (auto& b : p.bound)
+    if (b.id == id) {
+      if (b.desc == desc) {
+        b.memory.set_data_handle(data);
+      } else {
+        b = {id, desc, dnnl::memory(desc, engine, data)};
+      }
+      return b.memory.get();
+    }
+  p.bound.push_back({id, desc, dnnl::memory(desc, engine, data)});
+  return p.bound.back().memory.get();
+}
+
+}  // namespace
+
+void CpuBackend::execute(const Primitive& p, const PrimitiveArgs& args) {
+  std::array<dnnl_exec_arg_t, 13> exec{};
+  int n = 0;
+  for (const auto& [id, arg] : args) exec[static_cast<std::size_t>(n++)] = {id, bind(p, id, *arg.desc, arg.data, engine_)};
+  if (p.scratchpad.get_size() > 0)
+    exec[static_cast<std::size_t>(n++)] = {DNNL_ARG_SCRATCHPAD,
+                                           bind(p, DNNL_ARG_SCRATCHPAD, p.scratchpad, scratchpad_->data(), engine_)};
   KernelScope scope(threads_);
-  p.primitive.execute(stream_, args);
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.primitive.get(), stream_.get(), n, exec.data()),
+                          "could not execute a primitive");
   stream_.wait();
 }
 
-void CpuBackend::reorder(const std::string& key, const dnnl::memory& from, const dnnl::memory& to) {
+void CpuBackend::reorder(const std::string& key, const PrimitiveArg& from, const PrimitiveArg& to) {
   const Primitive& p = primitive("reorder " + key, [&] {
-    dnnl::reorder::primitive_desc pd(engine_, from.get_desc(), engine_, to.get_desc(), default_attr());
+    dnnl::reorder::primitive_desc pd(engine_, *from.desc, engine_, *to.desc, default_attr());
     return Primitive{dnnl::reorder(pd), pd};
   });
   execute(p, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
-dnnl::memory CpuBackend::weights_in(const std::string& key, const dnnl::memory::desc& wanted,
-                                    const dnnl::memory::desc& user, const Tensor& w) {
+PrimitiveArg CpuBackend::weights_in(const std::string& key, const dnnl::memory::desc& wanted,
+                                             const dnnl::memory::desc& user, const Tensor& w) {
   if (wanted == user) return memory(user, w);
-  dnnl::memory blocked(wanted, engine_, scratch_buffer(key + " weights", wanted.get_size()).data());
+  PrimitiveArg blocked = memory(wanted, scratch_buffer(key + " weights", wanted.get_size()).data());
   reorder(key + " weights in", memory(user, w), blocked);
   return blocked;
-}
-
-dnnl::memory CpuBackend::memory(const dnnl::memory::desc& desc, const Tensor& t) const {
-  return dnnl::memory(desc, engine_, t.raw_data());
 }
 
 dnnl::primitive_attr CpuBackend::default_attr() const {

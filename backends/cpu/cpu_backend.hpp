@@ -9,12 +9,16 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -22,6 +26,27 @@
 #include "backends/denormals.hpp"
 
 namespace tessera {
+
+// A oneDNN primitive's memory argument: a layout over bytes (`desc` must
+// outlive the call it is given to).
+struct PrimitiveArg {
+  const dnnl::memory::desc* desc = nullptr;
+  void* data = nullptr;
+};
+
+// A primitive's arguments by oneDNN id (DNNL_ARG_SRC, ...); at most 12, kept
+// in place (no allocation per call).
+class PrimitiveArgs {
+ public:
+  PrimitiveArgs(std::initializer_list<std::pair<int, PrimitiveArg>> args);
+  void add(int id, PrimitiveArg arg);
+  const std::pair<int, PrimitiveArg>* begin() const { return args_.data(); }
+  const std::pair<int, PrimitiveArg>* end() const { return args_.data() + size_; }
+
+ private:
+  std::array<std::pair<int, PrimitiveArg>, 12> args_{};
+  std::size_t size_ = 0;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -42,28 +67,41 @@ class CpuBackend final : public Backend {
   // thread share (tests check reuse).
   std::size_t primitive_count() const;
 
-  // A cached oneDNN primitive and the memory descriptors it was made for.
+  // A cached oneDNN primitive and the memory descriptors it was made for,
+  // with the memory objects of its arguments (execute): made on its first
+  // run, pointed at each run's bytes after it.
   struct Primitive {
     dnnl::primitive primitive;
     dnnl::primitive_desc_base desc;
+    struct Bound {
+      int id;
+      dnnl::memory::desc desc;
+      dnnl::memory memory;
+    };
+    mutable std::vector<Bound> bound{};
+    dnnl::memory::desc scratchpad{};  // filled by primitive()
   };
   // The primitive for `key`, made by `make` on first use.
   const Primitive& primitive(const std::string& key, const std::function<Primitive()>& make);
   // Runs a primitive with the user scratchpad attached; `args` are the
-  // memory arguments without the scratchpad.
-  void execute(const Primitive& p, std::unordered_map<int, dnnl::memory> args);
-  // A oneDNN memory object over a tensor's data.
-  dnnl::memory memory(const dnnl::memory::desc& desc, const Tensor& t) const;
+  // memory arguments without the scratchpad. Memory objects over tensors are
+  // the primitive's own, made once per argument and layout and repointed per
+  // call: a oneDNN memory object per operand per call cost a small product
+  // more than its arithmetic (bench/README.md, "Serial loops without a team").
+  void execute(const Primitive& p, const PrimitiveArgs& args);
+  // A memory argument over a tensor's data, or over bytes of ours.
+  PrimitiveArg memory(const dnnl::memory::desc& desc, const Tensor& t) const { return {&desc, t.raw_data()}; }
+  PrimitiveArg memory(const dnnl::memory::desc& desc, void* data) const { return {&desc, data}; }
   const dnnl::engine& engine() const { return engine_; }
   // Attributes every primitive of this backend is made with (user scratchpad).
   dnnl::primitive_attr default_attr() const;
   // Copies `from` into `to` (different layouts of one logical tensor) with a
   // cached oneDNN reorder primitive.
-  void reorder(const std::string& key, const dnnl::memory& from, const dnnl::memory& to);
+  void reorder(const std::string& key, const PrimitiveArg& from, const PrimitiveArg& to);
   // The weights `w` (in `user` layout) as memory in the layout `wanted`:
   // the tensor itself when they agree, else a reordered copy in a cached buffer.
-  dnnl::memory weights_in(const std::string& key, const dnnl::memory::desc& wanted,
-                          const dnnl::memory::desc& user, const Tensor& w);
+  PrimitiveArg weights_in(const std::string& key, const dnnl::memory::desc& wanted, const dnnl::memory::desc& user,
+                       const Tensor& w);
   // A device buffer of at least `bytes` kept under `key` (a primitive cache key)
   // for kernels that need memory of their own between primitives (pooling's
   // workspace, layer norm's variance); made on first use, so a repeated call

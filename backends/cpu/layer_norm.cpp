@@ -89,7 +89,7 @@ void CpuBackend::run_layer_norm_backward(const Tensor& x, const Tensor& gamma, c
   for (std::int64_t i = 0; i < view[0]; ++i) v[i] = 1.0f / (r[i] * r[i]);
   execute(p, {{DNNL_ARG_SRC, memory(x_md, x)},
               {DNNL_ARG_MEAN, memory(stat_md, mean)},
-              {DNNL_ARG_VARIANCE, dnnl::memory(stat_md, engine(), v)},
+              {DNNL_ARG_VARIANCE, memory(stat_md, v)},
               {DNNL_ARG_DIFF_DST, memory(x_md, dy)},
               {DNNL_ARG_SCALE, memory(scale_md, gamma)},
               // oneDNN insists on a shift operand with use_shift although the

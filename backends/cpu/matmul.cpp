@@ -316,14 +316,12 @@ void CpuBackend::run_onednn_matmul(const std::string& operands_key, const memory
     dnnl::matmul::primitive_desc pd(desc, attr, engine());
     return Primitive{dnnl::matmul(pd), pd};
   });
-  std::unordered_map<int, dnnl::memory> margs{{DNNL_ARG_SRC, memory(a_md, a)},
-                                         {DNNL_ARG_WEIGHTS, memory(b_md, b)},
-                                         {DNNL_ARG_DST, memory(out_md, out)}};
+  PrimitiveArgs margs{{DNNL_ARG_SRC, memory(a_md, a)}, {DNNL_ARG_WEIGHTS, memory(b_md, b)}, {DNNL_ARG_DST, memory(out_md, out)}};
   if (bias_post_op)
-    margs.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(bias_md, *bias));
+    margs.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(bias_md, *bias));
   else if (bias)
-    margs.emplace(DNNL_ARG_BIAS, memory(bias_md, *bias));
-  execute(p, std::move(margs));
+    margs.add(DNNL_ARG_BIAS, memory(bias_md, *bias));
+  execute(p, margs);
 }
 
 }  // namespace tessera

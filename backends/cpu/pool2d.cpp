@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 namespace tessera {
@@ -189,13 +190,12 @@ void max_pool_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, cons
   static const ChannelsKernel channels_kernel = channels_kernel_for_this_cpu();
   const std::int64_t blocks = xs[0] >= omp_get_max_threads() ? 1 : (c + kBlock - 1) / kBlock;
   const std::int64_t span = blocks == 1 ? c : kBlock, units = xs[0] * blocks;
-#pragma omp parallel for schedule(static) if (units > 1 && x.numel() > 65536)
-  for (std::int64_t u = 0; u < units; ++u) {
+  parallel_for(units, x.numel() > 65536, [&](std::int64_t u) {
     const std::int64_t n = u / blocks, c_begin = u % blocks * span;
     channels_kernel(x.data<float>() + n * image, dy.data<float>() + n * pooled,
                     dx.data<float>() + n * image, xs[1], xs[2], c, ys[1], ys[2], a, c_begin,
                     std::min(c, c_begin + span));
-  }
+  });
 }
 
 dnnl::pooling_forward::desc forward_desc(dnnl::prop_kind kind, const memory::desc& x_md,
@@ -253,20 +253,17 @@ void CpuBackend::run_pool2d_backward(const Tensor& x, const Tensor& dy, const Te
     dnnl::pooling_backward::primitive_desc pd(desc, default_attr(), engine(), hint);
     return Primitive{dnnl::pooling_backward(pd), pd};
   });
-  std::unordered_map<int, dnnl::memory> bargs{{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-                                              {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}};
-  auto ws_md = fwd.desc.workspace_desc();
+  PrimitiveArgs bargs{{DNNL_ARG_DIFF_DST, memory(dy_md, dy)}, {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}};
+  const memory::desc ws_md = fwd.desc.workspace_desc();
   if (ws_md.get_size() > 0) {
     // Max pooling: recompute the forward into cached buffers to get the arg-max.
     Buffer& y_scratch = scratch_buffer("pool2d_backward y " + shapes, dy.nbytes());
     Buffer& ws_scratch = scratch_buffer("pool2d_backward workspace " + shapes, ws_md.get_size());
-    dnnl::memory ws(ws_md, engine(), ws_scratch.data());
-    execute(fwd, {{DNNL_ARG_SRC, memory(x_md, x)},
-                  {DNNL_ARG_DST, dnnl::memory(dy_md, engine(), y_scratch.data())},
-                  {DNNL_ARG_WORKSPACE, ws}});
-    bargs.emplace(DNNL_ARG_WORKSPACE, ws);
+    const PrimitiveArg ws = memory(ws_md, ws_scratch.data());
+    execute(fwd, {{DNNL_ARG_SRC, memory(x_md, x)}, {DNNL_ARG_DST, memory(dy_md, y_scratch.data())}, {DNNL_ARG_WORKSPACE, ws}});
+    bargs.add(DNNL_ARG_WORKSPACE, ws);
   }
-  execute(bwd, std::move(bargs));
+  execute(bwd, bargs);
 }
 
 }  // namespace tessera
