@@ -196,14 +196,34 @@ void pack_panels(const float* b, std::int64_t k, std::int64_t n, float* panels) 
 // a [K, M]'s rows [begin, end) into panels of 6 of them (a tile's height),
 // each K rows of its height: read in place, a tile's K lines of a lie M floats
 // apart, in the same few L1 sets where M is a multiple of 1024 (the MLP's),
-// and every tile of the row would fetch them again from L2.
+// and every tile of the row would fetch them again from L2. `begin` is a
+// multiple of 6; only the panel that ends at M may be shorter.
+//
+// Eight panels fill in one pass over K, which reads three whole lines of each
+// row of a; one panel a pass read a line per 6 floats and, where M is a
+// multiple of 1024, fetched it again for the next panel. Sixteen a pass
+// write streams K * 24 bytes apart that share L1 sets where K is a multiple
+// of 512. One thread, Zen 5, 2026-12-07: K 64 x M 9216 (the CNN's dense
+// layer) 290-340 -> 66 us, 128 x 1024 60-70 -> 14, 128 x 784 31-45 -> 10.
 void pack_row_panels(const float* a, std::int64_t k, std::int64_t m, std::int64_t begin, std::int64_t end,
                      float* panels) {
-  for (std::int64_t row = begin; row < end; row += kTileRows) {
-    const std::int64_t height = std::min<std::int64_t>(kTileRows, m - row);
-    float* panel = panels + row * k;
+  constexpr std::int64_t kPanelsPerPass = 8;
+  const std::int64_t panel_floats = kTileRows * k;
+  const std::int64_t whole_end = begin + (end - begin) / kTileRows * kTileRows;
+  for (std::int64_t first = begin; first < whole_end; first += kPanelsPerPass * kTileRows) {
+    const std::int64_t count = std::min(kPanelsPerPass, (whole_end - first) / kTileRows);
+    for (std::int64_t i = 0; i < k; ++i) {
+      const float* from = a + i * m + first;
+      float* to = panels + first * k + i * kTileRows;
+      for (std::int64_t p = 0; p < count; ++p)
+        std::memcpy(to + p * panel_floats, from + p * kTileRows, kTileRows * sizeof(float));
+    }
+  }
+  if (whole_end < end) {  // the last panel, shorter
+    const std::int64_t height = end - whole_end;
+    float* panel = panels + whole_end * k;
     for (std::int64_t i = 0; i < k; ++i)
-      std::memcpy(panel + i * height, a + i * m + row, static_cast<std::size_t>(height) * sizeof(float));
+      std::memcpy(panel + i * height, a + i * m + whole_end, static_cast<std::size_t>(height) * sizeof(float));
   }
 }
 

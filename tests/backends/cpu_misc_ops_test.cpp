@@ -392,11 +392,13 @@ TEST_CASE("adam_update: Adam and AdamW with Keras' bias correction, steps 1 to 3
 TEST_CASE("an update by the product a^T b equals the product's matmul and then the update") {
   auto copy_of = [](const Tensor& t) { return Tensor::from_vector(t.to_vector<float>(), t.shape()); };
   // K below and above the next tile's lines (the prefetches), M not a multiple
-  // of the 6-row tiles, N one vector, three, and a panel of four and one more.
+  // of the 6-row tiles, N one vector, three, and a panel of four and one more;
+  // M over the 48 rows a packing pass of a takes, the threads' rows starting
+  // inside a pass.
   struct Shapes {
     std::int64_t k, m, n;
   };
-  const Shapes shapes[] = {{5, 7, 16}, {33, 13, 80}, {128, 20, 48}};
+  const Shapes shapes[] = {{5, 7, 16}, {33, 13, 80}, {128, 20, 48}, {7, 110, 32}};
   const AdamArgs adams[] = {{.learning_rate = 1e-2f, .step = 2},
                             {.learning_rate = 1e-2f, .beta1 = 0.8f, .weight_decay = 0.1f, .step = 1},
                             {.learning_rate = 1e-2f, .weight_decay = 0.1f, .decoupled_weight_decay = true, .step = 3}};
