@@ -18,10 +18,12 @@ bench/torch_env.py checks the installation and times the peer's own GEMM.
 
 Run it as bench_models does (shared/REFERENCE_MODELS.md): with Debian's
 /usr/bin/python3, LD_LIBRARY_PATH at the openblas-openmp folder of
-libopenblas0-openmp, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset:
+libopenblas0-openmp, OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset, and glibc's
+malloc keeping what PyTorch frees (bench/torch_peer.hpp, kKeepFreedMemory):
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \\
       LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \\
+      GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736 \\
       /usr/bin/python3 bench/torch_models.py --models mlp --modes train --threads 1
 """
 import argparse

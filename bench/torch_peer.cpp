@@ -105,7 +105,8 @@ std::string TorchPeer::describe() const {
   std::string core = openblas_core.empty() ? "core type not reported" : "OpenBLAS core " + openblas_core;
   if (!core_override.empty())
     core += fmt::format(" (a generic fallback on this CPU: run with OPENBLAS_CORETYPE={})", core_override);
-  return fmt::format("PyTorch {} ({}), BLAS {}, {}", torch_version, python_, blas, core);
+  return fmt::format("PyTorch {} ({}), BLAS {}, {}; freed memory kept (GLIBC_TUNABLES={})", torch_version, python_,
+                     blas, core, kKeepFreedMemory);
 }
 
 TorchPeer TorchPeer::find(const std::string& python, const std::filesystem::path& scripts,
@@ -130,7 +131,8 @@ TorchPeer TorchPeer::find(const std::string& python, const std::filesystem::path
   std::string library_path = blas_dir;
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     library_path += std::string(":") + old;
-  peer.env_ = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH=" + shell_quote(library_path);
+  peer.env_ = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH=" + shell_quote(library_path) +
+              " GLIBC_TUNABLES=" + std::string(kKeepFreedMemory);
 
   // Which core OpenBLAS picks by itself; name a better one where it fell back.
   auto [output, status] = run_command("OPENBLAS_VERBOSE=2 " + peer.command("torch_env.py"));

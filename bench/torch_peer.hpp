@@ -8,6 +8,11 @@
 //   type without the widest vector unit this CPU has (0.3.21 falls back to
 //   "Prescott" on CPUs it does not know): then OPENBLAS_CORETYPE names the
 //   matching one, SkylakeX for AVX-512, Haswell for AVX2;
+// - GLIBC_TUNABLES set so that glibc's malloc keeps the memory PyTorch frees
+//   (kKeepFreedMemory), as the jemalloc or tcmalloc that PyTorch's CPU
+//   tuning guides preload would: by default every tensor over the mmap
+//   threshold comes from the kernel anew and page-faults on first touch,
+//   which in some VMs costs more than the arithmetic;
 // - its own sgemm speed measured, so that a benchmark can set it against the
 //   FMA peak and refuse a comparison with a peer that runs far below it.
 //
@@ -49,6 +54,15 @@ class TorchPeer {
   std::string python_;
   std::filesystem::path scripts_;
 };
+
+// glibc's malloc for the peer: blocks up to 32 MiB (the largest threshold it
+// takes) from its heap, which it never trims. On a 2-vCPU Zen 5 VM
+// (2026-12-07), bench/torch_models.py's training steps took 0.41-0.83x
+// their time with it on one thread and 0.68-1.03x on two (the CNN's
+// two-thread step alike both ways, the GPT's 118-126 ms against 148-185):
+// there oneDNN's reorders into freshly mapped activations ran at 0.5 GB/s.
+inline constexpr const char* kKeepFreedMemory =
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736";
 
 // A peer whose GEMM runs under this share of the measured FMA peak is broken
 // on this machine: a comparison with it is a failed measurement, never a win.
