@@ -10,9 +10,10 @@
 //   matching one, SkylakeX for AVX-512, Haswell for AVX2;
 // - GLIBC_TUNABLES set so that glibc's malloc keeps the memory PyTorch frees
 //   (kKeepFreedMemory), as the jemalloc or tcmalloc that PyTorch's CPU
-//   tuning guides preload would: by default every tensor over the mmap
-//   threshold comes from the kernel anew and page-faults on first touch,
-//   which in some VMs costs more than the arithmetic;
+//   tuning guides preload would: by default glibc gives large freed blocks
+//   back to the kernel (mapped ones, and the heap's top past its trim
+//   threshold), so a step's activations page-fault in anew, which in some
+//   VMs costs more than the arithmetic;
 // - its own sgemm speed measured, so that a benchmark can set it against the
 //   FMA peak and refuse a comparison with a peer that runs far below it.
 //
