@@ -106,7 +106,7 @@ std::string TorchPeer::describe() const {
   if (!core_override.empty())
     core += fmt::format(" (a generic fallback on this CPU: run with OPENBLAS_CORETYPE={})", core_override);
   return fmt::format("PyTorch {} ({}), BLAS {}, {}; freed memory kept (GLIBC_TUNABLES={})", torch_version, python_,
-                     blas, core, kKeepFreedMemory);
+                     blas, core, tunables_);
 }
 
 TorchPeer TorchPeer::find(const std::string& python, const std::filesystem::path& scripts,
@@ -131,8 +131,13 @@ TorchPeer TorchPeer::find(const std::string& python, const std::filesystem::path
   std::string library_path = blas_dir;
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     library_path += std::string(":") + old;
+  // A caller's own tunables stay; ours come last, and glibc takes the last
+  // value of a key.
+  peer.tunables_ = kKeepFreedMemory;
+  if (const char* old = std::getenv("GLIBC_TUNABLES"); old != nullptr && *old != '\0')
+    peer.tunables_ = std::string(old) + ":" + peer.tunables_;
   peer.env_ = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH=" + shell_quote(library_path) +
-              " GLIBC_TUNABLES=" + std::string(kKeepFreedMemory);
+              " GLIBC_TUNABLES=" + shell_quote(peer.tunables_);
 
   // Which core OpenBLAS picks by itself; name a better one where it fell back.
   auto [output, status] = run_command("OPENBLAS_VERBOSE=2 " + peer.command("torch_env.py"));

@@ -51,7 +51,8 @@ class TorchPeer {
   std::string describe() const;
 
  private:
-  std::string env_;  // env ... LD_LIBRARY_PATH=... [OPENBLAS_CORETYPE=...]
+  std::string env_;  // env ... LD_LIBRARY_PATH=... GLIBC_TUNABLES=... [OPENBLAS_CORETYPE=...]
+  std::string tunables_;  // the peer's GLIBC_TUNABLES: the caller's, then kKeepFreedMemory
   std::string python_;
   std::filesystem::path scripts_;
 };
