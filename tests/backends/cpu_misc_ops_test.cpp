@@ -393,8 +393,9 @@ TEST_CASE("an update by the product a^T b equals the product's matmul and then t
   auto copy_of = [](const Tensor& t) { return Tensor::from_vector(t.to_vector<float>(), t.shape()); };
   // K below and above the next tile's lines (the prefetches), M not a multiple
   // of the 6-row tiles, N one vector, three, and a panel of four and one more;
-  // M over the 48 rows a packing pass of a takes, the threads' rows starting
-  // inside a pass.
+  // M of two whole packing passes of a (48 rows each), a shorter one and a
+  // short last panel; on 2 and 3 threads, shares of the rows that end in a
+  // shorter pass or in the short panel.
   struct Shapes {
     std::int64_t k, m, n;
   };
