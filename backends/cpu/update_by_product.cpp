@@ -11,7 +11,15 @@
 // multiple of 1024). Then the step reads the tile's param and state,
 // applies itself to the gradient in registers, and writes them back. While a
 // tile multiplies, it prefetches the next tile's param and state lines, one
-// per k, so that its update finds them in L1.
+// per k, so that its update finds them in L1, and for writing (prefetchw):
+// the matmuls before it left param's lines in the other cores' caches, and a
+// read prefetch's shared copy still waits for them to let go at the store.
+// The CNN's dense layer (a [64, 9216], b [64, 128], SGD with momentum) on two
+// threads of a Zen 5 whose vCPUs share no cache (2026-12-07), param and
+// velocity read last by the other thread: 1.21-1.37 ms with read prefetches,
+// 0.62-0.77 with prefetchw (0.53-0.66 with nothing in the other's cache); in
+// the CNN's training step that call 0.84x its time (5 of 5 pairs of
+// bench/ab_compare.py). One thread: the same within noise.
 //
 // The MLP's second layer (a [128, 1024], b [128, 1024], Adam), alone with its
 // state out of the caches, on a 2-vCPU Zen 5 (2026-11-29): the matmul and
@@ -112,7 +120,7 @@ struct Tile {
 };
 
 template <class Update, int kRows, int kVectors>
-[[gnu::target("avx512f,fma")]] void update_tile(const Operands<Update>& o, const Tile& tile, const Tile& next) {
+[[gnu::target("avx512f,fma,prfchw")]] void update_tile(const Operands<Update>& o, const Tile& tile, const Tile& next) {
   __m512 sum[kRows][kVectors];
 #pragma GCC unroll 8
   for (int i = 0; i < kRows; ++i)
@@ -127,7 +135,7 @@ template <class Update, int kRows, int kVectors>
   auto prefetch = [&] {
     _mm_prefetch(reinterpret_cast<const char*>(o.arrays[array] + (next.row + row) * o.n + next.column +
                                                vector * kLanes),
-                 _MM_HINT_T0);
+                 _MM_HINT_ET0);
     if (++vector < next.vectors) return;
     vector = 0;
     if (++row < next.rows) return;
