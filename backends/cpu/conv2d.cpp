@@ -11,6 +11,20 @@
 // weight gradient is our own on AVX-512 (conv2d_weights_direct.hpp), and
 // goes through sgemm where oneDNN runs its AVX2 kernels
 // (conv2d_weights_gemm.hpp).
+//
+// A stride-1 convolution's input gradient is a forward convolution: of dy
+// over the kernel turned half a circle (w'[i, j] = w[KH-1-i, KW-1-j]) with
+// its channel axes swapped, padded by the kernel's extent less one less the
+// forward's padding on each side. oneDNN 2.6 has brgemm kernels for the
+// forward pass and only its older jit kernel for backward data on AVX-512;
+// on the reference CNN's [64, 24, 24, 64] -> [64, 26, 26, 32] (Zen 5,
+// 2026-12-07) the forward way took 0.91-0.96 of the time on one thread and
+// two, results within 1.1e-6, and 0.80 with 128 channels each side. It runs
+// where its primitive is brgemm-based and the backward-data one is not, for
+// the channel counts where it paid (turning_pays).
+#include <cstring>
+#include <string_view>
+
 #include "backends/cpu/conv2d_weights_direct.hpp"
 #include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -58,6 +72,30 @@ dnnl::convolution_forward::desc forward_desc(const memory::desc& x_md, const mem
   return {kind, alg, x_md, w_md, y_md, strides, pad_l, pad_r};
 }
 
+// The padding of the forward convolution that gives a stride-1
+// convolution's input gradient: the kernel's extent less one less the
+// convolution's own, on each side (negative: no such convolution).
+Conv2dArgs turned_padding(const Shape& w, const Conv2dArgs& a) {
+  const int kh = static_cast<int>(w[0]), kw = static_cast<int>(w[1]);
+  return {.pad_top = kh - 1 - a.pad_top, .pad_bottom = kh - 1 - a.pad_bottom, .pad_left = kw - 1 - a.pad_left,
+          .pad_right = kw - 1 - a.pad_right};
+}
+
+// Where the turned kernel's forward pass beat oneDNN 2.6's jit backward-data
+// kernel (Zen 5, 2026-12-07, 3x3 kernels, one and two threads): C input and
+// F output channels in whole vectors, C >= 32 and F >= 64. 32 -> 64: 1.04-1.09x
+// its speed; 64 -> 64: 1.06-1.15; 64 -> 128: 1.25; 128 -> 128: 1.20-1.23;
+// 48 -> 64: 1.06. F of 32 or less lost: 32 -> 32 0.94-0.98, 128 -> 32 0.94,
+// 16 -> 32 0.72-0.76, 16 -> 16 0.56-0.58; 64 -> 48 1.01-1.04, not worth it.
+bool turning_pays(const Shape& w) { return w[2] % 16 == 0 && w[3] % 16 == 0 && w[2] >= 32 && w[3] >= 64; }
+
+std::string input_gradient_key(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dArgs& args) {
+  return "conv2d_backward_data " + cache_key(dy) + cache_key(w) + cache_key(dx) + args_key(args);
+}
+
+// Whether oneDNN runs a primitive on its brgemm-based kernels.
+bool is_brg(const CpuBackend::Primitive& p) { return std::string_view(p.desc.impl_info_str()).starts_with("brg"); }
+
 }  // namespace
 
 void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -86,11 +124,13 @@ void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tens
   execute(p, margs);
 }
 
-void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                                          const Conv2dArgs& args) {
+// The input gradient's primitive for these operands: oneDNN's backward-data
+// primitive, or for a stride-1 convolution the forward one that computes the
+// same (see the top of this file).
+const CpuBackend::Primitive& CpuBackend::conv2d_input_gradient(const std::string& key, const Tensor& dy,
+                                                               const Tensor& w, const Tensor& dx,
+                                                               const Conv2dArgs& args, bool* as_forward) {
   auto dx_md = data_desc(dx), w_md = weights_desc(w), dy_md = data_desc(dy);
-  std::string key = "conv2d_backward_data " + cache_key(dy) + cache_key(w) + cache_key(dx) +
-                    args_key(args);
   const Primitive& p = primitive(key, [&] {
     dnnl::convolution_forward::primitive_desc hint(
         forward_desc(dx_md, any_weights(w_md), nullptr, dy_md, args), default_attr(), engine());
@@ -100,10 +140,56 @@ void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, con
     dnnl::convolution_backward_data::primitive_desc pd(desc, default_attr(), engine(), hint);
     return Primitive{dnnl::convolution_backward_data(pd), pd};
   });
+  *as_forward = false;
+  const Shape& ws = w.shape();
+  const Conv2dArgs turned = turned_padding(ws, args);
+  if (dy.dtype() != DType::f32 || args.stride_h != 1 || args.stride_w != 1 || turned.pad_top < 0 ||
+      turned.pad_bottom < 0 || turned.pad_left < 0 || turned.pad_right < 0 || !turning_pays(ws) || is_brg(p))
+    return p;
+  const Primitive& forward = primitive(key + " as forward", [&] {
+    const memory::desc turned_any({ws[2], ws[3], ws[0], ws[1]}, memory::data_type::f32, tag::any);
+    dnnl::convolution_forward::primitive_desc pd(forward_desc(dy_md, turned_any, nullptr, dx_md, turned),
+                                                 default_attr(), engine());
+    return Primitive{dnnl::convolution_forward(pd), pd};
+  });
+  *as_forward = is_brg(forward);
+  return *as_forward ? forward : p;
+}
+
+std::string CpuBackend::conv2d_backward_data_kernel(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                                    const Conv2dArgs& args) {
+  bool as_forward = false;
+  const Primitive& p = conv2d_input_gradient(input_gradient_key(dy, w, dx, args), dy, w, dx, args, &as_forward);
+  return std::string(p.desc.impl_info_str()) + (as_forward ? " (forward, kernel turned)" : "");
+}
+
+void CpuBackend::run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                          const Conv2dArgs& args) {
+  auto dx_md = data_desc(dx), w_md = weights_desc(w), dy_md = data_desc(dy);
+  bool as_forward = false;
+  std::string key = input_gradient_key(dy, w, dx, args);
+  const Primitive& p = conv2d_input_gradient(key, dy, w, dx, args, &as_forward);
+  if (as_forward) key += " as forward";
   const memory::desc wanted = p.desc.weights_desc();
-  execute(p, {{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
-              {DNNL_ARG_WEIGHTS, weights_in(key, wanted, w_md, w)},
-              {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
+  if (!as_forward) {
+    execute(p, {{DNNL_ARG_DIFF_DST, memory(dy_md, dy)},
+                {DNNL_ARG_WEIGHTS, weights_in(key, wanted, w_md, w)},
+                {DNNL_ARG_DIFF_SRC, memory(dx_md, dx)}});
+    return;
+  }
+  // The kernel turned: w'[i, j] = w[KH-1-i, KW-1-j], each [C, F] slab as it
+  // is, which oneDNN then reads with C as the output channels.
+  const Shape& ws = w.shape();
+  const std::int64_t kh = ws[0], kw = ws[1], c = ws[2], f = ws[3], slab = c * f;
+  const Tensor turned = scratch_tensor(key + " turned", ws, DType::f32);
+  for (std::int64_t i = 0; i < kh; ++i)
+    for (std::int64_t j = 0; j < kw; ++j)
+      std::memcpy(turned.data<float>() + (i * kw + j) * slab, w.data<float>() + ((kh - 1 - i) * kw + kw - 1 - j) * slab,
+                  static_cast<std::size_t>(slab) * sizeof(float));
+  const memory::desc turned_md({c, f, kh, kw}, memory::data_type::f32, memory::dims{f, 1, kw * slab, slab});
+  execute(p, {{DNNL_ARG_SRC, memory(dy_md, dy)},
+              {DNNL_ARG_WEIGHTS, weights_in(key, wanted, turned_md, turned)},
+              {DNNL_ARG_DST, memory(dx_md, dx)}});
 }
 
 // Where the weight gradient runs through a kernel of ours, which sums db from

@@ -63,6 +63,10 @@ class CpuBackend final : public Backend {
   // has primitives of its own, kept so that switching back (tessera bench
   // alternates one device of every core with meshes of smaller shares) reuses them.
   void set_threads(int threads) { threads_ = threads; }
+  // The oneDNN kernel that conv2d_backward_data runs for these operands
+  // (impl_info_str), with " (forward, kernel turned)" where it runs as a
+  // forward convolution (conv2d.cpp); tests ask.
+  std::string conv2d_backward_data_kernel(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dArgs& args);
   // Number of distinct oneDNN primitives created so far for the current
   // thread share (tests check reuse).
   std::size_t primitive_count() const;
@@ -150,6 +154,10 @@ class CpuBackend final : public Backend {
                           const Conv2dArgs& args) override;
   void run_conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
                                 const Conv2dArgs& args) override;
+  // The primitive conv2d_backward_data runs, cached under `key` (and `key`
+  // " as forward"); *as_forward: it is a forward convolution over the turned kernel.
+  const Primitive& conv2d_input_gradient(const std::string& key, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dArgs& args,
+                                         bool* as_forward);
   void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                    const Tensor* db, const Conv2dArgs& args) override;
   void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;
