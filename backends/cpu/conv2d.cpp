@@ -19,7 +19,7 @@
 // forward pass and only its older jit kernel for backward data on AVX-512;
 // on the reference CNN's [64, 24, 24, 64] -> [64, 26, 26, 32] (Zen 5,
 // 2026-12-07) the forward way took 0.91-0.96 of the time on one thread and
-// two, results within 1.1e-6, and 0.80 with 128 channels each side. It runs
+// two, results within 1.1e-6, and 0.81-0.83 with 128 channels each side. It runs
 // where its primitive is brgemm-based and the backward-data one is not, for
 // the channel counts where it paid (turning_pays).
 #include <cstring>

@@ -17,7 +17,7 @@
 // The CNN's dense layer (a [64, 9216], b [64, 128], SGD with momentum) on two
 // threads of a Zen 5 whose vCPUs share no cache (2026-12-07), param and
 // velocity read last by the other thread: 1.21-1.37 ms with read prefetches,
-// 0.62-0.77 with prefetchw (0.53-0.66 with nothing in the other's cache); in
+// 0.62-0.77 with prefetchw (0.54-0.63 with nothing in the other's cache); in
 // the CNN's training step that call 0.84x its time (5 of 5 pairs of
 // bench/ab_compare.py). One thread: the same within noise.
 //
