@@ -18,7 +18,7 @@
 // forward's padding on each side. oneDNN 2.6 has brgemm kernels for the
 // forward pass and only its older jit kernel for backward data on AVX-512;
 // on the reference CNN's [64, 24, 24, 64] -> [64, 26, 26, 32] (Zen 5,
-// 2026-12-07) the forward way took 0.91-0.96 of the time on one thread and
+// 2026-12-07) the forward way took 0.92-0.96 of the time on one thread and
 // two, results within 1.1e-6, and 0.81-0.83 with 128 channels each side. It runs
 // where its primitive is brgemm-based and the backward-data one is not, for
 // the channel counts where it paid (turning_pays).
@@ -82,12 +82,15 @@ Conv2dArgs turned_padding(const Shape& w, const Conv2dArgs& a) {
 }
 
 // Where the turned kernel's forward pass beat oneDNN 2.6's jit backward-data
-// kernel (Zen 5, 2026-12-07, 3x3 kernels, one and two threads): C input and
-// F output channels in whole vectors, C >= 32 and F >= 64. 32 -> 64: 1.04-1.09x
-// its speed; 64 -> 64: 1.06-1.15; 64 -> 128: 1.25; 128 -> 128: 1.20-1.23;
-// 48 -> 64: 1.06. F of 32 or less lost: 32 -> 32 0.94-0.98, 128 -> 32 0.94,
-// 16 -> 32 0.72-0.76, 16 -> 16 0.56-0.58; 64 -> 48 1.01-1.04, not worth it.
-bool turning_pays(const Shape& w) { return w[2] % 16 == 0 && w[3] % 16 == 0 && w[2] >= 32 && w[3] >= 64; }
+// kernel (Zen 5, 2026-12-07, one and two threads): 3x3 kernels (the only
+// size measured), C input and F output channels in whole vectors, C >= 32
+// and F >= 64. 32 -> 64: 1.04-1.09x its speed; 64 -> 64: 1.06-1.15; 64 ->
+// 128: 1.25-1.26; 128 -> 128: 1.20-1.23; 48 -> 64: 1.06. F of 32 or less
+// lost: 32 -> 32 0.94-0.98, 128 -> 32 0.94, 16 -> 32 0.72-0.76, 16 -> 16
+// 0.56-0.58; 64 -> 48 1.01-1.04, not worth it.
+bool turning_pays(const Shape& w) {
+  return w[0] == 3 && w[1] == 3 && w[2] % 16 == 0 && w[3] % 16 == 0 && w[2] >= 32 && w[3] >= 64;
+}
 
 std::string input_gradient_key(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dArgs& args) {
   return "conv2d_backward_data " + cache_key(dy) + cache_key(w) + cache_key(dx) + args_key(args);

@@ -156,8 +156,8 @@ class CpuBackend final : public Backend {
                                 const Conv2dArgs& args) override;
   // The primitive conv2d_backward_data runs, cached under `key` (and `key`
   // " as forward"); *as_forward: it is a forward convolution over the turned kernel.
-  const Primitive& conv2d_input_gradient(const std::string& key, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dArgs& args,
-                                         bool* as_forward);
+  const Primitive& conv2d_input_gradient(const std::string& key, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                         const Conv2dArgs& args, bool* as_forward);
   void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                    const Tensor* db, const Conv2dArgs& args) override;
   void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;

@@ -132,7 +132,8 @@ template <class Update, int kRows, int kVectors>
   // (counted without divisions: the loop over k has few cycles to spare).
   int array = next.rows > 0 ? 0 : Update::kArrays;
   std::int64_t row = 0, vector = 0;
-  auto prefetch = [&] {
+  // Inlined, so that it is compiled for this function's target (prefetchw).
+  auto prefetch = [&]() __attribute__((always_inline)) {
     _mm_prefetch(reinterpret_cast<const char*>(o.arrays[array] + (next.row + row) * o.n + next.column +
                                                vector * kLanes),
                  _MM_HINT_ET0);

@@ -402,34 +402,55 @@ TEST_CASE("conv2d weight gradient through register-tiled outer products matches 
 }
 
 TEST_CASE("conv2d backward data as a forward convolution over the turned kernel matches reference loops") {
-  // Channels as the reference CNN's second convolution has them, where
-  // oneDNN runs its brgemm forward kernel (conv2d.cpp); a 3x2 kernel under
-  // "same" padding pads the width 0 on the left and 1 on the right, so the
-  // turned padding differs side by side, and a 2x2 one with explicit
-  // padding of 1 and 0 the height too. 32 output channels keep oneDNN's
-  // backward-data kernel (the turned way lost there).
+  // 3x3 kernels with the reference CNN's second convolution's channels,
+  // where oneDNN runs its brgemm forward kernel (conv2d.cpp): valid, same,
+  // and padding unequal side by side (turned: 1, 2 top and bottom, 2, 0
+  // left and right). The rest keep oneDNN's backward-data kernel: 32
+  // output channels (the turned way lost there), stride 2, padding past
+  // the kernel (turned padding -1), and a kernel size not measured.
+  struct Case {
+    Shape kernel;
+    Conv2dArgs args;
+    bool turns;
+  };
+  const Conv2dArgs same{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const std::vector<Case> cases{
+      {{3, 3, 32, 64}, {}, true},
+      {{3, 3, 32, 64}, same, true},
+      {{3, 3, 32, 64}, {.pad_top = 1, .pad_bottom = 0, .pad_left = 0, .pad_right = 2}, true},
+      {{3, 3, 32, 32}, same, false},
+      {{3, 3, 32, 64}, {.stride_h = 2, .stride_w = 2, .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1},
+       false},
+      {{3, 3, 32, 64}, {.pad_top = 3, .pad_bottom = 0, .pad_left = 0, .pad_right = 0}, false},
+      {{2, 2, 32, 64}, {}, false},
+  };
   CpuBackend& cpu = cpu_backend();
   Tensor x = random_tensor({2, 9, 8, 32}, 41);
-  for (const Shape& kernel : {Shape{3, 3, 32, 64}, Shape{3, 2, 32, 64}, Shape{2, 2, 32, 64}, Shape{3, 3, 32, 32}})
-    for (bool same : {false, true}) {
-      CAPTURE(kernel);
-      CAPTURE(same);
-      Tensor w = random_tensor(kernel, 42);
-      Conv2dArgs args = conv_args(x.shape(), w.shape(), 1, same);
-      if (kernel[0] == 2 && same) args = {.pad_top = 1, .pad_bottom = 0, .pad_left = 0, .pad_right = 1};
-      Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 43);
-      Tensor dx = random_tensor(x.shape(), 44);  // garbage the kernel must overwrite
-      const std::string kernel_name = cpu.conv2d_backward_data_kernel(dy, w, dx, args);
-      CAPTURE(kernel_name);
-      const bool turned = kernel_name.ends_with("(forward, kernel turned)");
-      if (kernel[3] < 64) CHECK_FALSE(turned);
-      // On AVX-512 oneDNN 2.6's backward-data kernel is jit, its forward brgemm.
-      if (kernel[3] >= 64 && widest_vector_isa() == VectorIsa::avx512) CHECK((turned || kernel_name.starts_with("brg")));
-      cpu.conv2d_backward_data(dy, w, dx, args);
-      check_close(dx, reference_conv_backward_data(x, w, dy, args), 1e-4, 1e-5);
-      cpu.conv2d_backward_data(dy, w, dx, args);  // the second call, with every buffer made
-      check_close(dx, reference_conv_backward_data(x, w, dy, args), 1e-4, 1e-5);
-    }
+  for (const Case& c : cases) {
+    CAPTURE(c.kernel);
+    CAPTURE(c.args.stride_h);
+    CAPTURE(c.args.pad_top);
+    CAPTURE(c.args.pad_right);
+    Tensor w = random_tensor(c.kernel, 42);
+    Tensor dy = random_tensor(conv2d_output_shape(x.shape(), w.shape(), c.args), 43);
+    Tensor dx = random_tensor(x.shape(), 44);  // garbage the kernel must overwrite
+    const std::string kernel_name = cpu.conv2d_backward_data_kernel(dy, w, dx, c.args);
+    CAPTURE(kernel_name);
+    const bool turned = kernel_name.ends_with("(forward, kernel turned)");
+    if (!c.turns) CHECK_FALSE(turned);
+    // On AVX-512 oneDNN 2.6's backward-data kernel is jit, its forward brgemm.
+    if (c.turns && widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2())
+      CHECK((turned || kernel_name.starts_with("brg")));
+    cpu.conv2d_backward_data(dy, w, dx, c.args);
+    check_close(dx, reference_conv_backward_data(x, w, dy, c.args), 1e-4, 1e-5);
+    // Again, with the primitives and buffers made: none made anew, the same result.
+    const auto primitives = cpu.primitive_count();
+    const auto allocations = cpu.allocator().stats().allocations;
+    cpu.conv2d_backward_data(dy, w, dx, c.args);
+    CHECK(cpu.primitive_count() == primitives);
+    CHECK(cpu.allocator().stats().allocations == allocations);
+    check_close(dx, reference_conv_backward_data(x, w, dy, c.args), 1e-4, 1e-5);
+  }
 }
 
 TEST_CASE("conv2d backward data skips input rows no window reaches") {
