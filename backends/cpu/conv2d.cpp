@@ -7,10 +7,11 @@
 // offered to oneDNN in any layout it prefers (`any`), which lets it pick its
 // direct AVX-512 kernels over the gemm-based ones (3-4x faster on the CNN's
 // second convolution); the small kernel tensor is reordered to and from the
-// blocked layout around each call, through a cached per-shape buffer. The
-// weight gradient is our own on AVX-512 (conv2d_weights_direct.hpp), and
-// goes through sgemm where oneDNN runs its AVX2 kernels
-// (conv2d_weights_gemm.hpp).
+// blocked layout around each call, through a cached per-shape buffer. On
+// AVX-512 the forward pass over a few input channels (a first layer's image,
+// conv2d_forward_direct.hpp) and the weight gradient
+// (conv2d_weights_direct.hpp) are our own; the weight gradient goes through
+// sgemm where oneDNN runs its AVX2 kernels (conv2d_weights_gemm.hpp).
 //
 // A stride-1 convolution's input gradient is a forward convolution: of dy
 // over the kernel turned half a circle (w'[i, j] = w[KH-1-i, KW-1-j]) with
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "backends/cpu/conv2d_forward_direct.hpp"
 #include "backends/cpu/conv2d_weights_direct.hpp"
 #include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -103,6 +105,12 @@ bool is_brg(const CpuBackend::Primitive& p) { return std::string_view(p.desc.imp
 
 void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias,
                                     const Tensor& y, const Conv2dArgs& args) {
+  if (conv_forward_direct(x.dtype(), x.shape(), w.shape(), args.activation)) {
+    const auto floats = conv_forward_direct_scratch(x.shape(), args);
+    Buffer& scratch = scratch_buffer("conv2d_forward direct", std::max<std::size_t>(floats, 1) * sizeof(float));
+    KernelScope scope(threads());
+    return conv2d_forward_direct(x, w, bias, y, args, static_cast<float*>(scratch.data()), threads());
+  }
   auto x_md = data_desc(x), w_md = weights_desc(w), y_md = data_desc(y);
   auto b_md = bias ? bias_desc(*bias) : memory::desc();
   std::string key = "conv2d_forward " + cache_key(x) + cache_key(w) +

@@ -4,8 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "backends/cpu/conv2d_padding.hpp"
 #include "backends/cpu/vector_math.hpp"
 
 namespace tessera {
@@ -36,8 +36,6 @@ struct Geometry {
     return (i * w + j) * c + ch;
   }
 };
-
-bool padded(const Conv2dArgs& a) { return a.pad_top || a.pad_bottom || a.pad_left || a.pad_right; }
 
 // partial[kRows rows F apart, kVectors vectors] += x's window rows
 // [first_input, first_input + kRows) times dy's outputs [first_output, ...
@@ -109,26 +107,6 @@ TileKernel tile_kernel(std::int64_t rows, std::int64_t vectors) {
     for (std::int64_t o = 0; o < g.f; ++o) bias[o] += dy[p * g.f + o];
 }
 
-// x[N, H, W, C] into `out` with its padding as zeros, image rows shared
-// among the team.
-void lay_out_padded(const Tensor& x, const Geometry& g, const Conv2dArgs& a, float* out) {
-  const Shape& s = x.shape();
-  const float* in = x.data<float>();
-  const auto row_bytes = static_cast<std::size_t>(s[2] * g.c) * sizeof(float);
-#pragma omp for schedule(static)
-  for (std::int64_t r = 0; r < g.n * g.h; ++r) {
-    float* row = out + r * g.w * g.c;
-    const std::int64_t y = r % g.h - a.pad_top, image = r / g.h;
-    if (y < 0 || y >= s[1]) {
-      std::fill_n(row, g.w * g.c, 0.0f);
-      continue;
-    }
-    std::fill_n(row, a.pad_left * g.c, 0.0f);
-    std::memcpy(row + a.pad_left * g.c, in + (image * s[1] + y) * s[2] * g.c, row_bytes);
-    std::fill_n(row + (a.pad_left + s[2]) * g.c, a.pad_right * g.c, 0.0f);
-  }
-}
-
 }  // namespace
 
 bool conv_weights_direct(DType dtype, const Shape& dw) {
@@ -138,7 +116,7 @@ bool conv_weights_direct(DType dtype, const Shape& dw) {
 std::size_t conv_weights_direct_scratch(const Shape& x, const Shape& dy, const Shape& dw, const Conv2dArgs& args,
                                         int threads) {
   const Geometry g(x, dy, dw, args);
-  const std::int64_t padded_x = padded(args) ? g.n * g.h * g.w * g.c : 0;
+  const std::int64_t padded_x = padded(args) ? padded_floats(x, args) : 0;
   return static_cast<std::size_t>(threads * g.partial_floats() + padded_x);
 }
 
@@ -153,7 +131,7 @@ void conv2d_backward_weights_direct(const Tensor& x, const Tensor& dy, const Ten
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    if (padded(args)) lay_out_padded(x, g, args, padded_x);  // ends in the team's barrier
+    if (padded(args)) lay_out_padded(x, args, padded_x);  // ends in the team's barrier
     float* partial = scratch + t * partial_floats;
     std::fill_n(partial, partial_floats, 0.0f);
     const std::int64_t begin = g.rows() * t / team, end = g.rows() * (t + 1) / team;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/conv2d_forward_direct.hpp"
 #include "backends/cpu/conv2d_weights_direct.hpp"
 #include "backends/cpu/conv2d_weights_gemm.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -293,6 +294,69 @@ TEST_CASE("conv2d forward applies a fused activation after the bias") {
       cpu.conv2d_forward(x, w, b, fused, args);
       check_close(fused, want.to_vector<float>(), 1e-5, 1e-5);
     }
+}
+
+TEST_CASE("conv2d forward over few input channels through register tiles matches reference loops") {
+  if (!vector_isa_runs(VectorIsa::avx512)) {
+    MESSAGE("no AVX-512 on this CPU: the direct forward convolution does not run here");
+    CHECK_FALSE(conv_forward_direct(DType::f32, {1, 8, 8, 1}, {3, 3, 1, 16}, Activation::none));
+    return;
+  }
+  // One, three and four channels in; 16, 48 and 80 out (one, three and 4 + 1
+  // vectors); rows of 7 and 11 positions (a tile of 6 and a last one of 1 or
+  // 5), a 3x2 kernel whose "same" padding is unequal side by side, and three
+  // threads on 3 output rows (stride 2) that leave one with none.
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c : {Case{{2, 9, 9, 1}, {3, 3, 1, 16}}, Case{{1, 6, 13, 3}, {3, 2, 3, 48}},
+                        Case{{2, 5, 9, 4}, {2, 3, 4, 80}}})
+    for (int stride : {1, 2})
+      for (bool same : {false, true})
+        for (int threads : {1, 2, 3})
+          for (bool with_bias : {false, true})
+            for (Activation act : {Activation::none, Activation::relu}) {
+              CAPTURE(c.x);
+              CAPTURE(c.w);
+              CAPTURE(stride);
+              CAPTURE(same);
+              CAPTURE(threads);
+              CAPTURE(with_bias);
+              CAPTURE(name(act));
+              Tensor x = random_tensor(c.x, 61), w = random_tensor(c.w, 62), bias = random_tensor({c.w[3]}, 63);
+              auto args = conv_args(x.shape(), w.shape(), stride, same);
+              args.activation = act;
+              REQUIRE(conv_forward_direct(DType::f32, x.shape(), w.shape(), act));
+              Tensor y = random_tensor(conv2d_output_shape(x.shape(), w.shape(), args), 64);  // garbage to overwrite
+              std::vector<float> scratch(std::max<std::size_t>(conv_forward_direct_scratch(x.shape(), args), 1), NAN);
+              const Tensor* b = with_bias ? &bias : nullptr;
+              conv2d_forward_direct(x, w, b, y, args, scratch.data(), threads);
+              std::vector<float> want = reference_conv(x, w, b, args);
+              if (act == Activation::relu)
+                for (float& v : want) v = std::max(v, 0.0f);
+              check_close(y, want, 1e-4, 1e-5);
+            }
+  // The backend takes it for f32, few channels, whole vectors out, no
+  // activation or a ReLU, and then makes no oneDNN primitive; the ReLU keeps
+  // a NaN as oneDNN's does.
+  CHECK_FALSE(conv_forward_direct(DType::f32, {1, 8, 8, 5}, {3, 3, 5, 16}, Activation::none));
+  CHECK_FALSE(conv_forward_direct(DType::f32, {1, 8, 8, 3}, {3, 3, 3, 20}, Activation::none));
+  CHECK_FALSE(conv_forward_direct(DType::bf16, {1, 8, 8, 3}, {3, 3, 3, 16}, Activation::none));
+  CHECK_FALSE(conv_forward_direct(DType::f32, {1, 8, 8, 3}, {3, 3, 3, 16}, Activation::gelu_erf));
+  CpuBackend& cpu = cpu_backend();
+  Tensor x = random_tensor({2, 8, 8, 1}, 65), w = random_tensor({3, 3, 1, 32}, 66), bias = random_tensor({32}, 67);
+  x.data<float>()[0] = NAN;  // in the first window of the first image only
+  Conv2dArgs args{.activation = Activation::relu};
+  Tensor y = Tensor::empty(conv2d_output_shape(x.shape(), w.shape(), args), DType::f32);
+  const auto primitives = cpu.primitive_count();
+  cpu.conv2d_forward(x, w, &bias, y, args);
+  CHECK(cpu.primitive_count() == primitives);
+  for (std::int64_t f = 0; f < 32; ++f) CHECK(std::isnan(y.data<float>()[f]));
+  std::vector<float> want = reference_conv(x, w, &bias, args);
+  for (float& v : want) v = std::max(v, 0.0f);
+  std::vector<float> got = y.to_vector<float>();
+  for (std::size_t i = 32; i < got.size(); ++i)  // no other window reads the NaN
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4));
 }
 
 TEST_CASE("conv2d backward data and weights match reference loops") {
