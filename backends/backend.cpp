@@ -177,6 +177,19 @@ void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const T
   run_conv2d_backward_weights(x, dy, dw, db, args);
 }
 
+void Backend::conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                                   const Tensor& dw, const Tensor* db, const Conv2dArgs& args) {
+  Check c(*this, "conv2d_backward_weights", {}, " through relu");
+  c.on_device({{"x", &x}, {"y", &y}, {"dy", &dy}, {"dw", &dw}, {"db", db}});
+  c.same_dtype({{"x", &x}, {"y", &y}, {"dy", &dy}, {"dw", &dw}, {"db", db}}).floating("x", x);
+  c.shape("dy", dy, conv2d_output_shape(x.shape(), dw.shape(), args)).shape("y", y, dy.shape());
+  if (db != nullptr) c.shape("db", *db, Shape{dw.shape()[3]});
+  if (!takes_conv_weight_gradient_through_relu(x.dtype(), dw.shape()))
+    throw UnsupportedError("conv2d_backward_weights through relu: the " + name() + " backend on " + device().str() +
+                           " does not take " + dw.describe() + " through a ReLU");
+  run_conv2d_backward_weights_through_relu(x, y, dy, dw, db, args);
+}
+
 void Backend::pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) {
   Check c(*this, "pool2d_forward");
   c.on_device({{"x", &x}, {"y", &y}}).same_dtype({{"x", &x}, {"y", &y}}).floating("x", x);
@@ -592,6 +605,8 @@ bool Backend::supports_update_by_product(DType, const Shape&, const Shape&) cons
 
 bool Backend::computes_conv_bias_gradient(DType, const Shape&, const Shape&, const Shape&) const { return false; }
 
+bool Backend::takes_conv_weight_gradient_through_relu(DType, const Shape&) const { return false; }
+
 void Backend::unsupported(std::string_view kernel) const {
   throw UnsupportedError("kernel '" + std::string(kernel) +
                          "' is not implemented by the " + name() + " backend on " +
@@ -617,6 +632,7 @@ void Backend::run_matmul(const Tensor&, const Tensor&, const Tensor*, const Tens
 void Backend::run_conv2d_forward(const Tensor&, const Tensor&, const Tensor*, const Tensor&, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d)); }
 void Backend::run_conv2d_backward_data(const Tensor&, const Tensor&, const Tensor&, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d_grad_input)); }
 void Backend::run_conv2d_backward_weights(const Tensor&, const Tensor&, const Tensor&, const Tensor*, const Conv2dArgs&) { unsupported(tessera::name(OpKind::conv2d_grad_weight)); }
+void Backend::run_conv2d_backward_weights_through_relu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, const Conv2dArgs&) { unsupported("conv2d_backward_weights through relu"); }
 void Backend::run_pool2d_forward(const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(tessera::name(OpKind::pool2d)); }
 void Backend::run_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Pool2dArgs&) { unsupported(tessera::name(OpKind::pool2d_grad)); }
 void Backend::run_unary(UnaryOp, const Tensor&, const Tensor&) { unsupported(tessera::name(OpKind::unary)); }

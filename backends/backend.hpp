@@ -99,6 +99,14 @@ class Backend {
   // these shapes (it reads dy anyway), so that the memory plan drops the
   // separate sum of dy (fusion.hpp). Any backend takes db; this says it pays.
   virtual bool computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const;
+  // The weight gradient (and db, when not null) through the ReLU that the
+  // convolution's output went into, whose output y is laid out as dy: dy is
+  // the gradient at y, taken as zero where y is not positive as it is read,
+  // so the ReLU's gradient needs no pass of its own (fusion.hpp). Only where
+  // takes_conv_weight_gradient_through_relu() says so.
+  void conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dw,
+                                            const Tensor* db, const Conv2dArgs& args);
+  virtual bool takes_conv_weight_gradient_through_relu(DType dtype, const Shape& dw) const;
 
   // Max/average pooling over channels-last x; the backward pass takes the
   // forward input (max pooling finds its arg-max again rather than keeping a
@@ -259,6 +267,8 @@ class Backend {
                                         const Conv2dArgs& args);
   virtual void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                            const Tensor* db, const Conv2dArgs& args);
+  virtual void run_conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                                        const Tensor& dw, const Tensor* db, const Conv2dArgs& args);
   virtual void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args);
   virtual void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                                    const Pool2dArgs& args);

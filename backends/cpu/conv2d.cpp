@@ -210,6 +210,19 @@ bool CpuBackend::computes_conv_bias_gradient(DType dtype, const Shape& x, const 
   return conv_weights_direct(dtype, dw) || conv_weights_through_gemm(dtype, x, dy, dw, threads());
 }
 
+// Our own kernel masks dy as it reads it (conv2d_weights_direct.hpp).
+bool CpuBackend::takes_conv_weight_gradient_through_relu(DType dtype, const Shape& dw) const {
+  return conv_weights_direct(dtype, dw);
+}
+
+void CpuBackend::run_conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                                          const Tensor& dw, const Tensor* db, const Conv2dArgs& args) {
+  const auto floats = conv_weights_direct_scratch(x.shape(), dy.shape(), dw.shape(), args, threads(), true);
+  Buffer& scratch = scratch_buffer("conv2d_backward_weights direct", floats * sizeof(float));
+  KernelScope scope(threads());
+  conv2d_backward_weights_direct(x, dy, dw, db, args, static_cast<float*>(scratch.data()), threads(), &y);
+}
+
 void CpuBackend::run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                              const Tensor* db, const Conv2dArgs& args) {
   if (conv_weights_direct(x.dtype(), dw.shape())) {

@@ -29,6 +29,8 @@ struct Geometry {
       : n(x[0]), h(x[1] + a.pad_top + a.pad_bottom), w(x[2] + a.pad_left + a.pad_right), c(x[3]), oh(dy[1]),
         ow(dy[2]), f(dy[3]), kw(dw[1]), window(dw[0] * dw[1] * dw[2]), stride_h(a.stride_h), stride_w(a.stride_w) {}
   std::int64_t rows() const { return n * oh; }  // output rows over the batch
+  // Output rows a tile streams before its accumulators go back to memory.
+  std::int64_t run_rows() const { return std::max<std::int64_t>(1, kRunPositions / std::max<std::int64_t>(1, ow)); }
   std::int64_t partial_floats() const { return window * f + f; }  // dw's, then db's
   // Where window row r = (i * KW + j) * C + ch lies from its window's corner.
   std::int64_t offset(std::int64_t r) const {
@@ -39,7 +41,8 @@ struct Geometry {
 
 // partial[kRows rows F apart, kVectors vectors] += x's window rows
 // [first_input, first_input + kRows) times dy's outputs [first_output, ...
-// + 16 kVectors), over the output rows [first_row, end_row) of the batch.
+// + 16 kVectors), over the output rows [first_row, end_row) of the batch;
+// `dy` points at first_row's row.
 template <int kRows, int kVectors>
 [[gnu::target("avx512f,fma")]] void accumulate_tile(const Geometry& g, const float* x, const float* dy,
                                                     std::int64_t first_row, std::int64_t end_row,
@@ -57,7 +60,7 @@ template <int kRows, int kVectors>
   for (std::int64_t row = first_row; row < end_row; ++row) {
     const std::int64_t image = row / g.oh, y = row % g.oh;
     const float* corner = x + (image * g.h + y * g.stride_h) * g.w * g.c;
-    const float* out = dy + row * g.ow * g.f + first_output;
+    const float* out = dy + (row - first_row) * g.ow * g.f + first_output;
     for (std::int64_t q = 0; q < g.ow; ++q, corner += x_step, out += g.f) {
       __m512 d[kVectors];
 #pragma GCC unroll 8
@@ -100,11 +103,29 @@ TileKernel tile_kernel(std::int64_t rows, std::int64_t vectors) {
   }
 }
 
-// bias[F] += dy's rows [first_row, end_row), each OW x F floats.
-[[gnu::target("avx512f")]] void add_rows(const Geometry& g, const float* __restrict dy, std::int64_t first_row,
-                                         std::int64_t end_row, float* __restrict bias) {
-  for (std::int64_t p = first_row * g.ow; p < end_row * g.ow; ++p)
-    for (std::int64_t o = 0; o < g.f; ++o) bias[o] += dy[p * g.f + o];
+// bias[F] += the `floats` of dy's rows (positions of F floats): a vector of
+// the bias at a time, its sum over positions in four registers (an add's
+// latency is four positions' loads).
+[[gnu::target("avx512f")]] void add_rows(const Geometry& g, const float* dy, std::int64_t floats, float* bias) {
+  const std::int64_t positions = floats / g.f;
+  for (std::int64_t output = 0; output < g.f; output += kLanes) {
+    __m512 sum[4] = {_mm512_loadu_ps(bias + output), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    std::int64_t p = 0;
+    for (; p + 4 <= positions; p += 4)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) sum[k] = _mm512_add_ps(sum[k], _mm512_loadu_ps(dy + (p + k) * g.f + output));
+    for (; p < positions; ++p) sum[0] = _mm512_add_ps(sum[0], _mm512_loadu_ps(dy + p * g.f + output));
+    _mm512_storeu_ps(bias + output, _mm512_add_ps(_mm512_add_ps(sum[0], sum[1]), _mm512_add_ps(sum[2], sum[3])));
+  }
+}
+
+// staged = dy where relu > 0, else 0 (the ReLU's gradient), over `floats`.
+[[gnu::target("avx512f")]] void stage_through_relu(const float* dy, const float* relu, std::int64_t floats,
+                                                   float* staged) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < floats; i += kLanes)  // whole vectors: F is a multiple of 16
+    _mm512_storeu_ps(staged + i, _mm512_maskz_loadu_ps(
+                                     _mm512_cmp_ps_mask(_mm512_loadu_ps(relu + i), zero, _CMP_GT_OQ), dy + i));
 }
 
 }  // namespace
@@ -114,36 +135,47 @@ bool conv_weights_direct(DType dtype, const Shape& dw) {
 }
 
 std::size_t conv_weights_direct_scratch(const Shape& x, const Shape& dy, const Shape& dw, const Conv2dArgs& args,
-                                        int threads) {
+                                        int threads, bool through_relu) {
   const Geometry g(x, dy, dw, args);
   const std::int64_t padded_x = padded(args) ? padded_floats(x, args) : 0;
-  return static_cast<std::size_t>(threads * g.partial_floats() + padded_x);
+  const std::int64_t staged = through_relu ? g.run_rows() * g.ow * g.f : 0;
+  return static_cast<std::size_t>(threads * (g.partial_floats() + staged) + padded_x);
 }
 
 void conv2d_backward_weights_direct(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor* db,
-                                    const Conv2dArgs& args, float* scratch, int threads) {
+                                    const Conv2dArgs& args, float* scratch, int threads, const Tensor* relu_output) {
   const Geometry g(x.shape(), dy.shape(), dw.shape(), args);
   const std::int64_t partial_floats = g.partial_floats();
-  float* padded_x = scratch + threads * partial_floats;
+  const std::int64_t staged_floats = relu_output ? g.run_rows() * g.ow * g.f : 0;
+  float* padded_x = scratch + threads * (partial_floats + staged_floats);
   const float* xs = padded(args) ? padded_x : x.data<float>();
   const float* dys = dy.data<float>();
-  const std::int64_t run_rows = std::max<std::int64_t>(1, kRunPositions / std::max<std::int64_t>(1, g.ow));
+  const float* relu = relu_output ? relu_output->data<float>() : nullptr;
+  const std::int64_t row_floats = g.ow * g.f;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
     if (padded(args)) lay_out_padded(x, args, padded_x);  // ends in the team's barrier
     float* partial = scratch + t * partial_floats;
+    float* staged = scratch + threads * partial_floats + t * staged_floats;
     std::fill_n(partial, partial_floats, 0.0f);
     const std::int64_t begin = g.rows() * t / team, end = g.rows() * (t + 1) / team;
-    for (std::int64_t first = begin; first < end; first += run_rows) {
-      const std::int64_t last = std::min(end, first + run_rows);
+    for (std::int64_t first = begin; first < end; first += g.run_rows()) {
+      const std::int64_t last = std::min(end, first + g.run_rows());
+      // Through a ReLU, the run's dy is masked once into a buffer that stays
+      // in cache while every tile reads it.
+      const float* run = dys + first * row_floats;
+      if (relu) {
+        stage_through_relu(run, relu + first * row_floats, (last - first) * row_floats, staged);
+        run = staged;
+      }
       for (std::int64_t input = 0; input < g.window; input += kTileRows)
         for (std::int64_t output = 0; output < g.f; output += kTileVectors * kLanes) {
           const TileKernel tile = tile_kernel(std::min<std::int64_t>(kTileRows, g.window - input),
                                               std::min<std::int64_t>(kTileVectors, (g.f - output) / kLanes));
-          tile(g, xs, dys, first, last, input, output, partial + input * g.f + output);
+          tile(g, xs, run, first, last, input, output, partial + input * g.f + output);
         }
-      if (db != nullptr) add_rows(g, dys, first, last, partial + g.window * g.f);  // its dy is in cache
+      if (db != nullptr) add_rows(g, run, (last - first) * row_floats, partial + g.window * g.f);  // run is in cache
     }
     // Partials of threads the team did not get stay out of the sum.
 #pragma omp barrier

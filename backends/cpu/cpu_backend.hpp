@@ -160,6 +160,8 @@ class CpuBackend final : public Backend {
                                          const Conv2dArgs& args, bool* as_forward);
   void run_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                    const Tensor* db, const Conv2dArgs& args) override;
+  void run_conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dw,
+                                                const Tensor* db, const Conv2dArgs& args) override;
   void run_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dArgs& args) override;
   void run_pool2d_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                            const Pool2dArgs& args) override;
@@ -170,6 +172,7 @@ class CpuBackend final : public Backend {
   bool supports_fused_attention(DType stored, DType multiply, DType out, std::int64_t width) const override;
   bool supports_update_by_product(DType dtype, const Shape& a, const Shape& b) const override;
   bool computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const override;
+  bool takes_conv_weight_gradient_through_relu(DType dtype, const Shape& dw) const override;
   void run_fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const FusedAttentionArgs& args) override;
   void run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& logsumexp,

@@ -22,6 +22,9 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> outputs, Device devi
           },
           [&backend = backend_](DType dtype, const Shape& x, const Shape& dy, const Shape& dw) {
             return backend.computes_conv_bias_gradient(dtype, x, dy, dw);
+          },
+          [&backend = backend_](DType dtype, const Shape& dw) {
+            return backend.takes_conv_weight_gradient_through_relu(dtype, dw);
           })),
       tensors_(static_cast<std::size_t>(graph.value_count())) {}
 
@@ -193,6 +196,7 @@ std::string Executor::profile_key(NodeId n) const {
     for (std::size_t i = 0; i < node.inputs.size(); ++i) key += (i == 0 ? " " : ", ") + shape_of(node.inputs[i]);
     key += " -> " + shape_of(node.outputs[0]);  // which tells strides and windows apart
     if (plan_.conv_bias_gradients.contains(n)) key += " and bias";
+    if (plan_.conv_relu_gradients.contains(n)) key += " through relu";
   }
   if (node.kind == OpKind::cast)
     key += " " + std::string(dtype_name(graph_.dtype(node.outputs[0]))) + " " + shape_of(node.outputs[0]);
@@ -249,6 +253,7 @@ void Executor::run_node(NodeId n) {
               .update_product = nullptr};
   if (auto u = plan_.update_products.find(n); u != plan_.update_products.end()) run.update_product = &u->second;
   if (auto b = plan_.conv_bias_gradients.find(n); b != plan_.conv_bias_gradients.end()) run.bias_gradient = b->second;
+  if (auto r = plan_.conv_relu_gradients.find(n); r != plan_.conv_relu_gradients.end()) run.conv_relu_gradient = &r->second;
   if (auto kept = transposed_b_.find(n); kept != transposed_b_.end()) run.transposed_b = &kept->second;
   if (auto kept = packed_b_.find(n); kept != packed_b_.end()) run.packed_b = &kept->second;
   op_rules(node.kind).run(run);

@@ -401,4 +401,34 @@ std::unordered_map<NodeId, ValueId> fuse_conv_bias_gradients(const Graph& graph,
   return fused;
 }
 
+std::unordered_map<NodeId, ConvReluGradient> fuse_conv_relu_gradients(const Graph& graph,
+                                                                      std::vector<NodeId>& schedule,
+                                                                      const std::vector<ValueId>& outputs,
+                                                                      const ConvReluGradientSupport& supported) {
+  std::unordered_map<NodeId, ConvReluGradient> fused;
+  if (!supported) return fused;
+  const ScheduleReaders readers(graph, schedule, outputs);
+  std::vector<bool> absorbed(static_cast<std::size_t>(graph.node_count()), false);
+  for (NodeId n : schedule) {
+    const Node& node = graph.node(n);
+    if (node.kind != OpKind::conv2d_grad_weight) continue;
+    const ValueId dy = node.inputs[1];
+    const NodeId p = graph.value(dy).producer;
+    if (p < 0 || readers.position[p] < 0 || readers.sole_reader(dy) != n) continue;
+    const Node& relu = graph.node(p);  // unary_grad (y, g) -> g where y > 0
+    if (relu.kind != OpKind::unary_grad || relu.attrs.unary != UnaryOp::relu) continue;
+    const ValueId y = relu.inputs[0], g = relu.inputs[1];
+    if (graph.dtype(dy) != DType::f32 || graph.dtype(y) != DType::f32 || graph.dtype(g) != DType::f32 ||
+        graph.dtype(node.inputs[0]) != DType::f32 || graph.shape(y) != graph.shape(dy) ||
+        !supported(DType::f32, graph.shape(node.outputs[0])))
+      continue;
+    // The weight gradient reads y and g where it runs, later than the ReLU's gradient did.
+    if (readers.writes_between(readers.position[p], readers.position[n], {y, g})) continue;
+    absorbed[p] = true;
+    fused.emplace(n, ConvReluGradient{y, g});
+  }
+  std::erase_if(schedule, [&](NodeId n) { return absorbed[n]; });
+  return fused;
+}
+
 }  // namespace tessera

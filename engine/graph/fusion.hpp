@@ -33,6 +33,20 @@
 // convolution, dy cold (bench_fusions, Intel Xeon, 2026-12-02): 0.94-0.95 of
 // the two calls' time.
 //
+// ReLU-gradient fusion: a convolution's weight gradient whose dy is a ReLU's
+// gradient that nothing else reads (a network's first convolution, which has
+// no input gradient: the ReLU after it, then its weight and bias gradients)
+// reads the ReLU's output and the gradient at it instead, and takes the
+// gradient as zero where the output is not positive as it reads it
+// (Backend::conv2d_backward_weights_through_relu, where the backend has the
+// kernel): the pass that writes dy and the weight gradient's read of it go.
+// Its bias gradient, fused too, is summed through the same mask. The
+// reference CNN's first convolution (AMD EPYC Zen 5, 2026-12-07,
+// bench/ab_compare.py --pairs 5 --profile): the ReLU's gradient and the
+// weight gradient took 0.95 ms on one thread and 0.69 on two, the fused call
+// 0.69 and 0.34; the two-thread step 0.959 of its time (5 of 5 pairs), the
+// one-thread step within the minute's noise.
+//
 // Update fusion: an SGD or Adam update whose gradient is a matmul a^T b (a
 // dense layer's weight gradient: its input and output gradient) runs as one
 // Backend::*_update_by_product call where the backend has the kernel and
@@ -135,6 +149,27 @@ using ConvBiasGradientSupport =
 std::unordered_map<NodeId, ValueId> fuse_conv_bias_gradients(const Graph& graph, std::vector<NodeId>& schedule,
                                                              const std::vector<ValueId>& outputs,
                                                              const ConvBiasGradientSupport& supported);
+
+// A weight gradient taken through the ReLU after its convolution: what the
+// call reads instead of its dy.
+struct ConvReluGradient {
+  ValueId relu_output = -1;  // y, the ReLU's output, laid out as dy
+  ValueId dy = -1;           // the gradient at y
+};
+
+// Whether a backend takes a weight gradient dw of `dtype` through a ReLU
+// (Backend::takes_conv_weight_gradient_through_relu).
+using ConvReluGradientSupport = std::function<bool(DType dtype, const Shape& dw)>;
+
+// Finds the f32 conv2d_grad_weight nodes in `schedule` that `supported`
+// takes whose dy is a relu unary_grad read by nothing else (its bias sum
+// already fused: run after fuse_conv_bias_gradients); returns what each
+// reads instead by weight-gradient node, and removes the unary_grads from
+// `schedule`.
+std::unordered_map<NodeId, ConvReluGradient> fuse_conv_relu_gradients(const Graph& graph,
+                                                                      std::vector<NodeId>& schedule,
+                                                                      const std::vector<ValueId>& outputs,
+                                                                      const ConvReluGradientSupport& supported);
 
 // The root of a value's storage: views (reshape, block_view) share their input's.
 ValueId storage_root(const Graph& graph, ValueId v);

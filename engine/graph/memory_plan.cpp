@@ -79,6 +79,10 @@ std::vector<ValueId> MemoryPlan::reads(const Graph& graph, NodeId n) const {
     in[1] = u->second.a;
     in.push_back(u->second.b);
   }
+  if (auto r = conv_relu_gradients.find(n); r != conv_relu_gradients.end()) {  // y and the gradient at y instead of dy
+    in[1] = r->second.dy;
+    in.push_back(r->second.relu_output);
+  }
   if (auto e = epilogues.find(n); e != epilogues.end() && e->second.bias >= 0) in.push_back(e->second.bias);
   return in;
 }
@@ -96,7 +100,8 @@ std::vector<ValueId> MemoryPlan::writes(const Graph& graph, NodeId n) const {
 
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
                        const FusedAttentionSupport& attention, const UpdateProductSupport& update_products,
-                       const ConvBiasGradientSupport& conv_bias_gradients) {
+                       const ConvBiasGradientSupport& conv_bias_gradients,
+                       const ConvReluGradientSupport& conv_relu_gradients) {
   auto values = static_cast<std::size_t>(graph.value_count());
   MemoryPlan plan;
   plan.offset.assign(values, MemoryPlan::kExternal);
@@ -124,6 +129,7 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
   plan.attentions = fuse_attention(graph, plan.schedule, outputs, plan.epilogues, attention);
   plan.update_products = fuse_update_products(graph, plan.schedule, outputs, plan.epilogues, update_products);
   plan.conv_bias_gradients = fuse_conv_bias_gradients(graph, plan.schedule, outputs, conv_bias_gradients);
+  plan.conv_relu_gradients = fuse_conv_relu_gradients(graph, plan.schedule, outputs, conv_relu_gradients);
 
   // Lifetimes, with views (reshape, block_view) sharing and extending their input's storage.
   int end = static_cast<int>(plan.schedule.size());

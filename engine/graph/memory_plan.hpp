@@ -29,6 +29,7 @@ struct MemoryPlan {
   std::unordered_map<NodeId, FusedAttention> attentions;  // per attention's second matmul: the fused call
   std::unordered_map<NodeId, UpdateProduct> update_products;  // per update: its gradient's operands
   std::unordered_map<NodeId, ValueId> conv_bias_gradients;    // per conv2d_grad_weight: the bias gradient it writes too
+  std::unordered_map<NodeId, ConvReluGradient> conv_relu_gradients;  // per conv2d_grad_weight: the ReLU it reads through
 
   // What a scheduled node reads and writes, its epilogue's bias and output included.
   std::vector<ValueId> reads(const Graph& graph, NodeId n) const;
@@ -44,9 +45,12 @@ struct MemoryPlan {
 // `attention` says the backend runs it fused, and a weight gradient's matmul
 // into its update where `update_products` says the backend updates by it, and
 // a convolution's bias gradient into its weight gradient where
-// `conv_bias_gradients` says the backend's call computes it.
+// `conv_bias_gradients` says the backend's call computes it, and the ReLU's
+// gradient before a weight gradient where `conv_relu_gradients` says the
+// backend takes it through the ReLU.
 MemoryPlan plan_memory(const Graph& graph, const std::vector<ValueId>& outputs,
                        const FusedAttentionSupport& attention = {}, const UpdateProductSupport& update_products = {},
-                       const ConvBiasGradientSupport& conv_bias_gradients = {});
+                       const ConvBiasGradientSupport& conv_bias_gradients = {},
+                       const ConvReluGradientSupport& conv_relu_gradients = {});
 
 }  // namespace tessera

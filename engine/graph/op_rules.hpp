@@ -19,6 +19,7 @@ namespace tessera {
 
 class Backend;
 class CollectiveContext;
+struct ConvReluGradient;
 struct Epilogue;
 struct PackedMatrix;
 struct UpdateProduct;
@@ -42,6 +43,8 @@ struct NodeRun {
                                            // product computed by the update (fusion.hpp), or null
   ValueId bias_gradient = -1;              // conv2d_grad_weight: the bias gradient [1, 1, 1, F] it
                                            // writes too (fusion.hpp), or -1
+  const ConvReluGradient* conv_relu_gradient = nullptr;  // conv2d_grad_weight: the ReLU's output and the
+                                                         // gradient at it, read instead of dy (fusion.hpp), or null
 
   const Tensor& in(int i) const { return values[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(i)])]; }
   const Tensor& value(ValueId v) const { return values[static_cast<std::size_t>(v)]; }

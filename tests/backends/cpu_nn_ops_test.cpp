@@ -465,6 +465,58 @@ TEST_CASE("conv2d weight gradient through register-tiled outer products matches 
   check_close(dw16, reference_conv_backward_weights(x, w16, dy16, {}), 1e-4, 1e-5);
 }
 
+TEST_CASE("conv2d weight gradient through the ReLU after it masks dy as the ReLU's gradient would") {
+  CpuBackend& cpu = cpu_backend();
+  const Backend& backend = cpu;  // the query is the backend interface's
+  if (!vector_isa_runs(VectorIsa::avx512)) {
+    MESSAGE("no AVX-512 on this CPU: the weight gradient through a ReLU does not run here");
+    CHECK_FALSE(backend.takes_conv_weight_gradient_through_relu(DType::f32, {3, 3, 1, 16}));
+    return;
+  }
+  // A first layer's shapes (one and three channels in), 16 and 80 outputs,
+  // runs of rows that split unevenly among threads; y about half positive.
+  const int threads_before = cpu.threads();
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c : {Case{{2, 9, 9, 1}, {3, 3, 1, 16}}, Case{{3, 7, 6, 3}, {3, 2, 3, 80}}})
+    for (bool same : {false, true})
+      for (int threads : {1, 2, 3})
+        for (bool with_bias : {false, true}) {
+          CAPTURE(c.x);
+          CAPTURE(same);
+          CAPTURE(threads);
+          CAPTURE(with_bias);
+          cpu.set_threads(threads);
+          Tensor x = random_tensor(c.x, 71), w = random_tensor(c.w, 72);
+          auto args = conv_args(x.shape(), w.shape(), 1, same);
+          const Shape out = conv2d_output_shape(x.shape(), w.shape(), args);
+          Tensor y = random_tensor(out, 73), g = random_tensor(out, 74), dy = Tensor::empty(out, DType::f32);
+          y.data<float>()[1] = 0.0f;                                    // not positive: masked
+          g.data<float>()[2] = NAN;                                     // masked where y[2] <= 0 ...
+          y.data<float>()[2] = -1.0f;
+          g.data<float>()[3] = INFINITY;                                // ... and so is inf
+          y.data<float>()[3] = -0.5f;
+          cpu.unary_backward(UnaryOp::relu, y, g, dy);
+          dy.data<float>()[2] = dy.data<float>()[3] = 0.0f;  // the ReLU's gradient there, NaN * 0 aside
+          Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({w.shape()[3]}, DType::f32);
+          REQUIRE(backend.takes_conv_weight_gradient_through_relu(DType::f32, dw.shape()));
+          cpu.conv2d_backward_weights_through_relu(x, y, g, dw, with_bias ? &db : nullptr, args);
+          check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+          if (with_bias) check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
+        }
+  cpu.set_threads(threads_before);
+  // Bad operands: y of another shape, or a kernel the backend has no masking kernel for.
+  Tensor x = random_tensor({1, 6, 6, 1}, 75), g = random_tensor({1, 4, 4, 16}, 76);
+  Tensor dw = Tensor::empty({3, 3, 1, 16}, DType::f32);
+  Tensor y_wrong = random_tensor({1, 4, 5, 16}, 77);
+  CHECK_THROWS_WITH_AS(cpu.conv2d_backward_weights_through_relu(x, y_wrong, g, dw, nullptr, {}),
+                       doctest::Contains("conv2d_backward_weights through relu: y"), ShapeError);
+  Tensor g5 = random_tensor({1, 4, 4, 5}, 78), dw5 = Tensor::empty({3, 3, 1, 5}, DType::f32);
+  CHECK_FALSE(backend.takes_conv_weight_gradient_through_relu(DType::f32, dw5.shape()));
+  CHECK_THROWS_AS(cpu.conv2d_backward_weights_through_relu(x, g5, g5, dw5, nullptr, {}), UnsupportedError);
+}
+
 TEST_CASE("conv2d backward data as a forward convolution over the turned kernel matches reference loops") {
   // 3x3 kernels with the reference CNN's second convolution's channels,
   // where oneDNN runs its brgemm forward kernel (conv2d.cpp): valid, same,

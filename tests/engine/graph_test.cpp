@@ -408,6 +408,72 @@ TEST_CASE("a convolution's bias gradient is summed by its weight gradient's call
   CHECK(fused == be.computes_conv_bias_gradient(DType::f32, x_shape, t_shape, w_shape));
 }
 
+TEST_CASE("a first convolution's weight gradient reads through the ReLU after it, where the backend takes it") {
+  // loss = sum(relu(conv2(relu(conv1(x) + b1)) + b2) * t): conv1's ReLU
+  // gradient is read by its weight and bias gradients only (x is an input),
+  // conv2's also by conv2's input gradient.
+  Graph g;
+  const Shape x_shape{2, 9, 9, 1}, w1_shape{3, 3, 1, 16}, w2_shape{3, 3, 16, 16}, t_shape{2, 5, 5, 16};
+  ValueId x = g.input("x", x_shape), t = g.input("t", t_shape);
+  ValueId w1 = g.variable("conv1/kernel", w1_shape), b1 = g.variable("conv1/bias", {16});
+  ValueId w2 = g.variable("conv2/kernel", w2_shape), b2 = g.variable("conv2/bias", {16});
+  ValueId a1 = g.unary(UnaryOp::relu, g.add(g.conv2d(x, w1, {}), b1));
+  ValueId a2 = g.unary(UnaryOp::relu, g.add(g.conv2d(a1, w2, {}), b2));
+  ValueId loss = g.reduce(ReduceOp::sum, g.mul(a2, t), {0, 1, 2, 3}, false);
+  const auto grads = append_gradients(g, loss, {w1, b1, w2, b2});
+  NodeId first_weight_gradient = -1, relu_gradient = -1;
+  for (NodeId n = 0; n < g.node_count(); ++n)
+    if (g.node(n).kind == OpKind::conv2d_grad_weight && g.node(n).inputs[0] == x) first_weight_gradient = n;
+  REQUIRE(first_weight_gradient >= 0);
+  const ValueId dz1 = g.node(first_weight_gradient).inputs[1];
+  relu_gradient = g.value(dz1).producer;
+  REQUIRE(g.node(relu_gradient).kind == OpKind::unary_grad);
+  const std::vector<ValueId> outputs{loss, grads.at(w1), grads.at(b1), grads.at(w2), grads.at(b2)};
+  const auto yes = [](DType, const Shape&, const Shape&, const Shape&) { return true; };
+  const auto takes = [](DType, const Shape&) { return true; };
+  MemoryPlan plan = plan_memory(g, outputs, {}, {}, yes, takes);
+  REQUIRE(plan.conv_relu_gradients.size() == 1);
+  REQUIRE(plan.conv_relu_gradients.contains(first_weight_gradient));
+  const ConvReluGradient& through = plan.conv_relu_gradients.at(first_weight_gradient);
+  CHECK(through.relu_output == a1);
+  CHECK(through.dy == g.node(relu_gradient).inputs[1]);
+  CHECK(std::find(plan.schedule.begin(), plan.schedule.end(), relu_gradient) == plan.schedule.end());
+  const std::vector<ValueId> reads = plan.reads(g, first_weight_gradient);
+  CHECK(std::find(reads.begin(), reads.end(), a1) != reads.end());
+  CHECK(std::find(reads.begin(), reads.end(), dz1) == reads.end());
+  // a1 lives until the weight gradient has read it.
+  const auto at = [&](NodeId n) { return std::find(plan.schedule.begin(), plan.schedule.end(), n) - plan.schedule.begin(); };
+  CHECK(plan.last_use[plan.storage_of[a1]] >= at(first_weight_gradient));
+  // Not where the backend says no, nor where the ReLU's gradient is an output.
+  CHECK(plan_memory(g, outputs, {}, {}, yes).conv_relu_gradients.empty());
+  std::vector<ValueId> with_dz1 = outputs;
+  with_dz1.push_back(dz1);
+  CHECK(plan_memory(g, with_dz1, {}, {}, yes, takes).conv_relu_gradients.empty());
+
+  // On the CPU: the same gradients as the plan that keeps the ReLU's gradient (dz1 an output).
+  Backend& be = backend_for(Device::cpu(0));
+  std::map<ValueId, Tensor> bound{{x, random_tensor(x_shape, 81)},   {t, random_tensor(t_shape, 82)},
+                                  {w1, random_tensor(w1_shape, 83)}, {b1, random_tensor({16}, 84, -0.2f, 0.2f)},
+                                  {w2, random_tensor(w2_shape, 85)}, {b2, random_tensor({16}, 86)}};
+  Executor fused(g, outputs), kept(g, with_dz1);
+  std::map<std::string, StepRunner::OpTime> fused_profile, kept_profile;
+  fused.enable_profiling(&fused_profile);
+  kept.enable_profiling(&kept_profile);
+  for (auto& [leaf, tensor] : bound) {
+    fused.bind(leaf, tensor);
+    kept.bind(leaf, tensor);
+  }
+  fused.run();
+  kept.run();
+  for (ValueId v : outputs) check_close(fused.output(v), kept.output(v).to_vector<float>(), 1e-5, 1e-6);
+  const auto through_relu = [](const auto& profile) {
+    return std::any_of(profile.begin(), profile.end(),
+                       [](const auto& entry) { return entry.first.ends_with(" through relu"); });
+  };
+  CHECK(through_relu(fused_profile) == be.takes_conv_weight_gradient_through_relu(DType::f32, w1_shape));
+  CHECK_FALSE(through_relu(kept_profile));
+}
+
 TEST_CASE("a bias add and activation after a matmul or convolution run as its epilogue, with the same result") {
   Graph g;
   ValueId x = g.input("x", {2, 6, 6, 3});

@@ -5,6 +5,7 @@
 //   pool2d:             (x) -> y, see Pool2dArgs
 //   pool2d_grad:        (x, dy) -> dx
 #include "backends/backend.hpp"
+#include "engine/graph/fusion.hpp"
 #include "engine/graph/op_rules.hpp"
 
 namespace tessera {
@@ -49,11 +50,17 @@ void run_conv2d(NodeRun& r) {
   r.backend.conv2d_forward(r.in(0), r.in(1), r.fused_bias(), r.fused_out(), args);
 }
 
-// With the bias gradient fused (fusion.hpp), the call sums dy into it too.
+// With the bias gradient fused (fusion.hpp), the call sums dy into it too;
+// with the ReLU's gradient fused, it reads the ReLU's output and the
+// gradient at it instead of dy.
 void run_conv2d_grad_weight(NodeRun& r) {
-  if (r.bias_gradient < 0) return r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), nullptr, r.node.attrs.conv);
-  const Tensor db = r.value(r.bias_gradient).reshape({r.out(0).shape()[3]});
-  r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), &db, r.node.attrs.conv);
+  Tensor db;
+  if (r.bias_gradient >= 0) db = r.value(r.bias_gradient).reshape({r.out(0).shape()[3]});
+  const Tensor* bias = db.defined() ? &db : nullptr;
+  if (const ConvReluGradient* relu = r.conv_relu_gradient)
+    return r.backend.conv2d_backward_weights_through_relu(r.in(0), r.value(relu->relu_output), r.value(relu->dy),
+                                                          r.out(0), bias, r.node.attrs.conv);
+  r.backend.conv2d_backward_weights(r.in(0), r.in(1), r.out(0), bias, r.node.attrs.conv);
 }
 
 // A ReLU's gradient after it is an epilogue (fusion.hpp): the same pass zeroes
