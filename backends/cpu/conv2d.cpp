@@ -107,7 +107,7 @@ void CpuBackend::run_conv2d_forward(const Tensor& x, const Tensor& w, const Tens
                                     const Tensor& y, const Conv2dArgs& args) {
   if (conv_forward_direct(x.dtype(), x.shape(), w.shape(), args.activation)) {
     const auto floats = conv_forward_direct_scratch(x.shape(), args);
-    Buffer& scratch = scratch_buffer("conv2d_forward direct", std::max<std::size_t>(floats, 1) * sizeof(float));
+    Buffer& scratch = scratch_buffer("conv2d_forward direct", floats * sizeof(float));
     KernelScope scope(threads());
     return conv2d_forward_direct(x, w, bias, y, args, static_cast<float*>(scratch.data()), threads());
   }

@@ -4,7 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <vector>
+#include <array>
 
 #include "backends/cpu/conv2d_padding.hpp"
 #include "backends/cpu/vector_math.hpp"
@@ -20,14 +20,18 @@ struct Geometry {
   std::int64_t h, w, c;      // x[N, H, W, C] with its padding laid out
   std::int64_t oh, ow, f;    // y[N, OH, OW, F]
   std::int64_t stride_h, stride_w;
-  std::vector<std::int64_t> offsets;  // of window row r = (i * KW + j) * C + ch from its window's corner
+  std::int64_t window;       // KH * KW * C
+  // Where window row r = (i * KW + j) * C + ch lies from its window's corner
+  // (a table: no division in the inner loop, and no allocation per call).
+  std::array<std::int64_t, kConvForwardDirectWindow> offsets;
 
   Geometry(const Shape& x, const Shape& kernel, const Shape& y, const Conv2dArgs& a)
       : h(x[1] + a.pad_top + a.pad_bottom), w(x[2] + a.pad_left + a.pad_right), c(x[3]), oh(y[1]), ow(y[2]),
-        f(y[3]), stride_h(a.stride_h), stride_w(a.stride_w) {
+        f(y[3]), stride_h(a.stride_h), stride_w(a.stride_w), window(kernel[0] * kernel[1] * c), offsets{} {
+    std::int64_t r = 0;
     for (std::int64_t i = 0; i < kernel[0]; ++i)
       for (std::int64_t j = 0; j < kernel[1]; ++j)
-        for (std::int64_t ch = 0; ch < c; ++ch) offsets.push_back((i * w + j) * c + ch);
+        for (std::int64_t ch = 0; ch < c; ++ch) offsets[static_cast<std::size_t>(r++)] = (i * w + j) * c + ch;
   }
 };
 
@@ -46,8 +50,7 @@ template <int kPositions, int kVectors>
   }
   const std::int64_t step = g.stride_w * g.c;
   const std::int64_t* offset = g.offsets.data();
-  const auto window = static_cast<std::int64_t>(g.offsets.size());
-  for (std::int64_t r = 0; r < window; ++r, kernel += g.f) {
+  for (std::int64_t r = 0; r < g.window; ++r, kernel += g.f) {
     const float* in = corner + offset[r];
     __m512 weights[kVectors];
 #pragma GCC unroll 8
@@ -59,7 +62,8 @@ template <int kPositions, int kVectors>
       for (int v = 0; v < kVectors; ++v) sum[p][v] = _mm512_fmadd_ps(x, weights[v], sum[p][v]);
     }
   }
-  // The ReLU zeroes what is below zero and keeps a NaN, as oneDNN's does.
+  // The ReLU keeps what is above zero and zeroes the rest, a NaN included,
+  // as oneDNN's post-op does (max(x, 0) returning its second operand).
   const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int p = 0; p < kPositions; ++p)
@@ -67,7 +71,7 @@ template <int kPositions, int kVectors>
     for (int v = 0; v < kVectors; ++v) {
       const __m512 y = sum[p][v];
       _mm512_storeu_ps(out + p * g.f + v * kLanes,
-                       relu ? _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, zero, _CMP_LT_OQ), zero) : y);
+                       relu ? _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ), y) : y);
     }
 }
 
@@ -98,6 +102,7 @@ TileKernel tile_kernel(std::int64_t positions, std::int64_t vectors) {
 
 bool conv_forward_direct(DType dtype, const Shape& x, const Shape& w, Activation activation) {
   return dtype == DType::f32 && x[3] <= kConvForwardDirectChannels && w[3] % kLanes == 0 &&
+         w[0] * w[1] * w[2] <= kConvForwardDirectWindow &&
          (activation == Activation::none || activation == Activation::relu) &&
          widest_vector_isa() == VectorIsa::avx512;
 }

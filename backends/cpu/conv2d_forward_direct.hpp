@@ -25,16 +25,19 @@ namespace tessera {
 
 // Whether this path runs x[N, H, W, C] into y by kernel w[KH, KW, C, F] of
 // `dtype` with `activation` after the bias: f32, C of at most
-// kConvForwardDirectChannels, F a multiple of 16 (whole vectors), no
-// activation or a ReLU, and a CPU with AVX-512.
+// kConvForwardDirectChannels, windows (KH * KW * C) of at most
+// kConvForwardDirectWindow inputs (7 x 7 over 4 channels), F a multiple of
+// 16 (whole vectors), no activation or a ReLU, and a CPU with AVX-512.
 inline constexpr std::int64_t kConvForwardDirectChannels = 4;
+inline constexpr std::int64_t kConvForwardDirectWindow = 196;
 bool conv_forward_direct(DType dtype, const Shape& x, const Shape& w, Activation activation);
 
 // Floats of scratch that conv2d_forward_direct needs (x with its padding).
 std::size_t conv_forward_direct_scratch(const Shape& x, const Conv2dArgs& args);
 
 // y = activation(conv(x, w) + bias), bias [F] or null, on `threads` OpenMP
-// threads, with `scratch` of conv_forward_direct_scratch floats.
+// threads, with `scratch` of conv_forward_direct_scratch floats; only where
+// conv_forward_direct says so. The ReLU zeroes a NaN, as oneDNN's does.
 void conv2d_forward_direct(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
                            const Conv2dArgs& args, float* scratch, int threads);
 
