@@ -101,8 +101,9 @@ class Backend {
   virtual bool computes_conv_bias_gradient(DType dtype, const Shape& x, const Shape& dy, const Shape& dw) const;
   // The weight gradient (and db, when not null) through the ReLU that the
   // convolution's output went into, whose output y is laid out as dy: dy is
-  // the gradient at y, taken as zero where y is not positive as it is read,
-  // so the ReLU's gradient needs no pass of its own (fusion.hpp). Only where
+  // the gradient at y, taken through the ReLU as it is read (as
+  // unary_backward(relu, y, dy) would give it), so the ReLU's gradient needs
+  // no pass of its own (fusion.hpp). Only where
   // takes_conv_weight_gradient_through_relu() says so.
   void conv2d_backward_weights_through_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dw,
                                             const Tensor* db, const Conv2dArgs& args);

@@ -119,13 +119,17 @@ TileKernel tile_kernel(std::int64_t rows, std::int64_t vectors) {
   }
 }
 
-// staged = dy where relu > 0, else 0 (the ReLU's gradient), over `floats`.
+// staged = the ReLU's gradient over `floats`, as oneDNN's takes it: dy * 0
+// where relu <= 0 (so a NaN or inf there gives NaN), dy elsewhere (a NaN
+// relu included).
 [[gnu::target("avx512f")]] void stage_through_relu(const float* dy, const float* relu, std::int64_t floats,
                                                    float* staged) {
   const __m512 zero = _mm512_setzero_ps();
-  for (std::int64_t i = 0; i < floats; i += kLanes)  // whole vectors: F is a multiple of 16
-    _mm512_storeu_ps(staged + i, _mm512_maskz_loadu_ps(
-                                     _mm512_cmp_ps_mask(_mm512_loadu_ps(relu + i), zero, _CMP_GT_OQ), dy + i));
+  for (std::int64_t i = 0; i < floats; i += kLanes) {  // whole vectors: F is a multiple of 16
+    const __m512 d = _mm512_loadu_ps(dy + i);
+    const __mmask16 off = _mm512_cmp_ps_mask(_mm512_loadu_ps(relu + i), zero, _CMP_LE_OQ);
+    _mm512_storeu_ps(staged + i, _mm512_mask_mul_ps(d, off, d, zero));
+  }
 }
 
 }  // namespace

@@ -37,9 +37,10 @@ std::size_t conv_weights_direct_scratch(const Shape& x, const Shape& dy, const S
 // dw (and db, the sum of dy over N, OH, OW, when not null) from x and dy, on
 // `threads` OpenMP threads, with `scratch` of conv_weights_direct_scratch
 // floats. With `relu_output` (laid out as dy), dy is the gradient at that
-// ReLU's output and is taken through it: as zero where relu_output is not
-// positive (a NaN or inf in dy there gives zero too), a run of rows at a
-// time into a buffer of each thread's, in cache while the tiles read it.
+// ReLU's output and is taken through it as the ReLU's gradient takes it
+// (dy * 0 where relu_output <= 0, so a NaN or inf there gives NaN), a run
+// of rows at a time into a buffer of each thread's, in cache while the
+// tiles read it.
 void conv2d_backward_weights_direct(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor* db,
                                     const Conv2dArgs& args, float* scratch, int threads,
                                     const Tensor* relu_output = nullptr);

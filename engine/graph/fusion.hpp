@@ -37,7 +37,7 @@
 // gradient that nothing else reads (a network's first convolution, which has
 // no input gradient: the ReLU after it, then its weight and bias gradients)
 // reads the ReLU's output and the gradient at it instead, and takes the
-// gradient as zero where the output is not positive as it reads it
+// gradient through the ReLU as it reads it, as the ReLU's gradient would
 // (Backend::conv2d_backward_weights_through_relu, where the backend has the
 // kernel): the pass that writes dy and the weight gradient's read of it go.
 // Its bias gradient, fused too, is summed through the same mask. The

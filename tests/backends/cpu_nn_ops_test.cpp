@@ -370,7 +370,7 @@ TEST_CASE("conv2d forward over few input channels through register tiles matches
     CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4));
 }
 
-TEST_CASE("conv2d weight gradient through the ReLU after it masks dy as the ReLU's gradient would") {
+TEST_CASE("conv2d weight gradient through the ReLU after it takes dy as the ReLU's gradient would") {
   CpuBackend& cpu = cpu_backend();
   const Backend& backend = cpu;  // the query is the backend interface's
   if (!vector_isa_runs(VectorIsa::avx512)) {
@@ -379,38 +379,64 @@ TEST_CASE("conv2d weight gradient through the ReLU after it masks dy as the ReLU
     return;
   }
   // A first layer's shapes (one and three channels in), 16 and 80 outputs,
-  // runs of rows that split unevenly among threads; y about half positive.
+  // stride 1 and 2, runs of rows that split unevenly among threads, and rows
+  // of 128 positions (4 rows a run: several runs per thread, and a short
+  // last one); y about half positive, a zero among it.
   const int threads_before = cpu.threads();
   struct Case {
     Shape x, w;
   };
-  for (const Case& c : {Case{{2, 9, 9, 1}, {3, 3, 1, 16}}, Case{{3, 7, 6, 3}, {3, 2, 3, 80}}})
-    for (bool same : {false, true})
-      for (int threads : {1, 2, 3})
-        for (bool with_bias : {false, true}) {
-          CAPTURE(c.x);
-          CAPTURE(same);
-          CAPTURE(threads);
-          CAPTURE(with_bias);
-          cpu.set_threads(threads);
-          Tensor x = random_tensor(c.x, 71), w = random_tensor(c.w, 72);
-          auto args = conv_args(x.shape(), w.shape(), 1, same);
-          const Shape out = conv2d_output_shape(x.shape(), w.shape(), args);
-          Tensor y = random_tensor(out, 73), g = random_tensor(out, 74), dy = Tensor::empty(out, DType::f32);
-          y.data<float>()[1] = 0.0f;                                    // not positive: masked
-          g.data<float>()[2] = NAN;                                     // masked where y[2] <= 0 ...
-          y.data<float>()[2] = -1.0f;
-          g.data<float>()[3] = INFINITY;                                // ... and so is inf
-          y.data<float>()[3] = -0.5f;
-          cpu.unary_backward(UnaryOp::relu, y, g, dy);
-          dy.data<float>()[2] = dy.data<float>()[3] = 0.0f;  // the ReLU's gradient there, NaN * 0 aside
-          Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({w.shape()[3]}, DType::f32);
-          REQUIRE(backend.takes_conv_weight_gradient_through_relu(DType::f32, dw.shape()));
-          cpu.conv2d_backward_weights_through_relu(x, y, g, dw, with_bias ? &db : nullptr, args);
-          check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
-          if (with_bias) check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
-        }
+  for (const Case& c : {Case{{2, 9, 9, 1}, {3, 3, 1, 16}}, Case{{3, 7, 6, 3}, {3, 2, 3, 80}},
+                        Case{{1, 14, 130, 1}, {3, 3, 1, 16}}})
+    for (int stride : {1, 2})
+      for (bool same : {false, true})
+        for (int threads : {1, 2, 3})
+          for (bool with_bias : {false, true}) {
+            CAPTURE(c.x);
+            CAPTURE(stride);
+            CAPTURE(same);
+            CAPTURE(threads);
+            CAPTURE(with_bias);
+            cpu.set_threads(threads);
+            Tensor x = random_tensor(c.x, 71), w = random_tensor(c.w, 72);
+            auto args = conv_args(x.shape(), w.shape(), stride, same);
+            const Shape out = conv2d_output_shape(x.shape(), w.shape(), args);
+            Tensor y = random_tensor(out, 73), g = random_tensor(out, 74), dy = Tensor::empty(out, DType::f32);
+            y.data<float>()[1] = 0.0f;  // not positive: no gradient
+            cpu.unary_backward(UnaryOp::relu, y, g, dy);
+            Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({w.shape()[3]}, DType::f32);
+            REQUIRE(backend.takes_conv_weight_gradient_through_relu(DType::f32, dw.shape()));
+            cpu.conv2d_backward_weights_through_relu(x, y, g, dw, with_bias ? &db : nullptr, args);
+            check_close(dw, reference_conv_backward_weights(x, w, dy, args), 1e-4, 1e-5);
+            if (with_bias) check_close(db, reference_bias_grad(dy), 1e-4, 1e-5);
+          }
   cpu.set_threads(threads_before);
+  // NaN and inf: a NaN or inf gradient where y <= 0, and a NaN y, give what
+  // the ReLU's gradient then the weight gradient give (NaN in the first two
+  // channels' sums, the third's gradient passed through as it is).
+  {
+    Tensor x = random_tensor({2, 9, 9, 1}, 79), w = random_tensor({3, 3, 1, 16}, 80);
+    const Shape out = conv2d_output_shape(x.shape(), w.shape(), {});
+    Tensor y = random_tensor(out, 81), g = random_tensor(out, 82), dy = Tensor::empty(out, DType::f32);
+    y.data<float>()[0] = -1.0f;
+    g.data<float>()[0] = NAN;
+    y.data<float>()[1] = -0.5f;
+    g.data<float>()[1] = INFINITY;
+    y.data<float>()[2] = NAN;
+    cpu.unary_backward(UnaryOp::relu, y, g, dy);
+    Tensor want_dw = Tensor::empty(w.shape(), DType::f32), want_db = Tensor::empty({16}, DType::f32);
+    Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({16}, DType::f32);
+    cpu.conv2d_backward_weights(x, dy, want_dw, &want_db, {});
+    cpu.conv2d_backward_weights_through_relu(x, y, g, dw, &db, {});
+    for (const auto& [got, want] : {std::pair{&dw, &want_dw}, {&db, &want_db}})
+      for (std::int64_t i = 0; i < got->numel(); ++i) {
+        const float a = got->data<float>()[i], b = want->data<float>()[i];
+        CAPTURE(i);
+        CHECK(std::isnan(a) == std::isnan(b));
+        CHECK(std::isnan(a) == (i % 16 < 2));
+        if (!std::isnan(b)) CHECK(a == doctest::Approx(b).epsilon(1e-5));
+      }
+  }
   // Bad operands: y of another shape, or a kernel the backend has no masking kernel for.
   Tensor x = random_tensor({1, 6, 6, 1}, 75), g = random_tensor({1, 4, 4, 16}, 76);
   Tensor dw = Tensor::empty({3, 3, 1, 16}, DType::f32);
