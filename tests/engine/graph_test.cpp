@@ -474,6 +474,67 @@ TEST_CASE("a first convolution's weight gradient reads through the ReLU after it
   CHECK_FALSE(through_relu(kept_profile));
 }
 
+TEST_CASE("a first convolution's weight gradient through its ReLU, moved by its fused bias gradient, updates as unfused") {
+  // sgd on every variable: the bias's update runs right after its gradient,
+  // so the weight gradient that sums it moves to the sum's place.
+  Graph g;
+  const Shape x_shape{2, 9, 9, 1}, w_shape{3, 3, 1, 16}, t_shape{2, 7, 7, 16};
+  ValueId x = g.input("x", x_shape), t = g.input("t", t_shape);
+  ValueId w = g.variable("conv/kernel", w_shape), b = g.variable("conv/bias", {16});
+  ValueId vw = g.variable("conv/kernel/velocity", w_shape), vb = g.variable("conv/bias/velocity", {16});
+  ValueId a = g.unary(UnaryOp::relu, g.add(g.conv2d(x, w, {}), b));
+  ValueId loss = g.reduce(ReduceOp::sum, g.mul(a, t), {0, 1, 2, 3}, false);
+  const auto grads = append_gradients(g, loss, {w, b});
+  g.sgd_update(w, grads.at(w), vw, {.learning_rate = 0.1f, .momentum = 0.9f});
+  g.sgd_update(b, grads.at(b), vb, {.learning_rate = 0.1f, .momentum = 0.9f});
+  NodeId weight_gradient = -1;
+  for (NodeId n = 0; n < g.node_count(); ++n)
+    if (g.node(n).kind == OpKind::conv2d_grad_weight) weight_gradient = n;
+  const ValueId dz = g.node(weight_gradient).inputs[1];
+  const auto yes = [](DType, const Shape&, const Shape&, const Shape&) { return true; };
+  const auto takes = [](DType, const Shape&) { return true; };
+  MemoryPlan plan = plan_memory(g, {loss}, {}, {}, yes, takes);
+  CHECK(plan.conv_bias_gradients.contains(weight_gradient));
+  CHECK(plan.conv_relu_gradients.contains(weight_gradient));
+
+  // Two steps on the CPU, against the plan that keeps the ReLU's gradient
+  // (an output): the same variables after them.
+  const std::map<ValueId, std::pair<Shape, unsigned>> leaves{
+      {x, {x_shape, 91}}, {t, {t_shape, 92}}, {w, {w_shape, 93}}, {b, {{16}, 94}}, {vw, {w_shape, 95}}, {vb, {{16}, 96}}};
+  auto bind_all = [&](Executor& exec) {
+    std::map<ValueId, Tensor> bound;
+    for (const auto& [leaf, spec] : leaves) exec.bind(leaf, bound[leaf] = random_tensor(spec.first, spec.second));
+    return bound;
+  };
+  Executor fused(g, {loss}), kept(g, {loss, dz});
+  std::map<ValueId, Tensor> fused_vars = bind_all(fused), kept_vars = bind_all(kept);
+  for (int step = 0; step < 2; ++step) {
+    fused.run();
+    kept.run();
+  }
+  for (ValueId v : {w, b, vw, vb}) check_close(fused_vars.at(v), kept_vars.at(v).to_vector<float>(), 1e-5, 1e-6);
+  CHECK(fused_vars.at(w).to_vector<float>() != random_tensor(w_shape, 93).to_vector<float>());  // it trained
+}
+
+TEST_CASE("a ReLU's gradient taken by a max pool's gradient is not also taken by the weight gradient") {
+  // conv -> relu -> max pool: the pool's gradient takes the ReLU's (its
+  // epilogue), so the weight gradient reads its output, and nothing else.
+  Graph g;
+  ValueId x = g.input("x", {2, 8, 8, 1}), t = g.input("t", {2, 3, 3, 16});
+  ValueId w = g.variable("conv/kernel", {3, 3, 1, 16});
+  ValueId pooled = g.pool2d(g.unary(UnaryOp::relu, g.conv2d(x, w, {})), {});
+  ValueId loss = g.reduce(ReduceOp::sum, g.mul(pooled, t), {0, 1, 2, 3}, false);
+  const auto grads = append_gradients(g, loss, {w});
+  const auto yes = [](DType, const Shape&, const Shape&, const Shape&) { return true; };
+  const auto takes = [](DType, const Shape&) { return true; };
+  MemoryPlan plan = plan_memory(g, {loss, grads.at(w)}, {}, {}, yes, takes);
+  CHECK(plan.conv_relu_gradients.empty());
+  const bool pool_takes_relu = std::any_of(plan.epilogues.begin(), plan.epilogues.end(), [&](const auto& e) {
+    return g.node(e.first).kind == OpKind::pool2d_grad && e.second.activation == Activation::relu;
+  });
+  CHECK(pool_takes_relu);
+}
+
 TEST_CASE("a bias add and activation after a matmul or convolution run as its epilogue, with the same result") {
   Graph g;
   ValueId x = g.input("x", {2, 6, 6, 3});
