@@ -133,9 +133,9 @@ struct TileStore {
       left = _mm256_add_ps(left, bias_left);
       right = _mm256_add_ps(right, bias_right);
     }
-    if (relu) {  // max(0, x) returns x where x is NaN, as oneDNN's ReLU does: a diverged step shows
-      left = _mm256_max_ps(_mm256_setzero_ps(), left);
-      right = _mm256_max_ps(_mm256_setzero_ps(), right);
+    if (relu) {  // max(x, 0) returns 0 where x is NaN, as oneDNN's ReLU does (its post-op and op alike)
+      left = _mm256_max_ps(left, _mm256_setzero_ps());
+      right = _mm256_max_ps(right, _mm256_setzero_ps());
     }
     _mm256_storeu_ps(out, left);
     _mm256_storeu_ps(out + 8, right);
