@@ -3,7 +3,8 @@
 // post-op, alpha as the output scale. One shape family on AVX2 runs against a
 // transposed copy of b (transpose_b_first below), GELU (erf) on AVX2 runs
 // after the product rather than as its post-op, weight gradients of few
-// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm), and
+// rows on AVX-512 run through oneDNN's sgemm (weight_gradient_by_sgemm), as
+// do plain products against a large b (product_by_sgemm), and
 // on AVX2 weight gradients and few rows against N-major weights through a
 // GEMM of our own (in_house_product).
 #include <immintrin.h>
@@ -17,6 +18,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/eltwise_algorithm.hpp"
 #include "backends/cpu/gelu.hpp"
+#include "backends/cpu/parallel_for.hpp"
 #include "backends/cpu/sgemm_avx2.hpp"
 #include "backends/cpu/transpose_8x8.hpp"
 #include "backends/cpu/vector_math.hpp"
@@ -129,6 +131,47 @@ bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bi
   return avx512 && args.transpose_a && !args.transpose_b && bias == nullptr && args.activation == Activation::none &&
          a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) && f32(out) && a.shape()[1] <= 512 &&
          a.shape()[0] > 0 && out.numel() > 0;
+}
+
+// Whether out = alpha a b (+ bias, then ReLU), a [M, K] and b [K, N] as
+// stored, f32, runs through oneDNN's sgemm and one pass for the bias and ReLU
+// rather than its matmul primitive with them as post-ops: where oneDNN runs
+// AVX-512 and b is at least kSgemmLeastB floats. The primitive copies b into
+// blocks of its own on every call; sgemm reads it in place. On a 2-vCPU Zen 5
+// (2026-12-07, bench_matmul) 1024^3 ran at 86.5% of the peak on two threads
+// against 78.3%, 128 x 1024 x 1024 at 83-84% against 74-76%; a b of 256 x
+// 256 (in L2) ran 3% slower. The primitive keeps transposed operands (sgemm
+// ran 128 x 1024 x 1024^T at half its speed) and other activations
+// (bench/README.md, "Products through sgemm").
+constexpr std::int64_t kSgemmLeastB = 256 * 1024;  // 1 MiB of f32, a Zen 5 core's L2
+
+bool product_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                      const MatmulArgs& args) {
+  static const bool avx512 = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
+  return avx512 && !args.transpose_a && !args.transpose_b && a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) &&
+         f32(out) && (bias == nullptr || (f32(*bias) && bias->numel() == b.shape()[1])) &&
+         (args.activation == Activation::none || args.activation == Activation::relu) && a.shape()[1] > 0 &&
+         out.numel() > 0 && b.numel() >= kSgemmLeastB;
+}
+
+// A row of n floats plus the bias (where given), then ReLU (where asked).
+[[gnu::target("avx512f")]] void add_bias_relu_row(float* y, std::int64_t n, const float* bias, bool relu) {
+  for (std::int64_t j = 0; j < n; j += 16) {
+    const auto lanes = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(lanes, y + j);
+    if (bias != nullptr) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes, bias + j));
+    // 0 for a NaN (max gives its second operand), as oneDNN's post-op does; the mask form, as
+    // GCC 12 warns of the plain one's _mm512_undefined_ps.
+    if (relu) x = _mm512_maskz_max_ps(lanes, x, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(y + j, lanes, x);
+  }
+}
+
+// out[m, n] += bias[n] (where given), then ReLU (where asked).
+void add_bias_relu(float* out, std::int64_t m, std::int64_t n, const float* bias, bool relu, int threads) {
+  parallel_for(m, threads > 1 && m * n >= 16384,
+               [&](std::int64_t row) { add_bias_relu_row(out + row * n, n, bias, relu); });
 }
 
 // Whether a 2-D f32 product runs through sgemm_avx2.hpp's GEMM rather than
@@ -269,6 +312,19 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     MatmulArgs through_bt = args;
     through_bt.transpose_b = true;
     return run_matmul(a, bt, bias, out, through_bt);
+  }
+  if (product_by_sgemm(a, b, bias, out, args)) {
+    const std::int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    KernelScope scope(threads());
+    const dnnl_status_t status =
+        dnnl_sgemm('N', 'N', m, n, k, args.alpha, a.data<float>(), k, b.data<float>(), n, 0.0f, out.data<float>(), n);
+    if (status != dnnl_success)
+      throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
+                  " x b " + b.describe());
+    if (bias != nullptr || args.activation == Activation::relu)
+      add_bias_relu(out.data<float>(), m, n, bias != nullptr ? bias->data<float>() : nullptr,
+                    args.activation == Activation::relu, threads());
+    return;
   }
   if (weight_gradient_by_sgemm(a, b, bias, out, args)) {
     const std::int64_t k = a.shape()[0], m = a.shape()[1], n = b.shape()[1];

@@ -78,6 +78,67 @@ TEST_CASE("weight gradients a^T b: through oneDNN's sgemm up to 512 rows on AVX-
   cpu.set_threads(saved);
 }
 
+TEST_CASE("products a b against a b of 1 MiB or more: through oneDNN's sgemm and a pass for bias and ReLU on AVX-512") {
+  // backends/cpu/matmul.cpp (product_by_sgemm): every epilogue the path
+  // takes (none, bias, ReLU, both; alpha) against the reference, with tails
+  // of N off the vectors, one row and rows split unevenly on 1-3 threads; a
+  // b just under the threshold goes to the primitive. Where the CPU takes
+  // sgemm, no primitive is made. A NaN in a: ReLU gives 0, as oneDNN's
+  // post-op does, and the row stays NaN without it.
+  CpuBackend& cpu = dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0)));
+  const int saved = cpu.threads();
+  const bool sgemm_here = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  struct Case {
+    std::int64_t m, k, n;
+  };
+  for (int threads : {1, 2, 3})
+    for (const Case& c : {Case{7, 512, 512}, Case{130, 300, 1000}, Case{1, 1024, 257}, Case{64, 511, 512}})
+      for (bool biased : {false, true})
+        for (Activation activation : {Activation::none, Activation::relu})
+          for (float alpha : {1.0f, 0.5f}) {
+            CAPTURE(threads);
+            CAPTURE(c.m);
+            CAPTURE(c.k);
+            CAPTURE(c.n);
+            CAPTURE(biased);
+            CAPTURE(static_cast<int>(activation));
+            CAPTURE(alpha);
+            cpu.set_threads(threads);
+            Tensor a = random_tensor({c.m, c.k}, 31), b = random_tensor({c.k, c.n}, 32), bias = random_tensor({c.n}, 33);
+            Tensor out = Tensor::from_vector(std::vector<float>(static_cast<std::size_t>(c.m * c.n), NAN), {c.m, c.n});
+            const auto primitives = cpu.primitive_count();
+            cpu.matmul(a, b, biased ? &bias : nullptr, out, {.activation = activation, .alpha = alpha});
+            auto ref = reference_matmul(a, b, false, false);
+            const auto bv = bias.to_vector<float>();
+            for (std::size_t i = 0; i < ref.size(); ++i) {
+              const float x = alpha * ref[i] + (biased ? bv[i % static_cast<std::size_t>(c.n)] : 0.0f);
+              ref[i] = activation == Activation::relu ? std::max(0.0f, x) : x;
+            }
+            check_close(out, ref, 1e-5, 1e-5);
+            const bool by_sgemm = sgemm_here && c.k * c.n >= 256 * 1024;
+            if (by_sgemm) CHECK(cpu.primitive_count() == primitives);
+            if (!by_sgemm && threads == 1) CHECK(cpu.primitive_count() > primitives);  // its first call makes it
+          }
+  cpu.set_threads(2);
+  for (Activation activation : {Activation::none, Activation::relu}) {
+    CAPTURE(static_cast<int>(activation));
+    auto values = random_tensor({3, 512}, 34).to_vector<float>();
+    values[512] = NAN;  // row 1
+    Tensor a = Tensor::from_vector(values, {3, 512}), b = random_tensor({512, 600}, 35), bias = random_tensor({600}, 36);
+    Tensor out = Tensor::empty({3, 600}, DType::f32);
+    cpu.matmul(a, b, &bias, out, {.activation = activation});
+    const auto y = out.to_vector<float>();
+    for (std::size_t j = 600; j < 1200; ++j) {
+      if (activation == Activation::relu)
+        CHECK(y[j] == 0.0f);
+      else
+        CHECK(std::isnan(y[j]));
+    }
+    CHECK(!std::isnan(y[0]));
+  }
+  cpu.set_threads(saved);
+}
+
 TEST_CASE("matmul of few rows against weights whose rows lie 4 KiB apart") {
   // On a CPU where oneDNN runs its AVX2 sgemm, these run on the in-house
   // GEMM with a bias and ReLU, and against a transposed copy of b with tanh
@@ -150,7 +211,16 @@ TEST_CASE("matmul against a packed constant b computes what the row-major b give
           PackedMatrix packed{Tensor::empty({floats}, DType::f32), c.k, c.n};
           cpu.pack_constant_b(b, args, packed);
           cpu.matmul_packed(a, packed, &bias, out, args);
-          check_close(out, expected.to_vector<float>(), 1e-5, 1e-5);
+          // Both against the sums in double: the plain product may run on
+          // another kernel (product_by_sgemm), whose f32 sums over K = 1024
+          // round apart from brgemm's by more than 1e-5.
+          const Tensor a2 = a.reshape({c.a.rows(), c.k});
+          auto ref = reference_matmul(a2, b, false, tb);
+          const auto bv = bias.to_vector<float>();
+          for (std::size_t i = 0; i < ref.size(); ++i)
+            ref[i] = std::max(0.0f, alpha * ref[i] + bv[i % static_cast<std::size_t>(c.n)]);
+          check_close(out, ref, 1e-5, 3e-5);
+          check_close(expected, ref, 1e-5, 3e-5);
           // A pack of another matrix's shape, or an out of the wrong shape, is refused.
           PackedMatrix other{packed.data, c.k + 1, c.n};
           CHECK_THROWS_AS(cpu.pack_constant_b(b, args, other), ShapeError);
