@@ -136,14 +136,17 @@ bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bi
 // Whether out = alpha a b (+ bias, then ReLU), a [M, K] and b [K, N] as
 // stored, f32, runs through oneDNN's sgemm and one pass for the bias and ReLU
 // rather than its matmul primitive with them as post-ops: where oneDNN runs
-// AVX-512 and b is at least kSgemmLeastB floats. The primitive copies b into
-// blocks of its own on every call; sgemm reads it in place. On a 2-vCPU Zen 5
-// (2026-12-07, bench_matmul) 1024^3 ran at 86.5% of the peak on two threads
-// against 78.3%, 128 x 1024 x 1024 at 83-84% against 74-76%; a b of 256 x
-// 256 (in L2) ran 3% slower. The primitive keeps transposed operands (sgemm
-// ran 128 x 1024 x 1024^T at half its speed) and other activations
-// (bench/README.md, "Products through sgemm").
+// AVX-512, b is at least kSgemmLeastB floats and has at least
+// kSgemmLeastColumns. The primitive copies b into blocks of its own on every
+// call; sgemm reads it in place. On a 2-vCPU Zen 5 (2026-12-07,
+// bench_matmul) 1024^3 ran at 86.5% of the peak on two threads against
+// 78.3%, 128 x 1024 x 1024 at 83-84% against 74-76%. The primitive stays
+// ahead on a b in L2 (1024 x 256 x 256 3% faster), on narrow ones (64 x
+// 9216 x 128 10% faster on two threads, 128 x 4096 x 64 25%), on transposed
+// operands (sgemm ran 128 x 1024 x 1024^T at half its speed) and with other
+// activations (bench/README.md, "Products through sgemm").
 constexpr std::int64_t kSgemmLeastB = 256 * 1024;  // 1 MiB of f32, a Zen 5 core's L2
+constexpr std::int64_t kSgemmLeastColumns = 256;
 
 bool product_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                       const MatmulArgs& args) {
@@ -152,7 +155,7 @@ bool product_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, cons
   return avx512 && !args.transpose_a && !args.transpose_b && a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) &&
          f32(out) && (bias == nullptr || (f32(*bias) && bias->numel() == b.shape()[1])) &&
          (args.activation == Activation::none || args.activation == Activation::relu) && a.shape()[1] > 0 &&
-         out.numel() > 0 && b.numel() >= kSgemmLeastB;
+         out.numel() > 0 && b.numel() >= kSgemmLeastB && b.shape()[1] >= kSgemmLeastColumns;
 }
 
 // A row of n floats plus the bias (where given), then ReLU (where asked).
