@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
             busy(r.threads, r.background), r.max_rel_error < 1e-5 ? "ok" : "BAD");
       }
     fmt::print(
-        "  first ms: the first call, which creates the oneDNN primitive. GFLOP/s and % peak use\n"
+        "  first ms: the first call, which creates the kernel (a oneDNN primitive, or sgemm's code). GFLOP/s and % peak use\n"
         "  the median. cores: CPU time of this process per second of the timed calls (the\n"
         "  threads oneDNN really ran). busy: the same for all other processes. check: 32\n"
         "  sampled outputs against a double-precision dot product.\n");
