@@ -11,7 +11,8 @@
 // primitive is made for the thread count current when it was created, so
 // reusing one device for several thread counts would time the second count
 // with the first count's primitive. `--one-device` does exactly that, to show
-// the effect.
+// the effect (on shapes that run through oneDNN's sgemm, which keeps no
+// primitive, it shows none).
 //
 //   bench_matmul                 # table
 //   bench_matmul --csv           # machine-readable

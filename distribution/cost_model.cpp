@@ -53,7 +53,7 @@ Calibration measure_calibration() {
     Tensor a = Tensor::empty({n, n}, DType::f32), b = Tensor::empty({n, n}, DType::f32), out = Tensor::empty({n, n}, DType::f32);
     cpu.fill(a, 0.5);
     cpu.fill(b, 0.25);
-    cpu.matmul(a, b, nullptr, out);  // the primitive is built on the first call
+    cpu.matmul(a, b, nullptr, out);  // the first call builds the kernel (a oneDNN primitive, or sgemm's code)
     c.matmul_gflops_per_thread = 2.0 * n * n * n / best_of(5, [&] { cpu.matmul(a, b, nullptr, out); }) / 1e9;
   }
   {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "backends/cpu/vector_math.hpp"
+
 namespace tessera {
 
 CpuBackend::CpuBackend(Device device, int threads)
@@ -171,6 +173,15 @@ bool onednn_runs_avx2() {
     return isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
   }();
   return avx2;
+}
+
+bool onednn_runs_avx512() {
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);  // its bits are in every later set's
+    return (isa & core) == core && widest_vector_isa() == VectorIsa::avx512;
+  }();
+  return avx512;
 }
 
 std::string cache_key(const Tensor& t) {

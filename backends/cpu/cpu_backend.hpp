@@ -5,7 +5,8 @@
 // machine's threads (the OpenMP thread count set around every kernel). oneDNN
 // primitives are created once per (kernel, shapes, attributes) key and reused;
 // their scratchpads come from this device's allocator, grown on first use, so a
-// repeated step allocates nothing.
+// repeated step allocates nothing of its own (oneDNN's sgemm, which some
+// products take, allocates its packing buffers inside each call).
 #pragma once
 
 #include <algorithm>
@@ -239,6 +240,10 @@ dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
 // Whether oneDNN runs its AVX2 kernels here (a CPU without AVX-512), where
 // some of them are slower than another way to the same result.
 bool onednn_runs_avx2();
+// Whether oneDNN runs its AVX-512 kernels here (avx512_core or later: not
+// where DNNL_MAX_CPU_ISA caps it lower) and the CPU runs AVX-512, where some
+// products go to its sgemm rather than its matmul primitive (matmul.cpp).
+bool onednn_runs_avx512();
 // Whether a matmul's GELU (erf form) runs as the product, then
 // backends/cpu/gelu.hpp's kernel over it, rather than as oneDNN's post-op:
 // where oneDNN runs AVX2. On AVX-512 its post-op is as fast as that pass

@@ -126,7 +126,7 @@ void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t 
 // "Weight gradients through sgemm").
 bool weight_gradient_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                               const MatmulArgs& args) {
-  static const bool avx512 = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  static const bool avx512 = onednn_runs_avx512();
   auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
   return avx512 && args.transpose_a && !args.transpose_b && bias == nullptr && args.activation == Activation::none &&
          a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) && f32(out) && a.shape()[1] <= 512 &&
@@ -150,7 +150,7 @@ constexpr std::int64_t kSgemmLeastColumns = 256;
 
 bool product_by_sgemm(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                       const MatmulArgs& args) {
-  static const bool avx512 = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  static const bool avx512 = onednn_runs_avx512();
   auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
   return avx512 && !args.transpose_a && !args.transpose_b && a.rank() == 2 && b.rank() == 2 && f32(a) && f32(b) &&
          f32(out) && (bias == nullptr || (f32(*bias) && bias->numel() == b.shape()[1])) &&

@@ -53,7 +53,7 @@ TEST_CASE("weight gradients a^T b: through oneDNN's sgemm up to 512 rows on AVX-
   // rows split unevenly); where the CPU takes sgemm, no primitive is made.
   CpuBackend& cpu = dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0)));
   const int saved = cpu.threads();
-  const bool sgemm_here = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  const bool sgemm_here = onednn_runs_avx512();
   struct Case {
     std::int64_t k, m, n;
   };
@@ -82,19 +82,24 @@ TEST_CASE("products a b against a b of 1 MiB or more: through oneDNN's sgemm and
   // backends/cpu/matmul.cpp (product_by_sgemm): every epilogue the path
   // takes (none, bias, ReLU, both; alpha) against the reference, with tails
   // of N off the vectors, one row and rows split unevenly on 1-3 threads; a
-  // b just under the threshold, and a large b of 128 columns, go to the
-  // primitive. Where the CPU takes
-  // sgemm, no primitive is made. A NaN in a: ReLU gives 0, as oneDNN's
-  // post-op does, and the row stays NaN without it.
+  // b just under the size threshold, and large ones of 255 and 128 columns,
+  // go to the primitive (256 columns to sgemm). Where the CPU takes sgemm, no
+  // primitive is made. An a of rank 3 against the 2-D b takes it as one
+  // product over its rows. A NaN in a: ReLU gives 0, as oneDNN's post-op
+  // does, the row stays NaN without it, and the other rows are untouched.
   CpuBackend& cpu = dynamic_cast<CpuBackend&>(backend_for(Device::cpu(0)));
   const int saved = cpu.threads();
-  const bool sgemm_here = widest_vector_isa() == VectorIsa::avx512 && !onednn_runs_avx2();
+  const bool sgemm_here = onednn_runs_avx512();
   struct Case {
     std::int64_t m, k, n;
   };
-  for (int threads : {1, 2, 3})
-    for (const Case& c : {Case{7, 512, 512}, Case{130, 300, 1000}, Case{1, 1024, 257}, Case{64, 511, 512},
-                          Case{9, 2304, 128}})
+  for (const Case& c : {Case{7, 512, 512}, Case{130, 300, 1000}, Case{1, 1024, 257}, Case{8, 1024, 256},
+                        Case{64, 511, 512}, Case{8, 1100, 255}, Case{9, 2304, 128}}) {
+    Tensor a = random_tensor({c.m, c.k}, 31), b = random_tensor({c.k, c.n}, 32), bias = random_tensor({c.n}, 33);
+    const auto product = reference_matmul(a, b, false, false);
+    const auto bv = bias.to_vector<float>();
+    const bool by_sgemm = sgemm_here && c.k * c.n >= 256 * 1024 && c.n >= 256;
+    for (int threads : {1, 2, 3})
       for (bool biased : {false, true})
         for (Activation activation : {Activation::none, Activation::relu})
           for (float alpha : {1.0f, 0.5f}) {
@@ -106,23 +111,32 @@ TEST_CASE("products a b against a b of 1 MiB or more: through oneDNN's sgemm and
             CAPTURE(static_cast<int>(activation));
             CAPTURE(alpha);
             cpu.set_threads(threads);
-            Tensor a = random_tensor({c.m, c.k}, 31), b = random_tensor({c.k, c.n}, 32), bias = random_tensor({c.n}, 33);
             Tensor out = Tensor::from_vector(std::vector<float>(static_cast<std::size_t>(c.m * c.n), NAN), {c.m, c.n});
             const auto primitives = cpu.primitive_count();
             cpu.matmul(a, b, biased ? &bias : nullptr, out, {.activation = activation, .alpha = alpha});
-            auto ref = reference_matmul(a, b, false, false);
-            const auto bv = bias.to_vector<float>();
+            std::vector<float> ref(product.size());
             for (std::size_t i = 0; i < ref.size(); ++i) {
-              const float x = alpha * ref[i] + (biased ? bv[i % static_cast<std::size_t>(c.n)] : 0.0f);
+              const float x = alpha * product[i] + (biased ? bv[i % static_cast<std::size_t>(c.n)] : 0.0f);
               ref[i] = activation == Activation::relu ? std::max(0.0f, x) : x;
             }
             // f32 sums of K products round further from the double ones as K grows.
             check_close(out, ref, 1e-5, 1e-5 + 1e-6 * std::sqrt(static_cast<double>(c.k)));
-            const bool by_sgemm = sgemm_here && c.k * c.n >= 256 * 1024 && c.n >= 256;
             if (by_sgemm) CHECK(cpu.primitive_count() == primitives);
             if (!by_sgemm && threads == 1) CHECK(cpu.primitive_count() > primitives);  // its first call makes it
           }
+  }
   cpu.set_threads(2);
+  {
+    Tensor a = random_tensor({2, 5, 512}, 37), b = random_tensor({512, 512}, 38), bias = random_tensor({512}, 39);
+    Tensor out = Tensor::empty({2, 5, 512}, DType::f32);
+    const auto primitives = cpu.primitive_count();
+    cpu.matmul(a, b, &bias, out, {.activation = Activation::relu});
+    auto ref = reference_matmul(a.reshape({10, 512}), b, false, false);
+    const auto bv = bias.to_vector<float>();
+    for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = std::max(0.0f, ref[i] + bv[i % 512]);
+    check_close(out, ref, 1e-5, 1e-5 + 1e-6 * std::sqrt(512.0));
+    if (sgemm_here) CHECK(cpu.primitive_count() == primitives);
+  }
   for (Activation activation : {Activation::none, Activation::relu}) {
     CAPTURE(static_cast<int>(activation));
     auto values = random_tensor({3, 512}, 34).to_vector<float>();
@@ -131,13 +145,15 @@ TEST_CASE("products a b against a b of 1 MiB or more: through oneDNN's sgemm and
     Tensor out = Tensor::empty({3, 600}, DType::f32);
     cpu.matmul(a, b, &bias, out, {.activation = activation});
     const auto y = out.to_vector<float>();
-    for (std::size_t j = 600; j < 1200; ++j) {
-      if (activation == Activation::relu)
+    for (std::size_t j = 0; j < y.size(); ++j) {
+      CAPTURE(j);
+      if (j < 600 || j >= 1200)
+        CHECK(!std::isnan(y[j]));
+      else if (activation == Activation::relu)
         CHECK(y[j] == 0.0f);
       else
         CHECK(std::isnan(y[j]));
     }
-    CHECK(!std::isnan(y[0]));
   }
   cpu.set_threads(saved);
 }
