@@ -177,6 +177,18 @@ void add_bias_relu(float* out, std::int64_t m, std::int64_t n, const float* bias
                [&](std::int64_t row) { add_bias_relu_row(out + row * n, n, bias, relu); });
 }
 
+// out = alpha op(a) b through oneDNN's sgemm (row-major), all 2-D f32, op(a)
+// a^T where args.transpose_a: the product that weight_gradient_by_sgemm and
+// product_by_sgemm take. A failure names the operands.
+void sgemm_into(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulArgs& args) {
+  const std::int64_t m = out.shape()[0], n = out.shape()[1], k = b.shape()[0];
+  const dnnl_status_t status = dnnl_sgemm(args.transpose_a ? 'T' : 'N', 'N', m, n, k, args.alpha, a.data<float>(),
+                                          a.shape()[1], b.data<float>(), n, 0.0f, out.data<float>(), n);
+  if (status != dnnl_success)
+    throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
+                (args.transpose_a ? "^T" : "") + " x b " + b.describe() + " into " + out.describe());
+}
+
 // Whether a 2-D f32 product runs through sgemm_avx2.hpp's GEMM rather than
 // oneDNN, where oneDNN runs AVX2: a dense weight's gradient out = alpha a^T
 // b (a [K, M], b [K, N], nothing fused), which oneDNN's sgemm reads in place
@@ -317,27 +329,16 @@ void CpuBackend::run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     return run_matmul(a, bt, bias, out, through_bt);
   }
   if (product_by_sgemm(a, b, bias, out, args)) {
-    const std::int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     KernelScope scope(threads());
-    const dnnl_status_t status =
-        dnnl_sgemm('N', 'N', m, n, k, args.alpha, a.data<float>(), k, b.data<float>(), n, 0.0f, out.data<float>(), n);
-    if (status != dnnl_success)
-      throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
-                  " x b " + b.describe());
+    sgemm_into(a, b, out, args);
     if (bias != nullptr || args.activation == Activation::relu)
-      add_bias_relu(out.data<float>(), m, n, bias != nullptr ? bias->data<float>() : nullptr,
+      add_bias_relu(out.data<float>(), out.shape()[0], out.shape()[1], bias != nullptr ? bias->data<float>() : nullptr,
                     args.activation == Activation::relu, threads());
     return;
   }
   if (weight_gradient_by_sgemm(a, b, bias, out, args)) {
-    const std::int64_t k = a.shape()[0], m = a.shape()[1], n = b.shape()[1];
     KernelScope scope(threads());
-    const dnnl_status_t status = dnnl_sgemm('T', 'N', m, n, k, args.alpha, a.data<float>(), m, b.data<float>(), n,
-                                            0.0f, out.data<float>(), n);
-    if (status != dnnl_success)
-      throw Error("matmul: oneDNN's sgemm failed (status " + std::to_string(status) + ") for a " + a.describe() +
-                  "^T x b " + b.describe());
-    return;
+    return sgemm_into(a, b, out, args);
   }
   const int rank = out.rank();
   const std::string key = "matmul " + cache_key(a) + (args.transpose_a ? "T" : "") + cache_key(b) +
